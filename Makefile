@@ -1,0 +1,39 @@
+# Everything starts from nothing: each target creates .venv when it is missing.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+DEMO   ?= fixtures/caches
+
+.PHONY: all install demo test bench fixtures clean
+
+all: test
+
+$(STAMP): pyproject.toml constraints-dev.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing cachedoctor and its pinned development set into $(VENV) ..."
+	@# torch first and alone, pinned to the CPU build: an unpinned torch pulls GBs of CUDA wheels.
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints-dev.txt torch==2.13.0
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints-dev.txt -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# The main job on the shipped fixtures: a scan that finds the planted defects (exit 1 is expected).
+demo: $(STAMP)
+	@$(VENV)/bin/cachedoctor scan --deep $(DEMO); code=$$?; \
+	  echo; echo "cachedoctor exited with $$code (0 clean, 1 findings at or above --fail-on, 2 could not run)"; \
+	  test $$code -le 1
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) bench/scan_bench.py
+
+# Rebuild the shipped fixtures (deterministic); commit the result.
+fixtures: $(STAMP)
+	$(PY) fixtures/make_fixtures.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -1,0 +1,78 @@
+"""``batch-leak``: a per-item cache file that carries a whole batch.
+
+Two shapes of the same bug (formats.md, "The batch leak"):
+
+* ``torch.save(batch[i])`` keeps the view: the record holds the whole batch's storage while the
+  tensor spans one item. Offset is no test (``batch[0]`` has offset 0); the storage's size
+  against the span the views need is. The view itself is the right data: ``clone-storage``.
+* an older bug saves the batch itself, a leading batch dimension > 1 where the folder's peers
+  have none. Which slice belongs to the item is unknown: ``recompute``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from cachedoctor.checks.interface import Check, Inspected, PeerGroup, feature_dim
+from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.formats.interface import TensorMeta
+
+
+class BatchLeak(Check):
+    kind = "batch-leak"
+    severity = Severity.ERROR
+    fix = Fix.CLONE_STORAGE
+    summary = ("a record holds more bytes than its tensor spans (a saved view of a batch), or a "
+               "per-item tensor has a leading batch dimension its peers lack")
+
+    def check_file(self, item: Inspected) -> Iterable[Finding]:
+        meta = item.meta
+        if meta is None:
+            return
+        by_storage: dict[str | None, list[TensorMeta]] = defaultdict(list)
+        for t in meta.tensors:
+            if t.stride is not None and t.storage_numel is not None:
+                by_storage[t.storage].append(t)
+        leaks = []
+        for views in by_storage.values():
+            numel = views[0].storage_numel or 0
+            touched = [(t.offset, t.offset + t.span) for t in views if t.span > 0]
+            if not touched:
+                continue
+            start, end = min(a for a, _ in touched), max(b for _, b in touched)
+            if end > numel:
+                continue  # a view past its storage is corruption, reported as such
+            if end - start < numel:
+                itemsize = views[0].itemsize
+                leaks.append({"keys": [t.display_key for t in views], "storage_bytes": numel * itemsize,
+                              "needed_bytes": (end - start) * itemsize, "offset": start})
+        if leaks:
+            first = leaks[0]
+            ratio = first["storage_bytes"] / max(first["needed_bytes"], 1)
+            yield self.finding(
+                item.path,
+                f"{', '.join(first['keys'])} is a view of a larger batch: the file stores "
+                f"{first['storage_bytes']} bytes for {first['needed_bytes']} ({ratio:.1f}x)",
+                leaks=leaks)
+
+    def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
+        for key in group.keys():
+            rank, _ = group.majority(key, lambda t: len(t.shape))
+            if rank is None:
+                continue
+            feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)
+            for entry in group.entries:
+                for t in entry.tensors:
+                    if t.key == key and is_leading_batch(t.shape, rank, feature, key):
+                        yield self.finding(
+                            entry.path,
+                            f"{key or '<root>'} has shape {list(t.shape)}: a leading batch dimension of "
+                            f"{t.shape[0]} where its peers are rank {rank}; which item is this file's is unknown",
+                            fix=Fix.RECOMPUTE, key=key, shape=list(t.shape), peer_rank=rank)
+
+
+def is_leading_batch(shape: tuple[int, ...], peer_rank: int, peer_feature: object, key: str) -> bool:
+    """``shape`` is a peer-shaped tensor with an extra leading dimension greater than one."""
+    return (len(shape) == peer_rank + 1 and shape[0] > 1
+            and (peer_feature is None or feature_dim(key, shape[1:]) == peer_feature))

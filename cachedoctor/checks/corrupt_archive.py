@@ -1,0 +1,51 @@
+"""``corrupt-archive``: the file is not the intact archive its bytes or name claim.
+
+torch.load reports these as ``failed finding central directory``, ``EOFError``, ``failed
+locating file data.pkl`` or, for a flipped byte, not at all (miniz skips CRCs): deep mode
+computes every member's CRC-32 itself.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cachedoctor.checks.interface import Check, Inspected, describe_read_error
+from cachedoctor.findings import Finding, Fix, Severity
+
+
+class CorruptArchive(Check):
+    kind = "corrupt-archive"
+    severity = Severity.ERROR
+    fix = Fix.RECOMPUTE
+    summary = ("zero bytes, truncated, not the zip/gzip/safetensors/npz it claims to be, missing "
+               "data.pkl, a record whose size does not match its storage, or a bad CRC (deep)")
+
+    def check_file(self, item: Inspected) -> Iterable[Finding]:
+        if item.error is not None:
+            yield self.finding(item.path, item.error.message, **describe_read_error(item.error))
+            return
+        meta = item.meta
+        if meta is None:
+            return
+        problems: list[str] = []
+        for key in meta.missing_records:
+            problems.append(f"storage record data/{key} is missing")
+        seen: set[str | None] = set()
+        for t in meta.tensors:
+            if t.record_bytes is None or t.storage_numel is None:
+                continue
+            if t.storage not in seen:
+                seen.add(t.storage)
+                need = t.storage_numel * t.itemsize
+                if t.record_bytes != need:
+                    problems.append(f"record of {t.display_key} holds {t.record_bytes} bytes, its storage needs {need}")
+            if t.offset + t.span > t.storage_numel:
+                problems.append(f"{t.display_key} reaches past its storage ({t.offset + t.span} > {t.storage_numel} elements)")
+        for bad in meta.crc_mismatches:
+            problems.append(f"member {bad.name} fails its CRC-32 (data changed after it was written)")
+        if problems:
+            crc = [{"member": b.name, "expected": f"{b.expected:08x}", "actual": f"{b.actual & 0xFFFFFFFF:08x}"}
+                   for b in meta.crc_mismatches]
+            problem = "bad-crc" if crc and len(crc) == len(problems) else "bad-record"
+            yield self.finding(item.path, problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+                               problem=problem, problems=problems, **({"crc": crc} if crc else {}))

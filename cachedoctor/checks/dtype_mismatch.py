@@ -1,0 +1,31 @@
+"""``dtype-mismatch``: a file's dtype differs from the majority of its peers.
+
+Peers are the files of one folder with the same structure; a bf16 cache with a stray fp32 file
+trains with mixed precision inputs, or fails a ``torch.stack`` in the collate function.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cachedoctor.checks.interface import Check, PeerGroup
+from cachedoctor.findings import Finding, Fix, Severity
+
+
+class DtypeMismatch(Check):
+    kind = "dtype-mismatch"
+    severity = Severity.WARNING
+    fix = Fix.RECOMPUTE
+    summary = "a file's dtype differs from the majority of its folder's cache"
+
+    def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
+        majority = {key: group.majority(key, lambda t: t.dtype) for key in group.keys()}
+        for entry in group.entries:
+            odd = [(t.key, t.dtype, majority[t.key]) for t in entry.tensors
+                   if majority[t.key][0] is not None and t.dtype != majority[t.key][0]]
+            if odd:
+                key, dtype, (usual, _) = odd[0]
+                yield self.finding(
+                    entry.path, f"{key or '<root>'} is {dtype} where most of its {len(group.entries) - 1} peers are {usual}",
+                    keys={k: d for k, d, _ in odd}, expected={k: m[0] for k, _, m in odd},
+                    peers=len(group.entries))

@@ -1,0 +1,109 @@
+"""One rule per finding kind.
+
+A check sees either one file at a time (:meth:`Check.check_file`, run inside scan workers on the
+reader's metadata) or a group of peer files (:meth:`Check.check_peers`, run once per folder when
+every file in it has been read). Each check owns a stable ``kind`` name, a default severity and
+the fix that cures it; those three are the public vocabulary documented in the README.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, ClassVar, Hashable, Iterable, Iterator
+
+from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.formats.interface import FileMeta, ReadError
+
+
+@dataclass(frozen=True, slots=True)
+class Inspected:
+    """One file as the scan saw it: its reader metadata, or the read error, or neither (temp)."""
+
+    path: str
+    size: int
+    meta: FileMeta | None = None
+    error: ReadError | None = None
+    temp: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PeerTensor:
+    key: str  # the tensor's key with resolutions normalised (``latents_64x48`` -> ``latents_HxW``)
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerEntry:
+    """What peer checks need of one file: small, so a folder of a million entries fits."""
+
+    path: str
+    tensors: tuple[PeerTensor, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerGroup:
+    """Files of one folder with the same structure (format family, container, key set)."""
+
+    folder: str
+    entries: tuple[PeerEntry, ...]
+
+    def majority(self, key: str, value_of: Any) -> tuple[Hashable | None, int]:
+        """The value ``value_of(tensor)`` that more than half of ``key``'s tensors share.
+
+        Returns ``(None, n)`` when there is no strict majority (a tie cannot say who is wrong).
+        """
+        counts: Counter = Counter(value_of(t) for e in self.entries for t in e.tensors if t.key == key)
+        total = sum(counts.values())
+        if not counts:
+            return None, 0
+        value, count = counts.most_common(1)[0]
+        return (value, total) if count * 2 > total else (None, total)
+
+    def keys(self) -> list[str]:
+        return sorted({t.key for e in self.entries for t in e.tensors})
+
+
+class Check(abc.ABC):
+    kind: ClassVar[str]
+    severity: ClassVar[Severity]
+    fix: ClassVar[Fix]
+    summary: ClassVar[str]  # one line: what it means (README table, ``explain``)
+    deep_only: ClassVar[bool] = False
+
+    def check_file(self, item: Inspected) -> Iterable[Finding]:
+        return ()
+
+    def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
+        return ()
+
+    def finding(self, path: str, message: str, *, fix: Fix | None = None, **details: Any) -> Finding:
+        return Finding(kind=self.kind, severity=self.severity, path=path, message=message,
+                       fix=fix or self.fix, details=details)
+
+
+def feature_dim(key: str, shape: tuple[int, ...]) -> int | None:
+    """The size that all peers of a key must share: a latent's channels, an embedding's width.
+
+    ``[C,H,W]`` and ``[C,F,H,W]`` latents -> ``C``; ``[1,L,D]`` and ``[L,D]`` embeddings -> ``D``;
+    ``[D]`` pooled vectors -> ``D``. Spatial-only tensors (masks named ``..._HxW``) have none.
+    """
+    rank = len(shape)
+    if rank == 0:
+        return None
+    if rank >= 3:
+        return shape[-1] if shape[0] == 1 else shape[0]
+    if rank == 2 and "HxW" in key:
+        return None
+    return shape[-1]
+
+
+def tensors_by_key(entry: PeerEntry) -> Iterator[tuple[str, PeerTensor]]:
+    for t in entry.tensors:
+        yield t.key, t
+
+
+def describe_read_error(error: ReadError) -> dict[str, Any]:
+    return {"problem": error.problem, **error.details}

@@ -1,0 +1,166 @@
+"""The ``cachedoctor`` command line (Typer). Every could-not-run problem is one line, exit 2.
+
+``run(argv, env)`` is the testable entry point: it returns the exit code instead of exiting and
+takes an :class:`Environment`, so tests can fake terminals. Heavy imports (rich, numpy) happen
+only on the paths that need them; torch is never imported by ``scan``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+try:  # typer >= 0.2x vendors click; older ones use the click package
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import ClickException  # type: ignore[no-redef]
+
+from cachedoctor import __version__
+from cachedoctor.environment import Environment
+from cachedoctor.report import EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED, FailOn, OutputFormat, ScanReport, renderer_for
+
+_ENV: contextvars.ContextVar[Environment] = contextvars.ContextVar("cachedoctor_env")
+
+app = typer.Typer(
+    name="cachedoctor",
+    help="Audit and repair the on-disk latent and text-embed caches of diffusion-model trainers.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"cachedoctor {__version__}", file=_ENV.get().stdout)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Audit and repair the on-disk latent and text-embed caches of diffusion-model trainers."""
+
+
+@app.command()
+def scan(
+    paths: Annotated[list[str], typer.Argument(help="Cache folders or files to scan.", show_default=False)],
+    deep: Annotated[bool, typer.Option("--deep", help="Also read the data: CRC-32 of every zip member, NaN/Inf, xxh3 digests.")] = False,
+    fmt: Annotated[OutputFormat, typer.Option("--format", help="Report format.", case_sensitive=False)] = OutputFormat.TABLE,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")] = None,
+    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)] = FailOn.ERROR,
+    workers: Annotated[Optional[int], typer.Option("--workers", "-j", min=1, help="Reader processes (default: one per CPU).")] = None,
+) -> int:
+    """Find broken, leaked, device-tagged, unsafe and inconsistent cache files."""
+    from cachedoctor.scan import ScanOptions, TargetError
+    from cachedoctor.scan import scan as run_scan
+
+    env = _ENV.get()
+    options = ScanOptions(deep=deep, workers=workers)
+    try:
+        with _progress(env) as progress:
+            result = run_scan(paths, options, progress=progress)
+    except TargetError as exc:
+        env.error(f"{exc.path}: {exc.message}")
+        return EXIT_COULD_NOT_RUN
+    report = ScanReport(result, fail_on)
+    renderer = renderer_for(fmt, env.cwd)
+    if output is None:
+        renderer.render(report, env.stdout, color=bool(env.stdout_isatty))
+    else:
+        error = _write_report(output, lambda out: renderer.render(report, out, color=False))
+        if error:
+            env.error(error)
+            return EXIT_COULD_NOT_RUN
+        if fmt is not OutputFormat.TABLE and env.stdout_isatty:
+            renderer_for(OutputFormat.TABLE, env.cwd).render(report, env.stdout, color=True)
+    for problem in result.errors:
+        env.error(f"{problem.path}: {problem.message}; fix its permissions or exclude it, then scan again")
+    return report.exit_code
+
+
+def _write_report(path: str, write) -> str | None:  # type: ignore[no-untyped-def]
+    """Write atomically (temp file beside it, then rename); an error message or ``None``."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".cachedoctor-report-", dir=folder)
+    except OSError as exc:
+        return f"{path}: cannot write the report ({exc.strerror or exc}); choose another --output"
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            write(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        os.unlink(tmp)
+        return f"{path}: cannot write the report ({exc.strerror or exc}); choose another --output"
+    return None
+
+
+class _progress:
+    """A rich progress line on stderr, only when stderr is a terminal."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+        self.bar = None
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        if not self.env.stderr_isatty:
+            return None
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(SpinnerColumn(), TextColumn("scanning: {task.completed} files, {task.fields[mb]:.1f} MB"),
+                            TimeElapsedColumn(), console=Console(file=self.env.stderr), transient=True)
+        self.bar.start()
+        task = self.bar.add_task("scan", total=None, mb=0.0)
+
+        def update(files: int, nbytes: int) -> None:
+            self.bar.update(task, completed=files, mb=nbytes / 1e6)
+
+        return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
+    """Run the CLI and return its exit code (0 clean, 1 findings, 2 could not run, 130 Ctrl-C)."""
+    env = env or Environment()
+    token = _ENV.set(env)
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=list(sys.argv[1:] if argv is None else argv), prog_name="cachedoctor",
+                          standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.Abort:
+        env.error("interrupted")
+        return EXIT_INTERRUPTED
+    except ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `cachedoctor`: show the help
+            print(exc.format_message(), file=env.stdout)
+            return 0
+        ctx = getattr(exc, "ctx", None)
+        where = f"cachedoctor {ctx.info_name}" if ctx is not None and ctx.info_name != "cachedoctor" else "cachedoctor"
+        env.error(f"{exc.format_message()} (see `{where} --help`)")
+        return EXIT_COULD_NOT_RUN
+    except KeyboardInterrupt:
+        env.error("interrupted; nothing was changed")
+        return EXIT_INTERRUPTED
+    finally:
+        _ENV.reset(token)
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,73 @@
+"""Readers that turn a cache file into metadata without executing it.
+
+:func:`read_file` recognises a file by its bytes, never by its name: a plain pickle named
+``.pt``, an npz named ``.latent`` and an extensionless temp file are all read for what they are.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+from cachedoctor.formats._source import BufferSource, FileSource, Source
+from cachedoctor.formats._zip import directory_of, is_zip
+from cachedoctor.formats.interface import FileMeta, FormatReader, MemberCrc, ReadError, TensorMeta, UnreadableFile
+from cachedoctor.formats.npy import NpyReader
+from cachedoctor.formats.npz import NpzReader
+from cachedoctor.formats.plain_pickle import PlainPickleReader
+from cachedoctor.formats.safetensors import SafetensorsReader
+from cachedoctor.formats.torch_gzip import TorchGzipReader
+from cachedoctor.formats.torch_legacy import TorchLegacyReader
+from cachedoctor.formats.torch_zip import TorchZipReader
+
+#: Order matters: the legacy torch reader must see a pickle before the plain-pickle reader.
+READERS: tuple[FormatReader, ...] = (
+    TorchZipReader(), NpzReader(), TorchGzipReader(), TorchLegacyReader(), PlainPickleReader(),
+    SafetensorsReader(), NpyReader(),
+)
+
+#: Names that claim to be a cache file: unrecognised bytes under these names are corruption,
+#: under any other name a foreign file that a scan skips.
+CACHE_SUFFIXES = frozenset({".pt", ".pth", ".npz", ".npy", ".safetensors", ".ckpt", ".bin", ".latent"})
+
+
+def claims_cache(path: str) -> bool:
+    return os.path.splitext(path)[1].lower() in CACHE_SUFFIXES
+
+
+def read_file(path: str, *, deep: bool = False) -> FileMeta | None:
+    """Describe ``path``; ``None`` when its bytes are no cache format at all.
+
+    Raises :class:`ReadError` for damaged files and :class:`UnreadableFile` when the system
+    refuses the read. In deep mode the whole file is read into memory once.
+    """
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size == 0:
+                raise ReadError("empty", "zero bytes: the write never happened or was cut off")
+            src: Source = BufferSource(handle.read()) if deep else FileSource(handle.fileno(), size)
+            return _dispatch(path, src, deep)
+    except io.UnsupportedOperation as exc:  # an OSError subclass, but a reader bug, not the disk
+        raise ReadError("unparseable", f"reader failed: {exc}") from None
+    except OSError as exc:
+        raise UnreadableFile("unreadable", f"cannot read: {exc.strerror or exc}") from None
+    except MemoryError:
+        raise ReadError("too-large", "file structure asks for more memory than is available") from None
+
+
+def _dispatch(path: str, src: Source, deep: bool) -> FileMeta | None:
+    head = src.read_at(0, 64)
+    for reader in READERS:
+        if reader.claims(head, src):
+            return reader.read(path, src, deep=deep)
+    if is_zip(head):
+        directory_of(src)  # a damaged zip says so; an intact foreign zip is named as such
+        raise ReadError("unknown-format", "a zip archive that is neither a torch.save nor an np.savez file")
+    return None
+
+
+__all__ = [
+    "CACHE_SUFFIXES", "FileMeta", "FormatReader", "MemberCrc", "READERS", "ReadError", "TensorMeta",
+    "UnreadableFile", "claims_cache", "read_file",
+]

@@ -1,0 +1,80 @@
+"""Dtype vocabularies of the three worlds (torch pickles, safetensors headers, numpy descrs).
+
+Everything is normalised to torch's dtype names, so checks can compare dtypes across formats.
+"""
+
+from __future__ import annotations
+
+#: torch dtype name -> item size in bytes. Aliases (``float``, ``half``...) map to canonical names.
+ITEMSIZE: dict[str, int] = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
+    "complex128": 16, "complex64": 8, "complex32": 4,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+    "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1, "bool": 1,
+    "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+    "float8_e8m0fnu": 1, "float4_e2m1fn_x2": 1,
+    "qint8": 1, "quint8": 1, "qint32": 4, "quint4x2": 1, "quint2x4": 1,
+}
+
+TORCH_ALIASES: dict[str, str] = {
+    "float": "float32", "double": "float64", "half": "float16", "long": "int64", "int": "int32",
+    "short": "int16", "cfloat": "complex64", "cdouble": "complex128", "chalf": "complex32",
+}
+
+#: ``torch.<Name>Storage`` class name -> dtype of its elements.
+STORAGE_DTYPE: dict[str, str] = {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
+    "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool",
+    "ComplexDoubleStorage": "complex128", "ComplexFloatStorage": "complex64",
+    "QInt8Storage": "qint8", "QUInt8Storage": "quint8", "QInt32Storage": "qint32",
+    "QUInt4x2Storage": "quint4x2", "QUInt2x4Storage": "quint2x4",
+}
+
+#: safetensors header dtype -> torch dtype name.
+SAFETENSORS_DTYPE: dict[str, str] = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
+    "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8", "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+    "C64": "complex64",
+}
+
+_NUMPY_KIND = {"f": "float", "i": "int", "u": "uint", "c": "complex"}
+
+
+def numpy_descr_to_dtype(descr: str) -> tuple[str, int]:
+    """``'<f4'`` -> ``('float32', 4)``. Big-endian and unknown descrs keep a ``numpy:`` name."""
+    if not isinstance(descr, str) or len(descr) < 2:
+        raise ValueError(f"not a numpy dtype descr: {descr!r}")
+    order, kind, digits = descr[0], descr[1], descr[2:]
+    if order not in "<>|=" or not digits.isdigit():
+        raise ValueError(f"not a numpy dtype descr: {descr!r}")
+    size = int(digits)
+    if kind == "b" and size == 1:
+        return "bool", 1
+    if kind in _NUMPY_KIND:
+        bits = size * 8 if kind != "c" else size * 8
+        name = f"{_NUMPY_KIND[kind]}{bits}"
+        if name in ITEMSIZE and order != ">":
+            return name, size
+    return f"numpy:{descr}", size
+
+
+#: How to find NaN/Inf without torch: either a numpy float dtype (``isfinite``), or an
+#: unsigned view with (mask, value): an element is non-finite when ``bits & mask == value``
+#: (bfloat16 and the float8 formats numpy lacks). For fnuz formats the only NaN is 0x80.
+NONFINITE_RULE: dict[str, tuple[str, int, int] | str] = {
+    "float64": "<f8", "float32": "<f4", "float16": "<f2",
+    "complex128": "<f8", "complex64": "<f4", "complex32": "<f2",
+    "bfloat16": ("<u2", 0x7F80, 0x7F80),
+    "float8_e5m2": ("u1", 0x7C, 0x7C),
+    "float8_e4m3fn": ("u1", 0x7F, 0x7F),
+    "float8_e4m3fnuz": ("u1", 0xFF, 0x80),
+    "float8_e5m2fnuz": ("u1", 0xFF, 0x80),
+    "float8_e8m0fnu": ("u1", 0xFF, 0xFF),
+}
+
+
+def is_floating(dtype: str) -> bool:
+    return dtype in NONFINITE_RULE

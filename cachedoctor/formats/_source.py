@@ -1,0 +1,53 @@
+"""Random access to a file's bytes: ``pread`` on a descriptor (quick scan) or a buffer.
+
+Deep mode and gzip-wrapped files read from an in-memory buffer (an ``mmap`` or the inflated
+bytes); the quick path reads only the few ranges it needs through ``os.pread``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cachedoctor.formats.interface import ReadError
+
+
+class Source:
+    """``size`` bytes readable at any offset."""
+
+    size: int
+
+    def read_at(self, offset: int, length: int) -> bytes:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def exact(self, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes at ``offset``, or a ``truncated`` read error."""
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise ReadError("truncated", f"file ends before byte {offset + length}")
+        data = self.read_at(offset, length)
+        if len(data) != length:
+            raise ReadError("truncated", f"file ends before byte {offset + length}")
+        return data
+
+
+class FileSource(Source):
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.size = size
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        return os.pread(self.fd, length, offset)
+
+
+class BufferSource(Source):
+    def __init__(self, buffer: bytes | memoryview) -> None:
+        self.buffer = memoryview(buffer)
+        self.size = len(self.buffer)
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        return bytes(self.buffer[offset:offset + length])
+
+    def view(self, offset: int, length: int) -> memoryview:
+        """Zero-copy slice for deep checks (CRC, NaN) over large records."""
+        if offset < 0 or offset + length > self.size:
+            raise ReadError("truncated", f"file ends before byte {offset + length}")
+        return self.buffer[offset:offset + length]

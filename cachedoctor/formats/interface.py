@@ -1,0 +1,154 @@
+"""What a format reader produces: facts about a file, never judgments.
+
+A reader turns bytes into :class:`FileMeta` (tensors with their storage facts, the globals its
+pickle names, and in deep mode CRC and NaN counts) or raises :class:`ReadError` when the bytes
+are not a readable file of that format. Deciding what is a *defect* is the job of ``checks/``.
+Readers never execute anything from the file.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cachedoctor.formats._source import Source
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMeta:
+    """One tensor inside a cache file.
+
+    ``key`` is its path inside the saved object: ``""`` for a bare tensor, ``latent_image`` for
+    a dict entry, ``[0]`` for a list item, ``a.b[1]`` when nested. Sizes are in elements except
+    ``record_bytes``, the byte size of the record holding the storage (``None`` when the record
+    is missing). ``stride``, ``storage_numel`` and ``location`` are ``None`` for formats that
+    store contiguous data without a storage (safetensors, npz).
+    """
+
+    key: str
+    shape: tuple[int, ...]
+    dtype: str
+    itemsize: int
+    stride: tuple[int, ...] | None = None
+    offset: int = 0
+    storage: str | None = None
+    storage_numel: int | None = None
+    record_bytes: int | None = None
+    location: str | None = None
+    nonfinite: int | None = None  # deep mode only: NaN/Inf elements in the tensor's view
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def span(self) -> int:
+        """Elements of the storage the view touches: ``1 + sum((size-1)*stride)``."""
+        if self.stride is None:
+            return self.numel
+        if any(s == 0 for s in self.shape):
+            return 0
+        return 1 + sum((s - 1) * st for s, st in zip(self.shape, self.stride))
+
+    @property
+    def display_key(self) -> str:
+        return self.key or "<root>"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "stride": None if self.stride is None else list(self.stride),
+            "offset": self.offset,
+            "storage": self.storage,
+            "storage_numel": self.storage_numel,
+            "record_bytes": self.record_bytes,
+            "location": self.location,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MemberCrc:
+    """A zip member whose data does not match the CRC-32 its central directory records."""
+
+    name: str
+    expected: int
+    actual: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileMeta:
+    """Everything a reader learned about one file.
+
+    ``container`` is the shape of the saved object (``tensor``, ``dict``, ``list``, ``other``).
+    ``foreign_globals`` lists every global the pickle names outside the allow-list (recorded,
+    never imported). ``unreadable_reason`` is set when the pickle could not be followed to the
+    end after a foreign global (the tensors listed are then the ones seen before that).
+    """
+
+    path: str
+    format: str
+    size: int
+    container: str = "other"
+    tensors: tuple[TensorMeta, ...] = ()
+    foreign_globals: tuple[str, ...] = ()
+    missing_records: tuple[str, ...] = ()
+    unreadable_reason: str | None = None
+    deep: bool = False
+    crc_mismatches: tuple[MemberCrc, ...] = ()
+    digest: str | None = None  # deep mode: xxh3-128 of the whole file, hex
+    notes: tuple[str, ...] = ()
+
+
+class ReadError(Exception):
+    """The file is not a readable file of the format its bytes (or name) claim.
+
+    ``problem`` is a short stable code (``empty``, ``truncated``, ``bad-zip``,
+    ``missing-data-pkl``, ``bad-pickle``, ``bad-header``, ``bad-gzip``, ``unknown-format``,
+    ``too-large``) and ``message`` a plain sentence for humans.
+    """
+
+    def __init__(self, problem: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.problem = problem
+        self.message = message
+        self.details = details
+
+    def __reduce__(self):  # keep ReadError picklable across scan workers despite kwargs
+        return (_rebuild_read_error, (type(self), self.problem, self.message, self.details))
+
+
+def _rebuild_read_error(cls: type, problem: str, message: str, details: dict) -> "ReadError":
+    return cls(problem, message, **details)
+
+
+class UnreadableFile(ReadError):
+    """The operating system would not give us the bytes (permissions, I/O error).
+
+    Unlike other read errors this says nothing about the cache: the scan is incomplete, so
+    it is reported as a could-not-run error (exit 2), not as a finding.
+    """
+
+
+class FormatReader(abc.ABC):
+    """One container format. Readers are stateless; ``read`` is safe on hostile bytes."""
+
+    #: Stable format name used in metadata and reports.
+    name: str
+
+    @abc.abstractmethod
+    def claims(self, head: bytes, src: "Source") -> bool:
+        """Whether the file's first bytes (``head``, up to 64) are this format's magic."""
+
+    @abc.abstractmethod
+    def read(self, path: str, src: "Source", *, deep: bool) -> FileMeta:
+        """Describe the file whose bytes ``src`` holds (all of them in memory in deep mode).
+
+        Raises :class:`ReadError` when the bytes are not a valid file of this format.
+        """

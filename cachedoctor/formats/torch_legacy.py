@@ -1,0 +1,123 @@
+"""Legacy (pre-1.6, non-zip) torch.save files, still found in old caches.
+
+Layout: four pickles (magic number, protocol version, system info, the object with storage
+ids as persistent ids), a pickled list of storage keys, then for each key an int64 element
+count and the raw bytes. All pickles go through the restricted unpickler.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+from cachedoctor.formats import _deep
+from cachedoctor.formats._dtypes import ITEMSIZE
+from cachedoctor.formats._source import BufferSource, Source
+from cachedoctor.formats._unpickle import RestrictedUnpickler, StorageRef, legacy_storage_ref, walk
+from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
+
+MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
+_MAGIC_BYTES = MAGIC_NUMBER.to_bytes(10, "little")
+
+
+class _SourceStream(io.RawIOBase):
+    """A readable stream over a :class:`Source`, so pickles load without reading the data."""
+
+    def __init__(self, src: Source) -> None:
+        self.src, self.pos = src, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.src.size}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        data = self.src.read_at(self.pos, len(buffer))
+        buffer[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+class TorchLegacyReader(FormatReader):
+    name = "torch-legacy"
+
+    def claims(self, head: bytes, src: Source) -> bool:
+        return head[:1] == b"\x80" and _MAGIC_BYTES in head[:32]
+
+    def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
+        stream = io.BufferedReader(_SourceStream(src), 1 << 16)
+        refs: dict[str, StorageRef] = {}
+
+        def persistent(pid: object) -> object:
+            ref = legacy_storage_ref(pid)
+            if isinstance(ref, StorageRef):
+                refs.setdefault(ref.key, ref)
+            return ref
+
+        foreign: list[str] = []
+        try:
+            header = [RestrictedUnpickler(stream).load() for _ in range(3)]
+            if header[0] != MAGIC_NUMBER:
+                raise ReadError("bad-pickle", "legacy torch file with a wrong magic number")
+            unpickler = RestrictedUnpickler(stream, persistent)
+            try:
+                obj = unpickler.load()
+            finally:
+                foreign = unpickler.foreign
+            walked = walk(obj)
+            keys = RestrictedUnpickler(stream).load()
+        except ReadError:
+            raise
+        except Exception as exc:  # hostile or damaged pickles raise anything
+            if foreign:
+                return FileMeta(path, self.name, src.size, foreign_globals=tuple(foreign),
+                                unreadable_reason=f"{type(exc).__name__}: {exc}"[:200])
+            raise ReadError("bad-pickle", f"legacy torch pickle does not load ({type(exc).__name__}: {str(exc)[:120]})") from None
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise ReadError("bad-pickle", "legacy torch file without its storage key list")
+
+        pos = stream.tell()
+        records: dict[str, tuple[int, int]] = {}  # key -> (data start, bytes)
+        for key in keys:
+            ref = refs.get(key)
+            if ref is None:
+                raise ReadError("bad-pickle", f"storage {key} is listed but no tensor uses it")
+            (count,) = struct.unpack("<q", src.exact(pos, 8))
+            nbytes = count * (ITEMSIZE.get(ref.dtype, 1) if ref.dtype else 1)
+            if count < 0 or pos + 8 + nbytes > src.size:
+                raise ReadError("truncated", f"storage {key} runs past the end of the file")
+            records[key] = (pos + 8, nbytes)
+            pos += 8 + nbytes
+        if pos != src.size:
+            raise ReadError("bad-pickle", f"{src.size - pos} unexpected bytes after the last storage")
+
+        tensors = []
+        missing = []
+        for key, rec in walked.tensors:
+            itemsize = ITEMSIZE.get(rec.dtype, 1)
+            record = records.get(rec.storage.key)
+            if record is None and rec.storage.key not in missing:
+                missing.append(rec.storage.key)
+            numel = rec.storage.numel if rec.storage.dtype else rec.storage.numel // itemsize
+            t = TensorMeta(key=key, shape=rec.size, dtype=rec.dtype, itemsize=itemsize, stride=rec.stride,
+                           offset=rec.offset, storage=rec.storage.key, storage_numel=numel,
+                           record_bytes=None if record is None else record[1], location=rec.storage.location)
+            if deep and isinstance(src, BufferSource) and record is not None:
+                count = _deep.count_nonfinite(src.view(*record), t.dtype, numel, t.offset, t.shape, t.stride)
+                if count is not None:
+                    from dataclasses import replace
+
+                    t = replace(t, nonfinite=count)
+            tensors.append(t)
+        digest = _deep.digest(src.buffer) if deep and isinstance(src, BufferSource) else None
+        return FileMeta(path, self.name, src.size, container=walked.container, tensors=tuple(tensors),
+                        foreign_globals=tuple(foreign), missing_records=tuple(missing), deep=deep, digest=digest)

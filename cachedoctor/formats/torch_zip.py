@@ -1,0 +1,107 @@
+"""torch.save zip archives (``.pt``), read from the central directory and ``data.pkl`` only.
+
+Quick mode reads the end records, the central directory and ``data.pkl``: two or three
+``pread`` calls per file, no tensor bytes. Deep mode also CRC-checks every member (torch.load
+never does) and counts NaN/Inf in each floating tensor's view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cachedoctor.formats import _deep
+from cachedoctor.formats._dtypes import ITEMSIZE
+from cachedoctor.formats._source import BufferSource, Source
+from cachedoctor.formats._unpickle import RestrictedUnpickler, StorageRef, walk, zip_storage_ref
+from cachedoctor.formats._zip import ZipDirectory, directory_of, is_zip, read_member
+from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
+
+_PICKLE_LIMIT = 256 * 1024 * 1024
+
+
+def find_pickle(directory: ZipDirectory) -> tuple[str, str] | None:
+    """``(prefix, member name)`` of ``<arch>/data.pkl``, or ``None``."""
+    for name in directory.members:
+        if name == "data.pkl" or name.endswith("/data.pkl"):
+            return name[: -len("data.pkl")], name
+    return None
+
+
+def looks_like_torch(directory: ZipDirectory) -> bool:
+    """A torch.save archive, even one that died before writing ``data.pkl``."""
+    for name in directory.members:
+        tail = name.rsplit("/", 1)[-1]
+        if tail in ("data.pkl", "version", ".format_version", "byteorder") or "/data/" in name:
+            return True
+    return False
+
+
+def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep: bool,
+             notes: tuple[str, ...] = ()) -> FileMeta:
+    """Metadata of a torch.save zip archive whose central directory is ``directory``."""
+    found = find_pickle(directory)
+    if found is None:
+        raise ReadError("missing-data-pkl",
+                        "zip archive without data.pkl: a torch.save that died part way (failed locating file data.pkl)")
+    prefix, pkl_name = found
+    data = read_member(src, directory.members[pkl_name], limit=_PICKLE_LIMIT)
+    unpickler = RestrictedUnpickler(data, zip_storage_ref)
+    try:
+        obj = unpickler.load()
+        walked = walk(obj)
+    except Exception as exc:  # hostile or damaged pickles raise anything: catch broadly
+        if unpickler.foreign:
+            return FileMeta(path, fmt, src.size, foreign_globals=tuple(unpickler.foreign),
+                            unreadable_reason=f"{type(exc).__name__}: {exc}"[:200], notes=notes)
+        raise ReadError("bad-pickle", f"data.pkl does not unpickle ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+    tensors: list[TensorMeta] = []
+    missing: list[str] = []
+    for key, rec in walked.tensors:
+        record = directory.members.get(f"{prefix}data/{rec.storage.key}")
+        itemsize = ITEMSIZE.get(rec.dtype, 1)
+        numel = _storage_elements(rec.storage, itemsize)
+        if record is None and rec.storage.key not in missing:
+            missing.append(rec.storage.key)
+        tensors.append(TensorMeta(
+            key=key, shape=rec.size, dtype=rec.dtype, itemsize=itemsize, stride=rec.stride,
+            offset=rec.offset, storage=rec.storage.key, storage_numel=numel,
+            record_bytes=None if record is None else record.size, location=rec.storage.location))
+
+    crc_bad: tuple = ()
+    file_digest = None
+    if deep and isinstance(src, BufferSource):
+        starts = _deep.member_starts(src, directory)
+        crc_bad = _deep.crc_mismatches(src, directory, starts)
+        tensors = [_with_nonfinite(t, src, starts, prefix, directory) for t in tensors]
+        file_digest = _deep.digest(src.buffer)
+    return FileMeta(path, fmt, src.size, container=walked.container, tensors=tuple(tensors),
+                    foreign_globals=tuple(unpickler.foreign), missing_records=tuple(missing),
+                    deep=deep, crc_mismatches=crc_bad, digest=file_digest, notes=notes)
+
+
+def _storage_elements(ref: StorageRef, itemsize: int) -> int:
+    return ref.numel if ref.dtype is not None else ref.numel // max(itemsize, 1)
+
+
+def _with_nonfinite(t: TensorMeta, src: BufferSource, starts: dict[str, int], prefix: str,
+                    directory: ZipDirectory) -> TensorMeta:
+    name = f"{prefix}data/{t.storage}"
+    member = directory.members.get(name)
+    if member is None or member.method != 0 or t.storage_numel is None:
+        return t
+    buffer = src.view(starts[name], member.size)
+    count = _deep.count_nonfinite(buffer, t.dtype, t.storage_numel, t.offset, t.shape, t.stride)
+    if count is None:
+        return t
+    return replace(t, nonfinite=count)
+
+
+class TorchZipReader(FormatReader):
+    name = "torch-zip"
+
+    def claims(self, head: bytes, src: Source) -> bool:
+        return is_zip(head) and looks_like_torch(directory_of(src))
+
+    def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
+        return describe(path, self.name, src, directory_of(src), deep=deep)

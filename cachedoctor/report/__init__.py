@@ -1,0 +1,25 @@
+"""Renderers for scan reports, and the one place that maps outcomes to exit codes."""
+
+from __future__ import annotations
+
+from cachedoctor.report.interface import OutputFormat, Renderer
+from cachedoctor.report.outcome import (EXIT_CLEAN, EXIT_COULD_NOT_RUN, EXIT_FINDINGS, EXIT_INTERRUPTED, SCHEMA,
+                                        FailOn, ScanReport)
+
+
+def renderer_for(fmt: OutputFormat, cwd: str | None = None) -> Renderer:
+    if fmt is OutputFormat.JSON:
+        from cachedoctor.report.json_format import JsonRenderer
+
+        return JsonRenderer()
+    if fmt is OutputFormat.JSONL:
+        from cachedoctor.report.jsonl_format import JsonlRenderer
+
+        return JsonlRenderer()
+    from cachedoctor.report.table import TableRenderer
+
+    return TableRenderer(cwd)
+
+
+__all__ = ["EXIT_CLEAN", "EXIT_COULD_NOT_RUN", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "SCHEMA", "FailOn",
+           "OutputFormat", "Renderer", "ScanReport", "renderer_for"]

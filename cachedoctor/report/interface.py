@@ -1,0 +1,21 @@
+"""Renderers turn a :class:`ScanReport` into text; the set of formats is a closed enum."""
+
+from __future__ import annotations
+
+import abc
+import enum
+from typing import TextIO
+
+from cachedoctor.report.outcome import ScanReport
+
+
+class OutputFormat(str, enum.Enum):
+    TABLE = "table"
+    JSON = "json"
+    JSONL = "jsonl"
+
+
+class Renderer(abc.ABC):
+    @abc.abstractmethod
+    def render(self, report: ScanReport, out: TextIO, *, color: bool) -> None:
+        """Write the report to ``out``; ``color`` only when ``out`` is a terminal."""

@@ -1,0 +1,89 @@
+"""Walk scan targets folder by folder, following directory symlinks but never a loop.
+
+Folders are yielded whole (their files sorted) because peer checks compare a folder's files
+with each other; memory is bounded by the largest folder, not by the cache.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+#: cachedoctor's own state (quarantine, journal) lives here inside a cache root.
+STATE_DIR = ".cachedoctor"
+_SKIP_DIRS = frozenset({STATE_DIR, ".git", "__pycache__"})
+
+
+class TargetError(Exception):
+    """A scan target cannot be scanned at all (missing, unreadable, not a file or folder)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Folder:
+    path: str
+    files: list[str]  # absolute paths
+
+
+@dataclass(frozen=True, slots=True)
+class WalkError:
+    path: str
+    message: str
+
+
+def check_targets(targets: list[str]) -> list[str]:
+    """Absolute targets, or :class:`TargetError` for the first one that cannot be scanned."""
+    out = []
+    for target in targets:
+        path = os.path.abspath(target)
+        if not os.path.exists(path):
+            raise TargetError(path, "no such file or folder; check the path (and that its disk is mounted)")
+        if os.path.isdir(path):
+            if not os.access(path, os.R_OK | os.X_OK):
+                raise TargetError(path, "folder is not readable; fix its permissions or run as its owner")
+        elif not os.path.isfile(path):
+            raise TargetError(path, "neither a regular file nor a folder")
+        elif not os.access(path, os.R_OK):
+            raise TargetError(path, "file is not readable; fix its permissions or run as its owner")
+        out.append(path)
+    return out
+
+
+def walk(targets: list[str], errors: list[WalkError]) -> Iterator[Folder]:
+    """Folders under ``targets`` (absolute, checked); unreadable subfolders go to ``errors``."""
+    visited: set[tuple[int, int]] = set()
+    for target in targets:
+        if not os.path.isdir(target):
+            yield Folder(os.path.dirname(target), [target])
+            continue
+        stack = [target]
+        while stack:
+            folder = stack.pop()
+            try:
+                st = os.stat(folder)
+                if (st.st_dev, st.st_ino) in visited:
+                    continue  # a symlink loop or a folder reached twice
+                visited.add((st.st_dev, st.st_ino))
+                files, subdirs = [], []
+                with os.scandir(folder) as it:
+                    for entry in it:
+                        try:
+                            if entry.is_dir():  # follows symlinks; loops stop at ``visited``
+                                if entry.name not in _SKIP_DIRS:
+                                    subdirs.append(entry.path)
+                            elif entry.is_file():
+                                files.append(entry.path)
+                        except OSError as exc:
+                            errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))
+            except OSError as exc:
+                errors.append(WalkError(folder, f"cannot list folder: {exc.strerror or exc}"))
+                continue
+            files.sort()
+            if files:
+                yield Folder(folder, files)
+            stack.extend(sorted(subdirs, reverse=True))
