@@ -20,10 +20,11 @@ from cachedoctor.formats.torch_gzip import TorchGzipReader
 from cachedoctor.formats.torch_legacy import TorchLegacyReader
 from cachedoctor.formats.torch_zip import TorchZipReader
 
-#: Order matters: the legacy torch reader must see a pickle before the plain-pickle reader.
+#: Order matters: safetensors before the pickles (a 128-byte header length starts with 0x80,
+#: pickle's PROTO opcode), and the legacy torch reader before the plain-pickle reader.
 READERS: tuple[FormatReader, ...] = (
-    TorchZipReader(), NpzReader(), TorchGzipReader(), TorchLegacyReader(), PlainPickleReader(),
-    SafetensorsReader(), NpyReader(),
+    TorchZipReader(), NpzReader(), TorchGzipReader(), SafetensorsReader(), NpyReader(),
+    TorchLegacyReader(), PlainPickleReader(),
 )
 
 #: Names that claim to be a cache file: unrecognised bytes under these names are corruption,

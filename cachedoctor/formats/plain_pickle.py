@@ -18,7 +18,7 @@ class PlainPickleReader(FormatReader):
     name = "pickle"
 
     def claims(self, head: bytes, src: Source) -> bool:
-        return head[:1] == b"\x80" and 1 < len(head) and head[1] <= 5
+        return len(head) > 2 and head[0] == 0x80 and 2 <= head[1] <= 5
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         if src.size > _LIMIT:

@@ -1,0 +1,59 @@
+"""The installed ``cachedoctor`` console script, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from factories import peers, pt_bytes, latent
+
+SCRIPT = shutil.which("cachedoctor", path=os.path.dirname(sys.executable)) or shutil.which("cachedoctor")
+
+
+@pytest.fixture(scope="module")
+def script() -> str:
+    if SCRIPT is None:
+        pytest.fail("the cachedoctor console script is not installed (pip install -e .)")
+    return SCRIPT
+
+
+def test_json_contract_and_exit_codes(script: str, tmp_path: Path) -> None:
+    peers(tmp_path)
+    bad = tmp_path / "cut.pt"
+    bad.write_bytes(pt_bytes(latent())[:300])
+    done = subprocess.run([script, "scan", str(tmp_path), "--format", "json"], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["schema"] == "cachedoctor.scan/1"
+    assert [(f["kind"], f["path"], f["fix"]) for f in doc["findings"]] == [("corrupt-archive", str(bad), "recompute")]
+
+    bad.unlink()
+    clean = subprocess.run([script, "scan", str(tmp_path), "--format", "json"], capture_output=True, text=True)
+    assert clean.returncode == 0 and json.loads(clean.stdout)["findings"] == []
+
+    missing = subprocess.run([script, "scan", str(tmp_path / "gone")], capture_output=True, text=True)
+    assert missing.returncode == 2 and missing.stdout == ""
+    assert missing.stderr.strip().count("\n") == 0 and "gone" in missing.stderr
+
+
+def test_ctrl_c_exits_130(script: str, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    for i in range(40):
+        (tmp_path / f"d{i}").mkdir()
+        peers(tmp_path / f"d{i}", 50)
+    proc = subprocess.Popen([script, "scan", str(tmp_path), "--deep", "-j", "2", "--format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.8)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode == 1:
+        pytest.skip("the scan finished before the interrupt arrived")
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
