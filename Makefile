@@ -4,6 +4,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 DEMO   ?= fixtures/caches
+# Where the CPU build of torch comes from. This project's machines carry it locally (pip finds
+# it); elsewhere run `make TORCH_INDEX=https://download.pytorch.org/whl/cpu test`.
+TORCH_INDEX ?=
+TORCH_FLAGS := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple,)
 
 .PHONY: all install demo test bench fixtures clean
 
@@ -13,7 +17,7 @@ $(STAMP): pyproject.toml constraints-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing cachedoctor and its pinned development set into $(VENV) ..."
 	@# torch first and alone, pinned to the CPU build: an unpinned torch pulls GBs of CUDA wheels.
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints-dev.txt torch==2.13.0
+	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_FLAGS) -c constraints-dev.txt torch==2.13.0
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints-dev.txt -e '.[test]'
 	@touch $(STAMP)
 

@@ -49,8 +49,8 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 @app.command()
 def scan(
-    paths: Annotated[list[str], typer.Argument(help="Cache folders or files to scan.", show_default=False)],
-    deep: Annotated[bool, typer.Option("--deep", help="Also read the data: CRC-32 of every zip member, NaN/Inf, xxh3 digests.")] = False,
+    paths: Annotated[list[str], typer.Argument(help="Cache folders or files to scan.", show_default=False, metavar="PATH...")],
+    deep: Annotated[bool, typer.Option("--deep", help="Also read the data: CRC-32 of every zip member and NaN/Inf in every floating tensor.")] = False,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="Report format.", case_sensitive=False)] = OutputFormat.TABLE,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")] = None,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)] = FailOn.ERROR,
@@ -80,7 +80,7 @@ def scan(
         if fmt is not OutputFormat.TABLE and env.stdout_isatty:
             renderer_for(OutputFormat.TABLE, env.cwd).render(report, env.stdout, color=True)
     for problem in result.errors:
-        env.error(f"{problem.path}: {problem.message}; fix its permissions or exclude it, then scan again")
+        env.error(f"{problem.path}: {problem.message}; fix its permissions or move it out of the cache, then scan again")
     return report.exit_code
 
 
@@ -142,7 +142,9 @@ def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
         rv = command.main(args=list(sys.argv[1:] if argv is None else argv), prog_name="cachedoctor",
                           standalone_mode=False)
         return rv if isinstance(rv, int) else 0
-    except typer.Exit as exc:
+    except typer.Exit as exc:  # typer turns Ctrl-C into Exit(130)
+        if exc.exit_code == EXIT_INTERRUPTED:
+            env.error("interrupted; nothing was changed")
         return exc.exit_code
     except typer.Abort:
         env.error("interrupted")

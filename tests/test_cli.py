@@ -158,3 +158,27 @@ def test_version_and_bare_invocation() -> None:
     assert cli("--version")[:2] == (0, "cachedoctor 0.1.0\n")
     code, out, _ = cli()
     assert code == 0 and "scan" in out
+
+
+def test_foreign_zip_and_pickle_are_skipped(tmp_path: Path) -> None:
+    import pickle
+    import zipfile
+
+    peers(tmp_path)
+    with zipfile.ZipFile(tmp_path / "images.zip", "w") as z:
+        z.writestr("a.txt", "hello")
+    (tmp_path / "state.pkl").write_bytes(pickle.dumps({"step": 3}))
+    code, out, _ = cli("scan", str(tmp_path), "--format", "json")
+    summary = json.loads(out)["summary"]
+    assert (code, summary["files_read"], summary["files_skipped"]) == (0, 4, 2)
+
+
+def test_named_files_keep_their_peers_and_are_not_scanned_twice(tmp_path: Path) -> None:
+    files = peers(tmp_path)
+    bad = save_pt(tmp_path / "fp32.pt", latent(dtype=torch.float32))
+    code, out, _ = cli("scan", *map(str, files), str(bad), str(bad), "--format", "json")
+    doc = json.loads(out)
+    assert [(f["kind"], f["path"]) for f in doc["findings"]] == [("dtype-mismatch", str(bad))]
+    assert doc["summary"]["folders"] == 1
+    code, out, _ = cli("scan", str(tmp_path), str(bad), "--format", "json")
+    assert json.loads(out)["summary"]["files_read"] == 5

@@ -98,3 +98,12 @@ def test_splices_of_two_valid_files(tmp_path: Path, a: str, b: str, data: st.Dat
     path = tmp_path / "f.pt"
     path.write_bytes(left[:i] + right[j:])
     _read_all_ways(path)
+
+
+def test_length_field_bomb_in_a_legacy_pickle_is_cheap(tmp_path: Path) -> None:
+    """A 4 GB length in a BINBYTES opcode must not make the reader allocate 4 GB."""
+    head = VALID["legacy"][:15]  # the magic-number pickle
+    path = tmp_path / "bomb.pt"
+    path.write_bytes(head + b"\x80\x02B\xff\xff\xff\xff" + b"x" * 100)
+    with pytest.raises(ReadError):
+        read_file(str(path), deep=False)

@@ -19,4 +19,8 @@ CHECKS: tuple[Check, ...] = (
 
 KINDS: dict[str, Check] = {c.kind: c for c in CHECKS}
 
-__all__ = ["CHECKS", "KINDS", "Check", "Inspected", "PeerEntry", "PeerGroup", "PeerTensor", "is_temp_name"]
+#: The checks that look at single files / peer groups, so the hot loop calls no empty rule.
+FILE_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_file is not Check.check_file)
+PEER_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_peers is not Check.check_peers)
+
+__all__ = ["CHECKS", "FILE_CHECKS", "KINDS", "PEER_CHECKS", "Check", "Inspected", "PeerEntry", "PeerGroup", "PeerTensor", "is_temp_name"]

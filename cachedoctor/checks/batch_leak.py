@@ -69,7 +69,7 @@ class BatchLeak(Check):
                             entry.path,
                             f"{key or '<root>'} has shape {list(t.shape)}: a leading batch dimension of "
                             f"{t.shape[0]} where its peers are rank {rank}; which item is this file's is unknown",
-                            fix=Fix.RECOMPUTE, key=key, shape=list(t.shape), peer_rank=rank)
+                            fix=Fix.RECOMPUTE, key=key or "<root>", shape=list(t.shape), peer_rank=rank)
 
 
 def is_leading_batch(shape: tuple[int, ...], peer_rank: int, peer_feature: object, key: str) -> bool:

@@ -27,5 +27,5 @@ class DtypeMismatch(Check):
                 key, dtype, (usual, _) = odd[0]
                 yield self.finding(
                     entry.path, f"{key or '<root>'} is {dtype} where most of its {len(group.entries) - 1} peers are {usual}",
-                    keys={k: d for k, d, _ in odd}, expected={k: m[0] for k, _, m in odd},
-                    peers=len(group.entries))
+                    keys={k or "<root>": d for k, d, _ in odd}, expected={k or "<root>": m[0] for k, _, m in odd},
+                    peers=len(group.entries) - 1)

@@ -38,4 +38,4 @@ class ShapeMismatch(Check):
                     else:
                         continue
                     yield self.finding(entry.path, f"{key or '<root>'} has shape {list(t.shape)}: {why}",
-                                       key=key, shape=list(t.shape), peer_rank=rank, peer_channels=feature)
+                                       key=key or "<root>", shape=list(t.shape), peer_rank=rank, peer_channels=feature)

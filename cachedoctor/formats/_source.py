@@ -30,11 +30,19 @@ class Source:
 
 
 class FileSource(Source):
+    """``pread`` access that keeps the file's first block: torch.save writes ``data.pkl``
+    first, so sniffing the magic and reading the pickle cost one read between them."""
+
+    HEAD = 4096
+
     def __init__(self, fd: int, size: int) -> None:
         self.fd = fd
         self.size = size
+        self.head = os.pread(fd, self.HEAD, 0)
 
     def read_at(self, offset: int, length: int) -> bytes:
+        if offset + length <= len(self.head):
+            return self.head[offset:offset + length]
         return os.pread(self.fd, length, offset)
 
 

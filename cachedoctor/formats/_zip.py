@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from cachedoctor.formats._source import Source
 from cachedoctor.formats.interface import ReadError
@@ -27,8 +28,10 @@ STORED = 0
 DEFLATED = 8
 
 
-@dataclass(frozen=True, slots=True)
-class ZipMember:
+_CENTRAL_ENTRY = struct.Struct("<4sHHHHHHIIIHHHHHII")
+
+
+class ZipMember(NamedTuple):  # a tuple: archives are listed millions of times per scan
     name: str
     method: int
     crc: int
@@ -112,10 +115,11 @@ def _parse_central(cd: bytes, count: int, cd_offset: int) -> dict[str, ZipMember
     members: dict[str, ZipMember] = {}
     pos = 0
     for _ in range(count):
-        if cd[pos:pos + 4] != _CENTRAL:
+        if len(cd) < pos + 46:
+            raise ReadError("bad-zip", "central directory is cut short")
+        (sig, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, hoff) = _CENTRAL_ENTRY.unpack_from(cd, pos)
+        if sig != _CENTRAL:
             raise ReadError("bad-zip", f"central directory entry {len(members)} is damaged")
-        (_, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, hoff) = struct.unpack_from(
-            "<4sHHHHHHIIIHHHHHII", cd, pos)
         pos += 46
         raw_name = cd[pos:pos + nlen]
         extra = cd[pos + nlen:pos + nlen + xlen]
@@ -124,7 +128,7 @@ def _parse_central(cd: bytes, count: int, cd_offset: int) -> dict[str, ZipMember
             raise ReadError("bad-zip", "central directory is cut short")
         if 0xFFFFFFFF in (usize, csize, hoff):
             usize, csize, hoff = _zip64_extra(extra, usize, csize, hoff)
-        name = raw_name.decode("utf-8" if flags & 0x800 else "cp437", "replace")
+        name = raw_name.decode("utf-8" if flags & 0x800 or raw_name.isascii() else "cp437", "replace")
         if hoff + 30 + nlen + csize > cd_offset:
             raise ReadError("truncated", f"member {name} runs past the central directory")
         members[name] = ZipMember(name, method, crc, csize, usize, hoff)

@@ -51,9 +51,12 @@ class TensorMeta:
         """Elements of the storage the view touches: ``1 + sum((size-1)*stride)``."""
         if self.stride is None:
             return self.numel
-        if any(s == 0 for s in self.shape):
-            return 0
-        return 1 + sum((s - 1) * st for s, st in zip(self.shape, self.stride))
+        span = 1
+        for size, stride in zip(self.shape, self.stride):
+            if size == 0:
+                return 0
+            span += (size - 1) * stride
+        return span
 
     @property
     def display_key(self) -> str:

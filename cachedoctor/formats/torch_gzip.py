@@ -15,7 +15,7 @@ from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._zip import directory_of, is_zip
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError
 
-_MAX_INFLATED = 8 * 1024 ** 3
+_MAX_INFLATED = 2 * 1024 ** 3
 
 
 def inflate(data: bytes) -> bytes:

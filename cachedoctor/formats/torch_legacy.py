@@ -20,31 +20,7 @@ MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 _MAGIC_BYTES = MAGIC_NUMBER.to_bytes(10, "little")
 
 
-class _SourceStream(io.RawIOBase):
-    """A readable stream over a :class:`Source`, so pickles load without reading the data."""
-
-    def __init__(self, src: Source) -> None:
-        self.src, self.pos = src, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.src.size}[whence]
-        self.pos = base + offset
-        return self.pos
-
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
-        data = self.src.read_at(self.pos, len(buffer))
-        buffer[: len(data)] = data
-        self.pos += len(data)
-        return len(data)
+_PICKLE_WINDOW = 64 * 1024 * 1024
 
 
 class TorchLegacyReader(FormatReader):
@@ -54,7 +30,9 @@ class TorchLegacyReader(FormatReader):
         return head[:1] == b"\x80" and _MAGIC_BYTES in head[:32]
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
-        stream = io.BufferedReader(_SourceStream(src), 1 << 16)
+        # The pickles come first; read them from an in-memory window. A stream that allocates
+        # what a (hostile) length field asks for would let a 1 KB file demand gigabytes.
+        stream = io.BytesIO(src.read_at(0, min(src.size, _PICKLE_WINDOW)))
         refs: dict[str, StorageRef] = {}
 
         def persistent(pid: object) -> object:

@@ -7,12 +7,12 @@ never does) and counts NaN/Inf in each floating tensor's view.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from functools import lru_cache
 
 from cachedoctor.formats import _deep
 from cachedoctor.formats._dtypes import ITEMSIZE
 from cachedoctor.formats._source import BufferSource, Source
-from cachedoctor.formats._unpickle import RestrictedUnpickler, StorageRef, walk, zip_storage_ref
+from cachedoctor.formats._unpickle import RestrictedUnpickler, StorageRef, Walked, walk, zip_storage_ref
 from cachedoctor.formats._zip import ZipDirectory, directory_of, is_zip, read_member
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
 
@@ -45,16 +45,15 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
                         "zip archive without data.pkl: a torch.save that died part way (failed locating file data.pkl)")
     prefix, pkl_name = found
     data = read_member(src, directory.members[pkl_name], limit=_PICKLE_LIMIT)
-    unpickler = RestrictedUnpickler(data, zip_storage_ref)
-    try:
-        obj = unpickler.load()
-        walked = walk(obj)
-    except Exception as exc:  # hostile or damaged pickles raise anything: catch broadly
-        if unpickler.foreign:
-            return FileMeta(path, fmt, src.size, foreign_globals=tuple(unpickler.foreign),
-                            unreadable_reason=f"{type(exc).__name__}: {exc}"[:200], notes=notes)
-        raise ReadError("bad-pickle", f"data.pkl does not unpickle ({type(exc).__name__}: {str(exc)[:120]})") from None
+    walked, foreign, failure = _unpickle(data)
+    if failure is not None:
+        if foreign:
+            return FileMeta(path, fmt, src.size, foreign_globals=foreign, unreadable_reason=failure, notes=notes)
+        raise ReadError("bad-pickle", f"data.pkl does not unpickle ({failure})")
+    assert walked is not None
 
+    deep_buffer = deep and isinstance(src, BufferSource)
+    starts = _deep.member_starts(src, directory) if deep_buffer else {}
     tensors: list[TensorMeta] = []
     missing: list[str] = []
     for key, rec in walked.tensors:
@@ -63,38 +62,43 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
         numel = _storage_elements(rec.storage, itemsize)
         if record is None and rec.storage.key not in missing:
             missing.append(rec.storage.key)
+        nonfinite = None
+        if deep_buffer and record is not None and record.method == 0:
+            buffer = src.view(starts[record.name], record.size)  # type: ignore[union-attr]
+            nonfinite = _deep.count_nonfinite(buffer, rec.dtype, numel, rec.offset, rec.size, rec.stride)
         tensors.append(TensorMeta(
             key=key, shape=rec.size, dtype=rec.dtype, itemsize=itemsize, stride=rec.stride,
             offset=rec.offset, storage=rec.storage.key, storage_numel=numel,
-            record_bytes=None if record is None else record.size, location=rec.storage.location))
+            record_bytes=None if record is None else record.size, location=rec.storage.location,
+            nonfinite=nonfinite))
 
     crc_bad: tuple = ()
     file_digest = None
-    if deep and isinstance(src, BufferSource):
-        starts = _deep.member_starts(src, directory)
-        crc_bad = _deep.crc_mismatches(src, directory, starts)
-        tensors = [_with_nonfinite(t, src, starts, prefix, directory) for t in tensors]
-        file_digest = _deep.digest(src.buffer)
+    if deep_buffer:
+        crc_bad = _deep.crc_mismatches(src, directory, starts)  # type: ignore[arg-type]
+        file_digest = _deep.digest(src.buffer)  # type: ignore[union-attr]
     return FileMeta(path, fmt, src.size, container=walked.container, tensors=tuple(tensors),
-                    foreign_globals=tuple(unpickler.foreign), missing_records=tuple(missing),
+                    foreign_globals=foreign, missing_records=tuple(missing),
                     deep=deep, crc_mismatches=crc_bad, digest=file_digest, notes=notes)
+
+
+@lru_cache(maxsize=1024)
+def _unpickle(data: bytes) -> tuple[Walked | None, tuple[str, ...], str | None]:
+    """Restricted unpickle of ``data.pkl``: ``(tensors, foreign globals, failure)``.
+
+    Memoised on the pickle's bytes: files of one aspect bucket (or one text encoder) carry
+    byte-identical pickles, so a large cache unpickles a handful of distinct ones.
+    """
+    unpickler = RestrictedUnpickler(data, zip_storage_ref)
+    try:
+        walked = walk(unpickler.load())
+    except Exception as exc:  # hostile or damaged pickles raise anything: catch broadly
+        return None, tuple(unpickler.foreign), f"{type(exc).__name__}: {str(exc)[:120]}"
+    return walked, tuple(unpickler.foreign), None
 
 
 def _storage_elements(ref: StorageRef, itemsize: int) -> int:
     return ref.numel if ref.dtype is not None else ref.numel // max(itemsize, 1)
-
-
-def _with_nonfinite(t: TensorMeta, src: BufferSource, starts: dict[str, int], prefix: str,
-                    directory: ZipDirectory) -> TensorMeta:
-    name = f"{prefix}data/{t.storage}"
-    member = directory.members.get(name)
-    if member is None or member.method != 0 or t.storage_numel is None:
-        return t
-    buffer = src.view(starts[name], member.size)
-    count = _deep.count_nonfinite(buffer, t.dtype, t.storage_numel, t.offset, t.shape, t.stride)
-    if count is None:
-        return t
-    return replace(t, nonfinite=count)
 
 
 class TorchZipReader(FormatReader):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from cachedoctor import __version__
 from cachedoctor.findings import Finding, Severity
@@ -64,15 +64,15 @@ class ScanReport:
             files.setdefault(f.fix.value, set()).add(f.path)
         return {fix: len(paths) for fix, paths in sorted(files.items())}
 
-    def next_step(self) -> str:
-        """One sentence on what to run next, for the table's summary line."""
-        targets = " ".join(_quote(t) for t in self.result.targets)
+    def next_step(self, show: Callable[[str], str] = str) -> str:
+        """One sentence on what to run next; ``show`` renders paths (relative in the table)."""
+        targets = " ".join(_quote(show(t)) for t in self.result.targets)
         if self.result.errors:
             return "Fix the access problems above and scan again; the files listed were not checked."
         if not self.findings:
             if self.result.options.deep:
                 return "The cache is healthy."
-            return f"No findings. `cachedoctor scan --deep {targets}` also checks CRCs and NaN/Inf."
+            return f"`cachedoctor scan --deep {targets}` also checks CRCs and NaN/Inf."
         fixes = ", ".join(f"{n} to {fix}" for fix, n in self.by_fix().items() if fix != "none")
         hint = f"Files to fix: {fixes}." if fixes else ""
         if not self.result.options.deep:

@@ -64,7 +64,7 @@ class TableRenderer(Renderer):
         console.print()
         verdict = (f"{sev['error']} error(s), {sev['warning']} warning(s) in "
                    f"{len({f.path for f in report.findings})} file(s)." if report.findings else "No findings.")
-        console.print(Text(f"{verdict} {report.next_step()}".strip(), style="bold"))
+        console.print(Text(f"{verdict} {report.next_step(self._rel)}".strip(), style="bold"))
 
     def _rel(self, path: str) -> str:
         rel = os.path.relpath(path, self.cwd)

@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from cachedoctor.checks import CHECKS, PeerEntry, PeerGroup
+from cachedoctor.checks import PEER_CHECKS, PeerEntry, PeerGroup
 from cachedoctor.findings import Finding
 from cachedoctor.scan.inspect import Outcome, inspect_chunk
 from cachedoctor.scan.walk import Folder, WalkError, check_targets, walk
@@ -168,5 +168,5 @@ class _Collector:
             if len(entries) < 2:
                 continue
             group = PeerGroup(state.path, tuple(entries))
-            for check in CHECKS:
+            for check in PEER_CHECKS:
                 self.findings.extend(check.check_peers(group))

@@ -9,11 +9,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
-from cachedoctor.checks import CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
+from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
 from cachedoctor.findings import Finding
 from cachedoctor.formats import FileMeta, ReadError, UnreadableFile, claims_cache, read_file
 
+#: Read errors that, under a name that does not claim a cache format, mean "not ours".
+_FOREIGN_PROBLEMS = frozenset({"empty", "unknown-format", "not-torch"})
 _RESOLUTION = re.compile(r"\d+x\d+")
 
 
@@ -31,33 +34,40 @@ class Outcome:
 
 def inspect_path(path: str, *, deep: bool) -> Outcome:
     """Everything a scan learns about one file on its own."""
-    try:
-        size = os.stat(path).st_size
-    except OSError as exc:
-        return Outcome(path, 0, "error", error=f"cannot stat: {exc.strerror or exc}")
     if is_temp_name(path):
-        return _judge(Inspected(path, size, temp=True), fmt=None)
+        return _judge(Inspected(path, _size(path), temp=True), fmt=None)
     try:
         meta = read_file(path, deep=deep)
     except UnreadableFile as exc:
-        return Outcome(path, size, "error", error=exc.message)
+        return Outcome(path, 0, "error", error=exc.message)
     except ReadError as exc:
-        if exc.problem == "empty" and not claims_cache(path):
-            return Outcome(path, size, "skipped")
+        size = _size(path)
+        if exc.problem in _FOREIGN_PROBLEMS and not claims_cache(path):
+            return Outcome(path, size, "skipped")  # an empty file, a foreign zip or pickle
         return _judge(Inspected(path, size, error=exc), fmt=None)
     except Exception as exc:  # a reader bug must not stop a scan of a million files
-        return Outcome(path, size, "error",
+        return Outcome(path, _size(path), "error",
                        error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it")
     if meta is None:
+        size = _size(path)
         if not claims_cache(path):
             return Outcome(path, size, "skipped")
         error = ReadError("unknown-format", "not a torch.save, safetensors or npz file, though its name says so")
         return _judge(Inspected(path, size, error=error), fmt=None)
-    return _judge(Inspected(path, size, meta=meta), fmt=meta.format)
+    return _judge(Inspected(path, meta.size, meta=meta), fmt=meta.format)
+
+
+def _size(path: str) -> int:
+    """The size for the statistics of a file that has no metadata (rare paths only)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _judge(item: Inspected, fmt: str | None) -> Outcome:
-    findings = tuple(f for check in CHECKS for f in check.check_file(item))
+    deep = item.meta is not None and item.meta.deep
+    findings = tuple(f for check in FILE_CHECKS if deep or not check.deep_only for f in check.check_file(item))
     group, peer = peer_record(item.meta) if item.meta is not None and not item.meta.foreign_globals else (None, None)
     return Outcome(item.path, item.size, "read", findings, group, peer, fmt)
 
@@ -66,10 +76,16 @@ def peer_record(meta: FileMeta) -> tuple[str | None, PeerEntry | None]:
     """The file's peer group key and its compact record for folder-level checks."""
     if not meta.tensors:
         return None, None
-    tensors = tuple(PeerTensor(_RESOLUTION.sub("HxW", t.key), t.dtype, t.shape) for t in meta.tensors)
+    tensors = tuple(PeerTensor(_peer_key(t.key), t.dtype, t.shape) for t in meta.tensors)
     family = "torch" if meta.format.startswith("torch") else meta.format
     group = f"{family}|{meta.container}|{','.join(sorted({t.key for t in tensors}))}"
     return group, PeerEntry(meta.path, tensors)
+
+
+@lru_cache(maxsize=4096)
+def _peer_key(key: str) -> str:
+    """``latents_64x48`` -> ``latents_HxW``: multi-resolution files are peers of one another."""
+    return _RESOLUTION.sub("HxW", key)
 
 
 def inspect_chunk(paths: list[str], deep: bool) -> list[Outcome]:

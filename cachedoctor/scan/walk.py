@@ -36,6 +36,10 @@ class WalkError:
     message: str
 
 
+def _under(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def check_targets(targets: list[str]) -> list[str]:
     """Absolute targets, or :class:`TargetError` for the first one that cannot be scanned."""
     out = []
@@ -55,12 +59,20 @@ def check_targets(targets: list[str]) -> list[str]:
 
 
 def walk(targets: list[str], errors: list[WalkError]) -> Iterator[Folder]:
-    """Folders under ``targets`` (absolute, checked); unreadable subfolders go to ``errors``."""
-    visited: set[tuple[int, int]] = set()
+    """Folders under ``targets`` (absolute, checked); unreadable subfolders go to ``errors``.
+
+    Files named on their own are grouped by their folder, so they still have peers, and are
+    skipped when a folder target already covers them.
+    """
+    folders = [t for t in targets if os.path.isdir(t)]
+    named: dict[str, set[str]] = {}
     for target in targets:
-        if not os.path.isdir(target):
-            yield Folder(os.path.dirname(target), [target])
-            continue
+        if not os.path.isdir(target) and not any(_under(target, f) for f in folders):
+            named.setdefault(os.path.dirname(target), set()).add(target)
+    for folder, files in named.items():
+        yield Folder(folder, sorted(files))
+    visited: set[tuple[int, int]] = set()
+    for target in folders:
         stack = [target]
         while stack:
             folder = stack.pop()
