@@ -1,6 +1,22 @@
-"""``python -m cachedoctor`` runs the same CLI as the console script."""
+"""Entry point of the console script and ``python -m cachedoctor``.
 
-from cachedoctor.cli import main
+Kept tiny on purpose: Ctrl-C while the CLI's modules are still importing gets the same one
+line and exit code 130 as Ctrl-C during a scan, never a traceback.
+"""
+
+import sys
+
+_INTERRUPTED = "cachedoctor: error: interrupted; nothing was changed"
+
+
+def main() -> None:
+    try:
+        from cachedoctor.cli import run
+    except KeyboardInterrupt:
+        print(_INTERRUPTED, file=sys.stderr)
+        sys.exit(130)
+    sys.exit(run())
+
 
 if __name__ == "__main__":
     main()

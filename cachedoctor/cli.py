@@ -141,14 +141,11 @@ def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
     try:
         rv = command.main(args=list(sys.argv[1:] if argv is None else argv), prog_name="cachedoctor",
                           standalone_mode=False)
-        return rv if isinstance(rv, int) else 0
-    except typer.Exit as exc:  # typer turns Ctrl-C into Exit(130)
-        if exc.exit_code == EXIT_INTERRUPTED:
-            env.error("interrupted; nothing was changed")
-        return exc.exit_code
+        code = rv if isinstance(rv, int) else 0
+    except typer.Exit as exc:
+        code = exc.exit_code
     except typer.Abort:
-        env.error("interrupted")
-        return EXIT_INTERRUPTED
+        code = EXIT_INTERRUPTED
     except ClickException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `cachedoctor`: show the help
             print(exc.format_message(), file=env.stdout)
@@ -158,11 +155,10 @@ def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
         env.error(f"{exc.format_message()} (see `{where} --help`)")
         return EXIT_COULD_NOT_RUN
     except KeyboardInterrupt:
-        env.error("interrupted; nothing was changed")
-        return EXIT_INTERRUPTED
+        code = EXIT_INTERRUPTED
     finally:
         _ENV.reset(token)
+    if code == EXIT_INTERRUPTED:  # typer hands Ctrl-C back as 130, returned or raised
+        env.error("interrupted; nothing was changed")
+    return code
 
-
-def main() -> None:
-    sys.exit(run())
