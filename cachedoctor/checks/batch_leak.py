@@ -37,7 +37,7 @@ class BatchLeak(Check):
         leaks = []
         for views in by_storage.values():
             numel = views[0].storage_numel or 0
-            touched = [(t.offset, t.offset + t.span) for t in views if t.span > 0]
+            touched = [(t.offset, t.offset + span) for t in views if (span := t.span) > 0]
             if not touched:
                 continue
             start, end = min(a for a, _ in touched), max(b for _, b in touched)

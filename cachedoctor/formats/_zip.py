@@ -112,26 +112,27 @@ def _slice(src: Source, tail: bytes, tail_start: int, offset: int, length: int) 
 
 
 def _parse_central(cd: bytes, count: int, cd_offset: int) -> dict[str, ZipMember]:
+    """Every central directory entry; the hot loop of a quick scan, so kept lean."""
     members: dict[str, ZipMember] = {}
-    pos = 0
-    for _ in range(count):
-        if len(cd) < pos + 46:
-            raise ReadError("bad-zip", "central directory is cut short")
-        (sig, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, hoff) = _CENTRAL_ENTRY.unpack_from(cd, pos)
-        if sig != _CENTRAL:
-            raise ReadError("bad-zip", f"central directory entry {len(members)} is damaged")
-        pos += 46
-        raw_name = cd[pos:pos + nlen]
-        extra = cd[pos + nlen:pos + nlen + xlen]
-        pos += nlen + xlen + clen
-        if pos > len(cd):
-            raise ReadError("bad-zip", "central directory is cut short")
-        if 0xFFFFFFFF in (usize, csize, hoff):
-            usize, csize, hoff = _zip64_extra(extra, usize, csize, hoff)
-        name = raw_name.decode("utf-8" if flags & 0x800 or raw_name.isascii() else "cp437", "replace")
-        if hoff + 30 + nlen + csize > cd_offset:
-            raise ReadError("truncated", f"member {name} runs past the central directory")
-        members[name] = ZipMember(name, method, crc, csize, usize, hoff)
+    unpack, new, end, pos = _CENTRAL_ENTRY.unpack_from, tuple.__new__, len(cd), 0
+    try:
+        for _ in range(count):
+            (sig, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, hoff) = unpack(cd, pos)
+            if sig != _CENTRAL:
+                raise ReadError("bad-zip", f"central directory entry {len(members)} is damaged")
+            name_end = pos + 46 + nlen
+            raw_name = cd[pos + 46:name_end]
+            pos = name_end + xlen + clen
+            if pos > end:
+                raise ReadError("bad-zip", "central directory is cut short")
+            if usize == 0xFFFFFFFF or csize == 0xFFFFFFFF or hoff == 0xFFFFFFFF:
+                usize, csize, hoff = _zip64_extra(cd[name_end:name_end + xlen], usize, csize, hoff)
+            name = raw_name.decode("utf-8" if flags & 0x800 or raw_name.isascii() else "cp437", "replace")
+            if hoff + 30 + nlen + csize > cd_offset:
+                raise ReadError("truncated", f"member {name} runs past the central directory")
+            members[name] = new(ZipMember, (name, method, crc, csize, usize, hoff))
+    except struct.error:
+        raise ReadError("bad-zip", "central directory is cut short") from None
     return members
 
 
