@@ -107,3 +107,19 @@ def test_length_field_bomb_in_a_legacy_pickle_is_cheap(tmp_path: Path) -> None:
     path.write_bytes(head + b"\x80\x02B\xff\xff\xff\xff" + b"x" * 100)
     with pytest.raises(ReadError):
         read_file(str(path), deep=False)
+
+
+@pytest.mark.parametrize("container", ["torch-zip", "plain"])
+def test_memo_index_bomb_is_refused_cheaply(tmp_path: Path, container: str) -> None:
+    """``LONG_BINPUT 2**31-1`` would make CPython's unpickler allocate a 16 GB memo table."""
+    from factories import rezip
+
+    bomb = b"\x80\x02}r\xff\xff\xff\x7f."  # EMPTY_DICT, LONG_BINPUT 2147483647, STOP
+    path = tmp_path / "bomb.pt"
+    path.write_bytes(rezip(VALID["torch"], replace={"data.pkl": bomb}) if container == "torch-zip" else bomb)
+    with pytest.raises(ReadError) as info:
+        read_file(str(path))
+    if container == "torch-zip":
+        assert "memo index 2147483647" in info.value.message
+    else:  # a plain pickle without foreign globals is "not torch" whatever else is wrong
+        assert info.value.problem == "not-torch"

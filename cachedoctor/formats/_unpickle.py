@@ -160,13 +160,50 @@ def _build_allow_list() -> dict[tuple[str, str], Any]:
 ALLOWED_GLOBALS = _build_allow_list()
 
 
+_MEMO_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"})
+_BUFFER_OPS = frozenset({"NEXT_BUFFER", "READONLY_BUFFER", "BYTEARRAY8"})
+
+
+def check_opcodes(stream: BinaryIO) -> None:
+    """Walk one pickle's opcodes without executing them and refuse resource bombs.
+
+    CPython's unpickler sizes its memo table by the largest index it is given, so a single
+    ``LONG_BINPUT 1258647924`` in a 500-byte file makes it allocate gigabytes. A memo index can
+    never legitimately exceed the number of bytes in the pickle. Protocol-5 buffer opcodes are
+    refused too: torch never writes them. Leaves ``stream`` where it was.
+    """
+    import pickletools
+    import warnings
+
+    start = stream.seek(0, io.SEEK_CUR)
+    limit = stream.seek(0, io.SEEK_END) - start
+    stream.seek(start)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # hostile STRING opcodes trip escape-sequence warnings
+            for opcode, arg, _ in pickletools.genops(stream):
+                if opcode.name in _MEMO_OPS and isinstance(arg, int) and arg > limit:
+                    raise pickle.UnpicklingError(f"memo index {arg} is implausible for a {limit}-byte pickle")
+                if opcode.name in _BUFFER_OPS:
+                    raise pickle.UnpicklingError(f"opcode {opcode.name} is not used by torch.save")
+    except (ValueError, EOFError) as exc:  # unknown opcode, truncated argument
+        raise pickle.UnpicklingError(str(exc)[:120]) from None
+    finally:
+        stream.seek(start)
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """Unpickles with allow-listed stand-ins only; records every other global's name."""
 
     def __init__(self, data: bytes | BinaryIO, persistent: Callable[[Any], Any] | None = None) -> None:
-        super().__init__(io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data)
+        self._stream = io.BytesIO(data) if isinstance(data, (bytes, bytearray)) else data
+        super().__init__(self._stream)
         self._persistent = persistent
         self.foreign: list[str] = []
+
+    def load(self) -> Any:
+        check_opcodes(self._stream)
+        return super().load()
 
     def find_class(self, module: str, name: str) -> Any:
         found = ALLOWED_GLOBALS.get((module, name))
