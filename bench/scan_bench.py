@@ -319,24 +319,20 @@ def main(argv: list[str] | None = None) -> int:
         tl_n = n if args.torch_load_files == 0 else min(args.torch_load_files, n)
         tl_files = files[:tl_n]
         methods: list[tuple[str, str, list[Path], Callable[[], dict]]] = []
-        if not args.baselines_only:
-            methods += [
-                ("quick_1", "cachedoctor quick scan, 1 worker", files,
-                 method_scan(scan, ScanOptions, folder, deep=False, workers=1)),
-                ("quick_n", f"cachedoctor quick scan, {args.workers} workers", files,
-                 method_scan(scan, ScanOptions, folder, deep=False, workers=args.workers)),
-            ]
+
+        def scans(mode: str, deep: bool) -> list[tuple[str, str, list[Path], Callable[[], dict]]]:
+            if args.baselines_only:
+                return []
+            return [(f"{mode}_{tag}", f"cachedoctor {mode} scan, {label}", files,
+                     method_scan(scan, ScanOptions, folder, deep=deep, workers=workers))
+                    for tag, label, workers in (("1", "1 worker", 1), ("n", f"{args.workers} workers", args.workers))]
+
+        methods += scans("quick", deep=False)
         methods += [
             ("torch_load", "torch.load(weights_only=True) loop", tl_files, method_torch_load(torch, tl_files)),
             ("zip_infolist", "zipfile.ZipFile().infolist() loop", files, method_zip_infolist(files)),
         ]
-        if not args.baselines_only:
-            methods += [
-                ("deep_1", "cachedoctor deep scan, 1 worker", files,
-                 method_scan(scan, ScanOptions, folder, deep=True, workers=1)),
-                ("deep_n", f"cachedoctor deep scan, {args.workers} workers", files,
-                 method_scan(scan, ScanOptions, folder, deep=True, workers=args.workers)),
-            ]
+        methods += scans("deep", deep=True)
         methods += [("read", "open(p, 'rb').read() loop", files, method_read(files))]
 
         # Rounds: every method once per round, so slow drift of the machine hits all alike.
