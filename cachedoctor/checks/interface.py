@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, ClassVar, Hashable, Iterable, Iterator
+from typing import Any, ClassVar, Hashable, Iterable
 
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.formats.interface import FileMeta, ReadError
@@ -98,11 +98,6 @@ def feature_dim(key: str, shape: tuple[int, ...]) -> int | None:
     if rank == 2 and "HxW" in key:
         return None
     return shape[-1]
-
-
-def tensors_by_key(entry: PeerEntry) -> Iterator[tuple[str, PeerTensor]]:
-    for t in entry.tensors:
-        yield t.key, t
 
 
 def describe_read_error(error: ReadError) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """``unsafe-pickle``: the pickle names globals outside the allow-list.
 
-``torch.load(weights_only=False)`` would import and call them: that is how a cache file runs
+``torch.load`` without ``weights_only`` would import and call them: that is how a cache file runs
 code. cachedoctor records the names and never resolves them.
 """
 
@@ -25,5 +25,5 @@ class UnsafePickle(Check):
         yield self.finding(
             item.path,
             f"pickle references {', '.join(names[:3])}{' ...' if len(names) > 3 else ''} outside the "
-            f"allow-list; not executed. torch.load(weights_only=False) would run it",
+            f"allow-list; not executed. torch.load without weights_only would run it",
             globals=names, format=item.meta.format)

@@ -1,6 +1,6 @@
 """Plain pickles (not torch.save) found where a cache file should be.
 
-``torch.load`` cannot read them ("Invalid magic number"), and with ``weights_only=False`` it
+``torch.load`` cannot read them ("Invalid magic number"), and without ``weights_only`` it
 would run their payload before saying so. They are unpickled with the restricted unpickler only
 to learn which globals they name.
 """
