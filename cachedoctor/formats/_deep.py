@@ -6,7 +6,6 @@ here (lazily), never torch: bfloat16 and float8 are tested on their bit patterns
 
 from __future__ import annotations
 
-import zlib
 from typing import Sequence
 
 try:  # ISA-L's CRC-32 is the same polynomial as zlib's, about six times faster (SIMD)
@@ -16,7 +15,7 @@ except ImportError:  # pragma: no cover - isal has wheels for the common platfor
 
 from cachedoctor.formats._dtypes import NONFINITE_RULE
 from cachedoctor.formats._source import BufferSource
-from cachedoctor.formats._zip import STORED, ZipDirectory, data_offset
+from cachedoctor.formats._zip import STORED, ZipDirectory, data_offset, decompress
 from cachedoctor.formats.interface import MemberCrc, ReadError
 
 _COMPLEX = {"complex128": "<c16", "complex64": "<c8"}
@@ -44,8 +43,6 @@ def crc_mismatches(src: BufferSource, directory: ZipDirectory, starts: dict[str,
         if member.method == STORED:
             actual = crc32(raw)
         else:
-            from cachedoctor.formats._zip import decompress
-
             try:
                 actual = crc32(decompress(raw, member))
             except ReadError:

@@ -54,8 +54,7 @@ def numpy_descr_to_dtype(descr: str) -> tuple[str, int]:
     if kind == "b" and size == 1:
         return "bool", 1
     if kind in _NUMPY_KIND:
-        bits = size * 8 if kind != "c" else size * 8
-        name = f"{_NUMPY_KIND[kind]}{bits}"
+        name = f"{_NUMPY_KIND[kind]}{size * 8}"
         if name in ITEMSIZE and order != ">":
             return name, size
     return f"numpy:{descr}", size
@@ -74,7 +73,3 @@ NONFINITE_RULE: dict[str, tuple[str, int, int] | str] = {
     "float8_e5m2fnuz": ("u1", 0xFF, 0x80),
     "float8_e8m0fnu": ("u1", 0xFF, 0xFF),
 }
-
-
-def is_floating(dtype: str) -> bool:
-    return dtype in NONFINITE_RULE

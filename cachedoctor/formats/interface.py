@@ -106,7 +106,6 @@ class FileMeta:
     deep: bool = False
     crc_mismatches: tuple[MemberCrc, ...] = ()
     digest: str | None = None  # deep mode: xxh3-128 of the whole file, hex
-    notes: tuple[str, ...] = ()
 
 
 class ReadError(Exception):

@@ -36,8 +36,7 @@ def looks_like_torch(directory: ZipDirectory) -> bool:
     return False
 
 
-def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep: bool,
-             notes: tuple[str, ...] = ()) -> FileMeta:
+def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep: bool) -> FileMeta:
     """Metadata of a torch.save zip archive whose central directory is ``directory``."""
     found = find_pickle(directory)
     if found is None:
@@ -48,7 +47,7 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
     walked, foreign, failure = _unpickle(data)
     if failure is not None:
         if foreign:
-            return FileMeta(path, fmt, src.size, foreign_globals=foreign, unreadable_reason=failure, notes=notes)
+            return FileMeta(path, fmt, src.size, foreign_globals=foreign, unreadable_reason=failure)
         raise ReadError("bad-pickle", f"data.pkl does not unpickle ({failure})")
     assert walked is not None
 
@@ -79,7 +78,7 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
         file_digest = _deep.digest(src.buffer)  # type: ignore[union-attr]
     return FileMeta(path, fmt, src.size, container=walked.container, tensors=tuple(tensors),
                     foreign_globals=foreign, missing_records=tuple(missing),
-                    deep=deep, crc_mismatches=crc_bad, digest=file_digest, notes=notes)
+                    deep=deep, crc_mismatches=crc_bad, digest=file_digest)
 
 
 @lru_cache(maxsize=1024)
