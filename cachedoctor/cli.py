@@ -21,6 +21,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 from cachedoctor import __version__
 from cachedoctor.environment import Environment
+from cachedoctor.layouts import LayoutName
 from cachedoctor.report import EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED, FailOn, OutputFormat, ScanReport, renderer_for
 
 _ENV: contextvars.ContextVar[Environment] = contextvars.ContextVar("cachedoctor_env")
@@ -49,26 +50,46 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
 
 @app.command()
 def scan(
-    paths: Annotated[list[str], typer.Argument(help="Cache folders or files to scan.", show_default=False, metavar="PATH...")],
+    paths: Annotated[Optional[list[str]], typer.Argument(help="Cache folders or files to scan (kohya: the image folder).", show_default=False, metavar="PATH...")] = None,
     deep: Annotated[bool, typer.Option("--deep", help="Also read the data: CRC-32 of every zip member and NaN/Inf in every floating tensor.")] = False,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="Report format.", case_sensitive=False)] = OutputFormat.TABLE,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")] = None,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)] = FailOn.ERROR,
     workers: Annotated[Optional[int], typer.Option("--workers", "-j", min=1, help="Reader processes (default: one per CPU).")] = None,
+    layout: Annotated[LayoutName, typer.Option("--layout", help="How the trainer maps dataset items to cache files.", case_sensitive=False)] = LayoutName.AUTO,
+    config: Annotated[Optional[str], typer.Option("--config", help="SimpleTuner multidatabackend.json: scan every cache it names.")] = None,
+    manifest: Annotated[Optional[str], typer.Option("--manifest", help="A manifest (.jsonl or .csv) naming each cache file's source.")] = None,
+    model_family: Annotated[Optional[str], typer.Option("--model-family", help="SimpleTuner model family / kohya arch suffix (sdxl, flux, sd3, ...).")] = None,
+    output_dir: Annotated[Optional[str], typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")] = None,
 ) -> int:
-    """Find broken, leaked, device-tagged, unsafe and inconsistent cache files."""
+    """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
+    from cachedoctor.layouts import LayoutError, LayoutOptions, plan_for
     from cachedoctor.scan import ScanOptions, TargetError
     from cachedoctor.scan import scan as run_scan
 
     env = _ENV.get()
+    targets = list(paths or [])
+    if not targets and not config and not manifest:
+        env.error("no PATH given; name a cache folder, or pass --config multidatabackend.json or --manifest FILE")
+        return EXIT_COULD_NOT_RUN
+    if config and layout is LayoutName.AUTO:
+        layout = LayoutName.SIMPLETUNER
+    if manifest and layout is LayoutName.AUTO:
+        layout = LayoutName.MANIFEST
     options = ScanOptions(deep=deep, workers=workers)
+    layout_options = LayoutOptions(config=config, manifest=manifest, model_family=model_family, output_dir=output_dir)
     try:
+        for target in targets:  # a missing target is the user's first problem, whatever the layout
+            if not os.path.exists(target):
+                raise TargetError(os.path.abspath(target), "no such file or folder; check the path (and that its disk is mounted)")
+        plan, layout_line = plan_for(layout, [os.path.abspath(t) for t in targets], layout_options)
+        roots = plan.roots if plan is not None else targets
         with _progress(env) as progress:
-            result = run_scan(paths, options, progress=progress)
-    except TargetError as exc:
+            result = run_scan(roots, options, progress=progress, dataset=plan)
+    except (TargetError, LayoutError) as exc:
         env.error(f"{exc.path}: {exc.message}")
         return EXIT_COULD_NOT_RUN
-    report = ScanReport(result, fail_on)
+    report = ScanReport(result, fail_on, layout_line)
     renderer = renderer_for(fmt, env.cwd)
     if output is None:
         renderer.render(report, env.stdout, color=bool(env.stdout_isatty))

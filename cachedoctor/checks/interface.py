@@ -1,8 +1,9 @@
 """One rule per finding kind.
 
-A check sees either one file at a time (:meth:`Check.check_file`, run inside scan workers on the
-reader's metadata) or a group of peer files (:meth:`Check.check_peers`, run once per folder when
-every file in it has been read). Each check owns a stable ``kind`` name, a default severity and
+A check sees one file at a time (:meth:`Check.check_file`, run inside scan workers on the
+reader's metadata), a group of peer files (:meth:`Check.check_peers`, run once per folder when
+every file in it has been read), or, when the scan knows the dataset, one pairing of an
+expected entry with the file found for it (:meth:`Check.check_entry`). Each check owns a stable ``kind`` name, a default severity and
 the fix that cures it; those three are the public vocabulary documented in the README.
 """
 
@@ -15,6 +16,7 @@ from typing import Any, ClassVar, Hashable, Iterable
 
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.formats.interface import FileMeta, ReadError
+from cachedoctor.layouts.interface import Expected
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,19 @@ class PeerGroup:
         return sorted({t.key for e in self.entries for t in e.tensors})
 
 
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A cache file as the dataset comparison needs it: when it was written and its tensors.
+
+    ``tensors`` holds ``(key, shape)`` with the keys as saved (``latents_16x12``, not normalised);
+    it is empty when the file could not be read or was never read (outside the walked folders).
+    """
+
+    path: str
+    mtime_ns: int
+    tensors: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+
 class Check(abc.ABC):
     kind: ClassVar[str]
     severity: ClassVar[Severity]
@@ -79,9 +94,15 @@ class Check(abc.ABC):
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
         return ()
 
-    def finding(self, path: str, message: str, *, fix: Fix | None = None, **details: Any) -> Finding:
+    def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
+        """Judge one pairing: ``(e, None)`` nothing found for ``e``, ``(None, f)`` nothing
+        expected ``f``, ``(e, f)`` both. Only called when the scan knows the dataset."""
+        return ()
+
+    def finding(self, path: str, message: str, *, fix: Fix | None = None, source: str | None = None,
+                **details: Any) -> Finding:
         return Finding(kind=self.kind, severity=self.severity, path=path, message=message,
-                       fix=fix or self.fix, details=details)
+                       fix=fix or self.fix, source=source, details=details)
 
 
 def feature_dim(key: str, shape: tuple[int, ...]) -> int | None:

@@ -1,24 +1,49 @@
-"""``shape-mismatch``: rank or channel count differs from the majority of the folder's peers.
+"""``shape-mismatch``: a tensor's shape is not the one its peers, its name or its bucket say.
 
-Spatial sizes vary legitimately with aspect buckets, so only rank and the feature dimension
-(latent channels, embedding width) are compared here; bucket-aware checks need the dataset.
-A leading batch dimension is ``batch-leak``'s, not this rule's.
+Three sources of truth, strongest last:
+
+- peers: rank and feature dimension (latent channels, embedding width) against the strict
+  majority of the folder's files with the same keys. Spatial sizes vary legitimately with
+  aspect buckets, so they are not compared here; a leading batch dimension is ``batch-leak``'s;
+- the key: kohya names each latent after its size (``latents_<h>x<w>``), so a tensor under
+  that key must end in ``(h, w)``;
+- the dataset: the bucket's target size (SimpleTuner's bucket metadata, OneTrainer's
+  ``crop_resolution``) divided by the VAE's factor 8, or the exact shape a manifest records.
+
+Any of them means the trainer would stack mismatched tensors or train at the wrong size.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from cachedoctor.checks.batch_leak import is_leading_batch
-from cachedoctor.checks.interface import Check, PeerGroup, feature_dim
+from cachedoctor.checks.interface import Check, Found, Inspected, PeerGroup, feature_dim
 from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.layouts.interface import Expected
+
+#: kohya's ``latents_<h>x<w>`` and ``latents_flipped_<h>x<w>`` (latent units, height first).
+_SIZED_LATENT = re.compile(r"^latents(?:_flipped)?_(\d+)x(\d+)$")
 
 
 class ShapeMismatch(Check):
     kind = "shape-mismatch"
-    severity = Severity.WARNING
+    severity = Severity.ERROR
     fix = Fix.RECOMPUTE
-    summary = "rank or channel count differs from the majority of its folder's cache"
+    summary = "a latent's shape differs from its bucket's size, from the size in its key, or from its peers' rank or channels"
+
+    def check_file(self, item: Inspected) -> Iterable[Finding]:
+        if item.meta is None:
+            return
+        for t in item.meta.tensors:
+            m = _SIZED_LATENT.match(t.key)
+            if m is None:
+                continue
+            want = (int(m.group(1)), int(m.group(2)))
+            if len(t.shape) < 2 or tuple(t.shape[-2:]) != want:
+                yield self.finding(item.path, f"{t.key} has shape {list(t.shape)}: its key says {want[0]}x{want[1]}",
+                                   key=t.key, shape=list(t.shape), expected_hw=list(want))
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
         for key in group.keys():
@@ -39,3 +64,40 @@ class ShapeMismatch(Check):
                         continue
                     yield self.finding(entry.path, f"{key or '<root>'} has shape {list(t.shape)}: {why}",
                                        key=key or "<root>", shape=list(t.shape), peer_rank=rank, peer_channels=feature)
+
+    def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
+        if expected is None or found is None or not found.tensors or not expected.in_index:
+            return
+        if expected.shape is None and expected.latent_hw is None:
+            return
+        picked = _latent_of(found.tensors, expected.latent_key)
+        if picked is None:
+            return
+        key, shape = picked
+        label = key or "<root>"
+        if expected.shape is not None:
+            if tuple(shape) != tuple(expected.shape):
+                yield self.finding(found.path, f"{label} has shape {list(shape)}; the manifest records {list(expected.shape)}",
+                                   source=expected.source, key=label, shape=list(shape), expected=list(expected.shape))
+            return
+        assert expected.latent_hw is not None
+        if len(shape) < 3 or tuple(shape[-2:]) != tuple(expected.latent_hw):
+            h, w = expected.latent_hw
+            yield self.finding(found.path, f"{label} has shape {list(shape)}; its bucket's target size needs "
+                               f"[..., {h}, {w}] (pixels / 8)", source=expected.source, key=label,
+                               shape=list(shape), expected_hw=[h, w])
+
+
+def _latent_of(tensors: tuple[tuple[str, tuple[int, ...]], ...], key: str | None) -> tuple[str, tuple[int, ...]] | None:
+    """The tensor that holds the latent: the named key, else the largest of rank >= 3."""
+    if key is not None:
+        return next(((k, s) for k, s in tensors if k == key), None)
+    best = None
+    for k, s in tensors:
+        if len(s) >= 3:
+            n = 1
+            for d in s:
+                n *= d
+            if best is None or n > best[0]:
+                best = (n, k, s)
+    return None if best is None else (best[1], best[2])

@@ -38,6 +38,11 @@ class FailOn(str, enum.Enum):
 class ScanReport:
     result: ScanResult
     fail_on: FailOn = FailOn.ERROR
+    layout_line: str | None = None  # which layout the scan used and why
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.result.dataset.notes) if self.result.dataset is not None else []
 
     @property
     def findings(self) -> list[Finding]:
@@ -106,9 +111,17 @@ class ScanReport:
             "schema": SCHEMA,
             "tool": {"name": "cachedoctor", "version": __version__},
             "targets": self.result.targets,
+            "dataset": self.dataset(),
             "findings": [f.to_json() for f in self.findings],
             "summary": self.summary(),
         }
+
+    def dataset(self) -> dict[str, Any] | None:
+        """What the scan compared the cache with (``null`` for a cache-only scan)."""
+        plan = self.result.dataset
+        if plan is None:
+            return None
+        return {"layout": plan.layout, "items": plan.items, "skipped": list(plan.skipped), "notes": list(plan.notes)}
 
 
 def _quote(path: str) -> str:

@@ -31,6 +31,10 @@ class TableRenderer(Renderer):
         console.print(Text(
             f"cachedoctor scan ({mode}): {_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}, "
             f"{_size(stats.bytes_read)}, {stats.files_skipped} skipped, {report.result.elapsed:.2f}s", style="bold"))
+        if report.layout_line:
+            console.print(Text(report.layout_line))
+        for note in report.notes:
+            console.print(Text(f"  note: {note}", style="dim"))
 
         if report.findings:
             kinds = Table(title="Findings by kind", title_justify="left", show_edge=False, pad_edge=False)
@@ -49,7 +53,8 @@ class TableRenderer(Renderer):
                 console.print()
                 console.print(Text(f"{kind} ({len(items)})", style=_STYLE[items[0].severity.value]))
                 for f in items[:_PER_KIND]:
-                    console.print(Text(f"  {self._rel(f.path)}: {f.message}"))
+                    source = f" (item: {self._rel(f.source)})" if f.source else ""
+                    console.print(Text(f"  {self._rel(f.path)}: {f.message}{source}"))
                 if len(items) > _PER_KIND:
                     console.print(Text(f"  ... and {len(items) - _PER_KIND} more (--format json lists all)"))
             console.print()

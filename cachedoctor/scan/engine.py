@@ -15,8 +15,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from cachedoctor.checks import PEER_CHECKS, PeerEntry, PeerGroup
+from cachedoctor.checks import PEER_CHECKS, Found, PeerEntry, PeerGroup
 from cachedoctor.findings import Finding
+from cachedoctor.layouts.interface import DatasetPlan
+from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.inspect import Outcome, inspect_chunk
 from cachedoctor.scan.walk import Folder, WalkError, check_targets, walk
 
@@ -54,48 +56,69 @@ class ScanResult:
     stats: ScanStats
     errors: list[ScanError]
     elapsed: float
+    dataset: DatasetPlan | None = None
 
 
 class _FolderState:
-    __slots__ = ("path", "pending", "groups")
+    __slots__ = ("path", "pending", "groups", "found")
 
     def __init__(self, path: str, pending: int) -> None:
         self.path = path
         self.pending = pending
         self.groups: dict[str, list[PeerEntry]] = defaultdict(list)
+        self.found: dict[str, Found] = {}
 
 
-def scan(targets: list[str], options: ScanOptions = ScanOptions(), progress: Progress | None = None) -> ScanResult:
-    """Scan ``targets`` (files or folders). Raises ``TargetError`` if one cannot be scanned."""
+def scan(targets: list[str], options: ScanOptions = ScanOptions(), progress: Progress | None = None,
+         dataset: DatasetPlan | None = None) -> ScanResult:
+    """Scan ``targets`` (files or folders). Raises ``TargetError`` if one cannot be scanned.
+
+    With a ``dataset`` plan the scan also pairs each cache folder's files with the entries the
+    dataset expects there, and skips the dataset's own files (images, captions) unread.
+    """
     started = time.perf_counter()
     roots = check_targets(targets)
     walk_errors: list[WalkError] = []
-    collector = _Collector(progress)
-    chunks = _chunks(walk(roots, walk_errors), options.chunk_size, collector)
+    matcher = DatasetMatcher(dataset) if dataset is not None else None
+    collector = _Collector(progress, matcher)
+    chunks = _chunks(walk(roots, walk_errors), options.chunk_size, collector, dataset)
     workers = options.workers or os.cpu_count() or 1
+    with_facts = matcher is not None
     if workers <= 1:
         for folder_id, paths in chunks:
-            collector.add(folder_id, inspect_chunk(paths, options.deep))
+            collector.add(folder_id, inspect_chunk(paths, options.deep, with_facts))
     else:
-        _run_pool(chunks, workers, options.deep, collector)
+        _run_pool(chunks, workers, options.deep, with_facts, collector)
+    if matcher is not None:
+        collector.findings.extend(matcher.finish())
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
     findings = sorted(collector.findings, key=Finding.sort_key)
-    return ScanResult(roots, options, findings, collector.stats, errors, time.perf_counter() - started)
+    return ScanResult(roots, options, findings, collector.stats, errors, time.perf_counter() - started, dataset)
 
 
-def _chunks(folders: Iterator[Folder], size: int, collector: "_Collector") -> Iterator[tuple[int, list[str]]]:
+def _chunks(folders: Iterator[Folder], size: int, collector: "_Collector",
+            dataset: DatasetPlan | None) -> Iterator[tuple[int, list[str]]]:
     for folder in folders:
-        n = (len(folder.files) + size - 1) // size
+        files = folder.files
+        if dataset is not None and dataset.source_suffixes:
+            files = [f for f in files if not dataset.is_source_name(f)]
+            collector.stats.files_seen += len(folder.files) - len(files)
+            collector.stats.files_skipped += len(folder.files) - len(files)
+        if not files:
+            collector.close_empty(folder.path)
+            continue
+        n = (len(files) + size - 1) // size
         folder_id = collector.open_folder(folder.path, n)
-        for i in range(0, len(folder.files), size):
-            yield folder_id, folder.files[i:i + size]
+        for i in range(0, len(files), size):
+            yield folder_id, files[i:i + size]
 
 
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
 
-def _run_pool(chunks: Iterator[tuple[int, list[str]]], workers: int, deep: bool, collector: "_Collector") -> None:
+def _run_pool(chunks: Iterator[tuple[int, list[str]]], workers: int, deep: bool, with_facts: bool,
+              collector: "_Collector") -> None:
     import multiprocessing
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
@@ -107,7 +130,7 @@ def _run_pool(chunks: Iterator[tuple[int, list[str]]], workers: int, deep: bool,
         for folder_id, paths in chunks:
             if len(in_flight) >= limit:
                 _drain(in_flight, collector, FIRST_COMPLETED)
-            in_flight[pool.submit(inspect_chunk, paths, deep)] = folder_id
+            in_flight[pool.submit(inspect_chunk, paths, deep, with_facts)] = folder_id
         while in_flight:
             _drain(in_flight, collector, FIRST_COMPLETED)
     except BaseException:
@@ -125,8 +148,9 @@ def _drain(in_flight: dict[Future, int], collector: "_Collector", when: str) -> 
 class _Collector:
     """Gathers outcomes in the parent; runs a folder's peer checks when its last chunk is in."""
 
-    def __init__(self, progress: Progress | None) -> None:
+    def __init__(self, progress: Progress | None, matcher: DatasetMatcher | None = None) -> None:
         self.progress = progress
+        self.matcher = matcher
         self.stats = ScanStats()
         self.findings: list[Finding] = []
         self.errors: list[ScanError] = []
@@ -142,8 +166,11 @@ class _Collector:
     def add(self, folder_id: int, outcomes: list[Outcome]) -> None:
         state = self.folders[folder_id]
         stats = self.stats
+        matcher = self.matcher
         for o in outcomes:
             stats.files_seen += 1
+            if matcher is not None:
+                state.found[o.path] = Found(o.path, o.mtime_ns, o.shapes)
             if o.status == "error":
                 self.errors.append(ScanError(o.path, o.error or "unreadable"))
                 continue
@@ -163,7 +190,14 @@ class _Collector:
         if self.progress is not None:
             self.progress(stats.files_seen, stats.bytes_read)
 
+    def close_empty(self, path: str) -> None:
+        """A folder with no cache files at all: every entry expected in it is missing."""
+        if self.matcher is not None:
+            self.matcher.close_folder(path, {})
+
     def _close(self, state: _FolderState) -> None:
+        if self.matcher is not None:
+            self.matcher.close_folder(state.path, state.found)
         for entries in state.groups.values():
             if len(entries) < 2:
                 continue

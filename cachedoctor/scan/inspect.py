@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
@@ -30,31 +30,37 @@ class Outcome:
     peer: PeerEntry | None = None
     format: str | None = None
     error: str | None = None
+    mtime_ns: int = 0  # dataset scans only, like ``shapes``
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 def inspect_path(path: str, *, deep: bool) -> Outcome:
     """Everything a scan learns about one file on its own."""
+    return _inspect(path, deep)[0]
+
+
+def _inspect(path: str, deep: bool) -> tuple[Outcome, FileMeta | None]:
     if is_temp_name(path):
-        return _judge(Inspected(path, _size(path), temp=True), fmt=None)
+        return _judge(Inspected(path, _size(path), temp=True), fmt=None), None
     try:
         meta = read_file(path, deep=deep)
     except UnreadableFile as exc:
-        return Outcome(path, 0, "error", error=exc.message)
+        return Outcome(path, 0, "error", error=exc.message), None
     except ReadError as exc:
         size = _size(path)
         if exc.problem in _FOREIGN_PROBLEMS and not claims_cache(path):
-            return Outcome(path, size, "skipped")  # an empty file, a foreign zip or pickle
-        return _judge(Inspected(path, size, error=exc), fmt=None)
+            return Outcome(path, size, "skipped"), None  # an empty file, a foreign zip or pickle
+        return _judge(Inspected(path, size, error=exc), fmt=None), None
     except Exception as exc:  # a reader bug must not stop a scan of a million files
         return Outcome(path, _size(path), "error",
-                       error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it")
+                       error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it"), None
     if meta is None:
         size = _size(path)
         if not claims_cache(path):
-            return Outcome(path, size, "skipped")
+            return Outcome(path, size, "skipped"), None
         error = ReadError("unknown-format", "not a torch.save, safetensors or npz file, though its name says so")
-        return _judge(Inspected(path, size, error=error), fmt=None)
-    return _judge(Inspected(path, meta.size, meta=meta), fmt=meta.format)
+        return _judge(Inspected(path, size, error=error), fmt=None), None
+    return _judge(Inspected(path, meta.size, meta=meta), fmt=meta.format), meta
 
 
 def _size(path: str) -> int:
@@ -88,5 +94,18 @@ def _peer_key(key: str) -> str:
     return _RESOLUTION.sub("HxW", key)
 
 
-def inspect_chunk(paths: list[str], deep: bool) -> list[Outcome]:
-    return [inspect_path(p, deep=deep) for p in paths]
+def inspect_chunk(paths: list[str], deep: bool, dataset: bool = False) -> list[Outcome]:
+    if not dataset:
+        return [inspect_path(p, deep=deep) for p in paths]
+    return [_with_entry_facts(p, deep) for p in paths]
+
+
+def _with_entry_facts(path: str, deep: bool) -> Outcome:
+    """The outcome plus what the dataset comparison needs: the entry's mtime and raw shapes."""
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        mtime = 0
+    outcome, meta = _inspect(path, deep)
+    shapes = tuple((t.key, t.shape) for t in meta.tensors) if meta is not None else ()
+    return replace(outcome, mtime_ns=mtime, shapes=shapes)

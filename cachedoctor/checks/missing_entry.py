@@ -1,0 +1,31 @@
+"""``missing-entry``: a dataset item without its cache file.
+
+SimpleTuner finds these only at collate time ("Some images were not correctly cached during
+the VAE Cache operations"), hours into a run; kohya aborts on the first one. The finding's path
+is where the file should be and its source the item, so ``repair`` can encode exactly those.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cachedoctor.checks.interface import Check, Found
+from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.layouts.interface import Expected
+
+
+class MissingEntry(Check):
+    kind = "missing-entry"
+    severity = Severity.ERROR
+    fix = Fix.RECOMPUTE
+    summary = "a dataset item (image or caption) has no cache file"
+
+    def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
+        if expected is None or not expected.source_exists:
+            return
+        if not expected.in_index:
+            yield self.finding(expected.path, f"{expected.role} of an item that the cache's index does not list "
+                               "(the cache predates it)", source=expected.source, role=expected.role)
+        elif found is None:
+            yield self.finding(expected.path, f"no {expected.role} cache file for this item",
+                               source=expected.source, role=expected.role)

@@ -1,0 +1,29 @@
+"""``name-collision``: two dataset items map to one cache file.
+
+SimpleTuner names a latent after the image's stem, so ``cat.jpg`` and ``cat.png`` in one folder
+share a file and one of them trains on the other's latent; kohya does the same when both have
+the same size. Nothing can repair that but a rename, so the fix is ``none``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cachedoctor.checks.interface import Check, Found
+from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.layouts.interface import Expected
+
+
+class NameCollision(Check):
+    kind = "name-collision"
+    severity = Severity.ERROR
+    fix = Fix.NONE
+    summary = "two dataset items map to the same cache file (e.g. cat.jpg and cat.png); rename one"
+
+    def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
+        if expected is None or not expected.also:
+            return
+        sources = sorted({expected.source, *expected.also})
+        names = ", ".join(sources)
+        yield self.finding(expected.path, f"{len(sources)} items share this {expected.role} cache file: {names}; "
+                           "rename all but one", source=sources[0], sources=sources)

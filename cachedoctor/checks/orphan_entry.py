@@ -1,0 +1,30 @@
+"""``orphan-entry``: a cache file that no dataset item maps to any more.
+
+Left behind when images are deleted or renamed, or when a caption changes (its embed is named
+after the caption's hash). Harmless for most trainers but it wastes disk and, for position-keyed
+caches (OneTrainer), it is an item the trainer will still load. Quarantined, never deleted.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from cachedoctor.checks.interface import Check, Found
+from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.layouts.interface import Expected
+
+
+class OrphanEntry(Check):
+    kind = "orphan-entry"
+    severity = Severity.WARNING
+    fix = Fix.QUARANTINE
+    summary = "a cache file that no dataset item maps to (its image or caption is gone)"
+
+    def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
+        if found is None:
+            return
+        if expected is None:
+            yield self.finding(found.path, "no dataset item maps to this cache file")
+        elif not expected.source_exists:
+            yield self.finding(found.path, "the cache lists an item whose source no longer exists",
+                               listed_source=expected.source)

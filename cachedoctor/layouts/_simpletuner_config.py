@@ -1,0 +1,165 @@
+"""Read SimpleTuner's ``multidatabackend.json`` the way SimpleTuner does, and say what was skipped.
+
+Relative paths in the config are relative to the directory SimpleTuner runs in (its checkout);
+cachedoctor tries the current directory, the config's folder and that folder's parent, and uses
+the first under which a dataset folder exists. ``{id}``, ``{model_family}`` and ``{output_dir}``
+come from the dataset, ``--model-family``/``--output-dir``, or the ``config.json`` beside the
+data-backend config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from cachedoctor.layouts.interface import LayoutError, LayoutOptions
+
+_CHECKED_TYPES = ("image", "text_embeds")
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """One dataset of the config, with placeholders filled and paths absolute."""
+
+    id: str
+    dataset_type: str
+    raw: dict[str, Any]
+    instance_data_dir: str | None
+    cache_dir_vae: str | None
+    cache_dir: str | None  # text_embeds datasets
+    text_embeds: str | None  # the text_embeds dataset this image dataset uses (None: default)
+
+
+@dataclass(slots=True)
+class SimpleTunerConfig:
+    path: str
+    base: str
+    model_family: str | None
+    backends: list[Backend]
+    skipped: list[str]
+    notes: list[str]
+    validation_prompts: list[str]
+    remote_links: list[str | None]  # text_embeds links of image datasets not on this disk (None: default)
+
+
+def load(options: LayoutOptions) -> SimpleTunerConfig:
+    assert options.config is not None
+    path = os.path.abspath(options.config)
+    entries = _read_json(path)
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise LayoutError(path, "not a SimpleTuner data-backend config: expected a JSON list of dataset objects")
+    trainer = _trainer_config(path)
+    model_family = options.model_family or _option(trainer, "model_family")
+    output_dir = options.output_dir or _option(trainer, "output_dir")
+    bases = _unique([os.getcwd(), os.path.dirname(path), os.path.dirname(os.path.dirname(path))])
+    base = _choose_base(entries, bases)
+    notes: list[str] = []
+    if base != os.getcwd():
+        notes.append(f"relative paths in {os.path.basename(path)} resolved against {base}")
+    skipped: list[str] = []
+    remote_links: list[str | None] = []
+    backends: list[Backend] = []
+    for n, entry in enumerate(entries):
+        ident = str(entry.get("id") or f"#{n}")
+        dataset_type = str(entry.get("dataset_type") or "image")
+        why = _skip_reason(entry, dataset_type)
+        if why is None:
+            fill = {"id": ident, "model_family": model_family, "output_dir": output_dir}
+            try:
+                backends.append(Backend(
+                    ident, dataset_type, entry,
+                    _path(entry.get("instance_data_dir"), fill, base),
+                    _path(entry.get("cache_dir_vae"), fill, base),
+                    _path(entry.get("cache_dir"), fill, base),
+                    entry.get("text_embeds") if isinstance(entry.get("text_embeds"), str) else None))
+                continue
+            except KeyError as exc:
+                why = f"its paths use {{{exc.args[0]}}}, which is unknown (pass --{exc.args[0].replace('_', '-')})"
+        skipped.append(ident)
+        notes.append(f"dataset {ident!r} skipped: {why}")
+        if dataset_type == "image" and not entry.get("disabled") and str(entry.get("type") or "local") != "local":
+            link = entry.get("text_embeds")
+            remote_links.append(link if isinstance(link, str) else None)
+    prompts = [p for p in (_option(trainer, "validation_prompt"),) if isinstance(p, str)]
+    return SimpleTunerConfig(path, base, model_family, backends, skipped, notes, prompts, remote_links)
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise LayoutError(path, "no such config file; pass the path of your multidatabackend.json") from None
+    except OSError as exc:
+        raise LayoutError(path, f"cannot read the config ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise LayoutError(path, f"not valid JSON{where}; fix the file (SimpleTuner would refuse it too)") from None
+
+
+def _trainer_config(path: str) -> dict[str, Any]:
+    """SimpleTuner's own ``config.json`` beside the data-backend config, if there is one."""
+    candidate = os.path.join(os.path.dirname(path), "config.json")
+    if os.path.abspath(candidate) == path or not os.path.isfile(candidate):
+        return {}
+    try:
+        with open(candidate, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _option(trainer: dict[str, Any], name: str) -> Any:
+    for key in (name, f"--{name}"):
+        if trainer.get(key) not in (None, ""):
+            return trainer[key]
+    return None
+
+
+def _skip_reason(entry: dict[str, Any], dataset_type: str) -> str | None:
+    if entry.get("disabled") or entry.get("disable"):
+        return "disabled in the config"
+    kind = str(entry.get("type") or "local")
+    if kind != "local":
+        return f"type {kind!r} is not on this machine's disk"
+    if dataset_type not in _CHECKED_TYPES:
+        return f"dataset_type {dataset_type!r} is not compared yet"
+    return None
+
+
+def _fill(value: str, fill: dict[str, Any]) -> str:
+    for key, replacement in fill.items():
+        token = "{" + key + "}"
+        if token in value:
+            if replacement is None:
+                raise KeyError(key)
+            value = value.replace(token, str(replacement))
+    return value
+
+
+def _path(value: Any, fill: dict[str, Any], base: str) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    value = os.path.expanduser(_fill(value, fill))
+    return os.path.normpath(value if os.path.isabs(value) else os.path.join(base, value))
+
+
+def _choose_base(entries: list[dict[str, Any]], bases: list[str]) -> str:
+    dirs = [e.get("instance_data_dir") for e in entries if isinstance(e.get("instance_data_dir"), str)
+            and not e.get("disabled") and str(e.get("type") or "local") == "local"]
+    relative = [d for d in dirs if not os.path.isabs(d) and "{" not in d]
+    for base in bases:
+        if any(os.path.isdir(os.path.join(base, d)) for d in relative):
+            return base
+    return bases[0]
+
+
+def _unique(items: list[str]) -> list[str]:
+    out: list[str] = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out

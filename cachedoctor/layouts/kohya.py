@@ -1,0 +1,123 @@
+"""kohya-ss sd-scripts: caches live next to each image.
+
+Latents are ``<stem>_<W:04d>x<H:04d>_<arch>.npz`` where ``W x H`` is the image's own size (so a
+resized image needs a new file), or ``<stem>.npz`` from older versions. Text-encoder outputs
+are ``<stem>_te_outputs.npz`` (SDXL) or ``<stem>_<arch>_te.npz``; when a folder holds any, every
+image in it needs one. ``latents_<h>x<w>`` keys are checked against their shapes by
+``shape-mismatch`` without the dataset; here the dataset adds missing, orphan, stale and
+collision findings, and the recorded ``original_size`` of old-style files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+
+from cachedoctor.layouts._images import SOURCE_SUFFIXES, image_size, stem, walk_images
+from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions
+
+_LATENT_NAME = re.compile(r"^(?P<stem>.+)_(?P<w>\d{4,})x(?P<h>\d{4,})_(?P<arch>[a-z0-9]+)\.npz$")
+_TE_NAME = re.compile(r"^(?P<stem>.+?)(?P<suffix>_te_outputs|_[a-z0-9]+_te)\.npz$")
+_CAPTION_SUFFIXES = (".txt", ".caption")
+_DETECT_FOLDERS = 200
+
+
+class KohyaLayout(Layout):
+    name = "kohya"
+    summary = "kohya-ss sd-scripts: <stem>_<W>x<H>_<arch>.npz and <stem>_te_outputs.npz next to each image"
+
+    def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
+        for target in targets:
+            if not os.path.isdir(target):
+                continue
+            for n, (folder, images, names) in enumerate(walk_images(target)):
+                if n >= _DETECT_FOLDERS:
+                    break
+                stems = {stem(e.name) for e in images}
+                if not stems:
+                    continue
+                for name in names:
+                    m = _LATENT_NAME.match(name) or _TE_NAME.match(name)
+                    if m is not None and m.group("stem") in stems:
+                        return f"{os.path.join(folder, name)} sits next to its image"
+        return None
+
+    def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        folders = [os.path.abspath(t) for t in targets]
+        for folder in folders:
+            if not os.path.isdir(folder):
+                raise LayoutError(folder, "no such image folder; kohya caches live next to the images, so scan the image folder")
+        plan = DatasetPlan("kohya", folders, entry_suffixes=(".npz",), source_suffixes=SOURCE_SUFFIXES)
+        arch = options.model_family or _detect_arch(folders)
+        if arch is None:
+            plan.notes.append("no <stem>_<W>x<H>_<arch>.npz latents found; expecting '_sdxl' (pass --model-family to say)")
+            arch = "sdxl"
+        unreadable = 0
+        for root in folders:
+            for folder, images, names in walk_images(root):
+                te_suffix = _te_suffix(names, arch)
+                for image in images:
+                    size = image_size(image.path)
+                    if size is None:
+                        unreadable += 1
+                        continue
+                    plan.items += 1
+                    _expect_image(plan, folder, image, size, names, arch, te_suffix)
+        if unreadable:
+            plan.notes.append(f"{unreadable} image(s) could not be opened and were not compared")
+        return plan
+
+
+def _expect_image(plan: DatasetPlan, folder: str, image: os.DirEntry, size: tuple[int, int],
+                  names: set[str], arch: str, te_suffix: str | None) -> None:
+    w, h = size
+    name_stem = stem(image.name)
+    mtime = image.stat().st_mtime_ns
+    current = f"{name_stem}_{w:04d}x{h:04d}_{arch}.npz"
+    legacy = f"{name_stem}.npz"
+    stale = None
+    path = os.path.join(folder, current)
+    if current not in names and legacy in names:
+        path = os.path.join(folder, legacy)
+        stale = _legacy_size_change(path, size)
+    plan.add(Expected(path, image.path, "latent", mtime, stale_reason=stale))
+    if te_suffix is not None:
+        caption = next((os.path.join(folder, name_stem + s) for s in _CAPTION_SUFFIXES if name_stem + s in names), None)
+        caption_mtime = os.stat(caption).st_mtime_ns if caption else None
+        plan.add(Expected(os.path.join(folder, name_stem + te_suffix), caption or image.path, "text", caption_mtime))
+
+
+def _legacy_size_change(path: str, size: tuple[int, int]) -> str | None:
+    """An old ``<stem>.npz`` has no size in its name: compare its recorded ``original_size``."""
+    from cachedoctor.formats.interface import ReadError
+    from cachedoctor.formats.small_values import read_npz_numbers
+
+    try:
+        recorded = read_npz_numbers(path, "original_size")
+    except (OSError, ReadError):
+        return None  # unreadable: the scan reports the file itself
+    if recorded is None or len(recorded) != 2:
+        return None
+    if (int(recorded[0]), int(recorded[1])) != size:
+        return (f"original_size records {int(recorded[0])}x{int(recorded[1])} but the image is now "
+                f"{size[0]}x{size[1]}")
+    return None
+
+
+def _te_suffix(names: set[str], arch: str) -> str | None:
+    """The text-encoder output naming this folder uses, if it has any."""
+    counts: Counter = Counter(m.group("suffix") for n in names if (m := _TE_NAME.match(n)) is not None)
+    if not counts:
+        return None
+    return counts.most_common(1)[0][0] + ".npz"
+
+
+def _detect_arch(folders: list[str]) -> str | None:
+    counts: Counter = Counter()
+    for root in folders:
+        for n, (_, _, names) in enumerate(walk_images(root)):
+            if n >= _DETECT_FOLDERS:
+                break
+            counts.update(m.group("arch") for name in names if (m := _LATENT_NAME.match(name)) is not None)
+    return counts.most_common(1)[0][0] if counts else None

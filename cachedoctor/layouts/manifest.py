@@ -1,0 +1,143 @@
+"""A manifest: the generic way to describe any trainer's cache, and cachedoctor's own record.
+
+One row per cache file, as JSON Lines or CSV with a header. ``source`` and ``cache`` are
+required; ``shape`` (``[4,128,128]`` or ``4x128x128``), ``latent_hw``, ``key``, ``xxh3`` (of the
+source, ``xxh3_128`` hex), ``size`` and ``mtime_ns`` are optional. Relative paths start at the
+manifest's folder. With ``xxh3`` the staleness check is exact: a source whose size and mtime
+still match the row is taken as unchanged, any other is hashed and compared.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterator
+
+from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions
+
+REQUIRED = ("source", "cache")
+_HASH_CHUNK = 1 << 20
+
+
+class ManifestLayout(Layout):
+    name = "manifest"
+    summary = "a manifest (.jsonl or .csv): one row per cache file naming its source"
+
+    def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
+        return f"--manifest {options.manifest}" if options.manifest else None
+
+    def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        if not options.manifest:
+            raise LayoutError(targets[0] if targets else ".", "the manifest layout needs --manifest FILE")
+        manifest = os.path.abspath(options.manifest)
+        rows = list(read_rows(manifest))
+        base = os.path.dirname(manifest)
+        roots = [os.path.abspath(t) for t in targets] or sorted({os.path.dirname(_abs(base, r["cache"])) for _, r in rows})
+        plan = DatasetPlan("manifest", roots, source_suffixes=())
+        stale = _stale_by_content(base, rows)
+        for (line, row), reason in zip(rows, stale):
+            source = _abs(base, row["source"])
+            st = _stat(source)
+            plan.items += 1
+            plan.add(Expected(
+                _abs(base, row["cache"]), source, str(row.get("role") or "latent"),
+                None if st is None or row.get("xxh3") else st.st_mtime_ns,
+                latent_hw=_dims(row.get("latent_hw"), manifest, line, "latent_hw"),
+                latent_key=row.get("key"), shape=_dims(row.get("shape"), manifest, line, "shape"),
+                stale_reason=reason, source_exists=st is not None))
+        return plan
+
+
+def read_rows(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, row)`` for each row; :class:`LayoutError` naming the line on bad input."""
+    try:
+        handle = open(path, encoding="utf-8", newline="")
+    except OSError as exc:
+        raise LayoutError(path, f"cannot open the manifest ({exc.strerror or exc}); check the path") from None
+    with handle:
+        if path.lower().endswith(".csv"):
+            reader = csv.DictReader(handle)
+            missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+            if missing:
+                raise LayoutError(path, f"line 1: the header has no '{missing[0]}' column; it needs source and cache")
+            for n, row in enumerate(reader, start=2):
+                yield n, _required(path, n, {k: v for k, v in row.items() if k is not None and v not in (None, "")})
+            return
+        for n, text in enumerate(handle, start=1):
+            if not text.strip():
+                continue
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise LayoutError(path, f"line {n}: not JSON ({exc.msg}); each line must be one JSON object") from None
+            if not isinstance(row, dict):
+                raise LayoutError(path, f"line {n}: a JSON {type(row).__name__}, not an object")
+            yield n, _required(path, n, row)
+
+
+def _required(path: str, line: int, row: dict[str, Any]) -> dict[str, Any]:
+    for column in REQUIRED:
+        if not isinstance(row.get(column), str) or not row[column]:
+            raise LayoutError(path, f"line {line}: no '{column}' column; every row needs source and cache")
+    return row
+
+
+def _dims(value: Any, path: str, line: int, column: str) -> tuple[int, ...] | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, str):
+        value = [v for v in value.replace(",", "x").replace(" ", "x").split("x") if v]
+    try:
+        dims = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise LayoutError(path, f"line {line}: '{column}' is {value!r}, not a list of sizes like 4x128x128") from None
+    return dims
+
+
+def _abs(base: str, path: str) -> str:
+    return os.path.normpath(path if os.path.isabs(path) else os.path.join(base, path))
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _stale_by_content(base: str, rows: list[tuple[int, dict[str, Any]]]) -> list[str | None]:
+    """Per row, why its source no longer matches the recorded xxh3 (hashing only the changed)."""
+    def judge(row: dict[str, Any]) -> str | None:
+        recorded = row.get("xxh3")
+        if not recorded:
+            return None
+        source = _abs(base, row["source"])
+        st = _stat(source)
+        if st is None:
+            return None
+        if row.get("size") is not None and row.get("mtime_ns") is not None \
+                and int(row["size"]) == st.st_size and int(row["mtime_ns"]) == st.st_mtime_ns:
+            return None
+        actual = file_xxh3(source)
+        if actual is not None and actual != str(recorded).lower():
+            return f"the source's content changed since the manifest was written (xxh3 {actual[:12]}..., recorded {str(recorded)[:12]}...)"
+        return None
+
+    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) * 2)) as pool:
+        return list(pool.map(judge, (row for _, row in rows)))
+
+
+def file_xxh3(path: str) -> str | None:
+    """xxh3-128 of a file, streamed in 1 MiB blocks (flat memory), or ``None`` if unreadable."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    try:
+        with open(path, "rb") as handle:
+            while block := handle.read(_HASH_CHUNK):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()

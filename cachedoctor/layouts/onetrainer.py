@@ -1,0 +1,155 @@
+"""OneTrainer (mgds): ``<cache>/image|text/<group>/variation-<n>/<i>.pt`` plus ``aggregate.pt``.
+
+``<i>`` is the item's *position* in the dataset and ``aggregate.pt`` (a list of
+``{crop_resolution, image_path}``, read with the restricted unpickler) is the only record of
+which image each position holds. So: every listed position needs its ``<i>.pt``; a listed image
+that is gone makes its entry an orphan; an image beside the listed ones that the aggregate does
+not list was added after caching (missing). Relative image paths are resolved against the
+cache's parent folder, then the current directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from cachedoctor.layouts._images import is_image
+from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, mtime_ns
+
+_VARIATION = re.compile(r"^variation-(\d+)$")
+AGGREGATE = "aggregate.pt"
+
+
+class OneTrainerLayout(Layout):
+    name = "onetrainer"
+    summary = "OneTrainer/mgds: image|text/<group>/variation-<n>/<i>.pt with aggregate.pt"
+
+    def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
+        for target in targets:
+            for variation in _variations(target, limit=1):
+                return f"{os.path.join(variation, AGGREGATE)} indexes the cache"
+        return None
+
+    def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        roots = [os.path.abspath(t) for t in targets]
+        variations = [v for root in roots for v in _variations(root)]
+        if not variations:
+            raise LayoutError(roots[0], "no variation-<n>/aggregate.pt below this folder; is it a OneTrainer cache folder?")
+        plan = DatasetPlan("onetrainer", roots, entry_suffixes=(".pt",), owned=variations)
+        first_of_group: set[str] = set()
+        absent_total = listed_total = 0
+        for variation in variations:
+            items = _read_aggregate(os.path.join(variation, AGGREGATE), plan)
+            if items is None:
+                continue
+            kind = _kind_of(variation)
+            group = os.path.dirname(variation)
+            bases = _bases(variation, roots)
+            resolved = [_resolve(item.get("image_path"), bases) for item in items]
+            present = sum(1 for p in resolved if p is not None and os.path.exists(p))
+            listed_total += len(items)
+            have_dataset = present > 0
+            if not have_dataset and items:
+                absent_total += len(items)
+            for i, (item, image) in enumerate(zip(items, resolved)):
+                _expect_item(plan, variation, i, item, image, kind, have_dataset)
+            if kind == "image":
+                plan.items += len(items)
+                if have_dataset and group not in first_of_group:
+                    first_of_group.add(group)
+                    _expect_unlisted(plan, variation, [p for p in resolved if p is not None])
+        if absent_total:
+            plan.notes.append(f"none of the images that {absent_total} aggregate entries list exist here (a dataset on "
+                              "another machine?); compared the cache with its own index only")
+        return plan
+
+
+def _expect_item(plan: DatasetPlan, variation: str, i: int, item: dict, image: str | None, kind: str,
+                 have_dataset: bool) -> None:
+    source = image or str(item.get("image_path"))
+    exists = image is not None and os.path.exists(image)
+    hw = _latent_hw(item.get("crop_resolution")) if kind == "image" else None
+    if kind == "image":
+        source_mtime = mtime_ns(source) if exists else None
+    else:  # a text entry is made from the caption beside the image
+        caption = os.path.splitext(source)[0] + ".txt"
+        source_mtime = mtime_ns(caption)
+    plan.add(Expected(os.path.join(variation, f"{i}.pt"), source, kind, source_mtime, latent_hw=hw,
+                      latent_key="latent_image" if kind == "image" else None,
+                      source_exists=exists or not have_dataset))
+
+
+def _expect_unlisted(plan: DatasetPlan, variation: str, listed: list[str]) -> None:
+    """Images in the listed images' folders that the aggregate does not list."""
+    known = set(listed)
+    aggregate = os.path.join(variation, AGGREGATE)
+    for folder in sorted({os.path.dirname(p) for p in listed if os.path.exists(p)}):
+        try:
+            names = sorted(e.name for e in os.scandir(folder) if is_image(e.name))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            if path not in known:
+                plan.add(Expected(aggregate, path, "latent", mtime_ns(path), in_index=False))
+
+
+def _read_aggregate(path: str, plan: DatasetPlan) -> list[dict] | None:
+    from cachedoctor.formats.interface import ReadError
+    from cachedoctor.formats.small_values import read_torch_object
+
+    try:
+        obj: Any = read_torch_object(path)
+    except (OSError, ReadError) as exc:
+        plan.notes.append(f"{path}: cannot read the index ({exc}); its folder was compared without it")
+        return None
+    if not isinstance(obj, list) or not all(isinstance(x, dict) for x in obj):
+        plan.notes.append(f"{path}: not a list of item dicts; its folder was compared without it")
+        return None
+    return obj
+
+
+def _variations(root: str, limit: int | None = None) -> list[str]:
+    """Folders named ``variation-<n>`` holding ``aggregate.pt`` at or below ``root``, sorted."""
+    found: list[str] = []
+    if not os.path.isdir(root):
+        return found
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if _VARIATION.match(os.path.basename(folder)) and AGGREGATE in files:
+            found.append(folder)
+            dirs[:] = []
+            if limit is not None and len(found) >= limit:
+                break
+    return found
+
+
+def _kind_of(variation: str) -> str:
+    parts = variation.split(os.sep)
+    return "text" if len(parts) >= 3 and parts[-3] == "text" else "image"
+
+
+def _bases(variation: str, roots: list[str]) -> list[str]:
+    """Where relative image paths may start: the cache folder's parent, then the cwd."""
+    cache = os.path.dirname(os.path.dirname(os.path.dirname(variation)))  # above image|text/<group>/
+    return [os.path.dirname(cache), cache, os.getcwd(), *roots]
+
+
+def _resolve(image_path: Any, bases: list[str]) -> str | None:
+    if not isinstance(image_path, str) or not image_path:
+        return None
+    if os.path.isabs(image_path):
+        return image_path
+    for base in bases:
+        candidate = os.path.normpath(os.path.join(base, image_path))
+        if os.path.exists(candidate):
+            return candidate
+    return os.path.normpath(os.path.join(bases[0], image_path))
+
+
+def _latent_hw(crop: Any) -> tuple[int, int] | None:
+    if isinstance(crop, (tuple, list)) and len(crop) == 2 and all(isinstance(x, int) for x in crop):
+        return crop[0] // 8, crop[1] // 8
+    return None
+

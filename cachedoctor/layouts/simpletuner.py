@@ -1,0 +1,227 @@
+"""SimpleTuner: VAE latents named after the image's stem, text embeds after the caption's hash.
+
+- VAE: ``cache_dir_vae/<image folder relative to instance_data_dir>/<sha256(stem)>.pt``, or the
+  pre-2024 ``<stem>.pt``; a bare tensor whose last two sizes are the bucket's ``target_size``
+  (``[W, H]`` in ``aspect_ratio_bucket_metadata_<id>.json``) divided by 8.
+- Text: ``cache_dir/<md5(caption)>-<model_family>.pt``, one per caption; captions come from
+  ``<stem>.txt`` (one per non-empty line when the file has several) or from the file name
+  (``_`` becomes a space). The null caption ``""`` is always cached for caption dropout, and
+  validation prompts land there too: neither is an orphan.
+
+Facts checked against SimpleTuner's code: ``fixtures/datasets/FACTS.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from typing import Any
+
+from cachedoctor.layouts import _simpletuner_config as config
+from cachedoctor.layouts._images import SOURCE_SUFFIXES, stem, walk_images
+from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions
+
+CONFIG_NAMES = ("multidatabackend.json", os.path.join("config", "multidatabackend.json"))
+
+
+class SimpleTunerLayout(Layout):
+    name = "simpletuner"
+    summary = "SimpleTuner: <sha256(stem)>.pt latents and <md5(caption)>-<family>.pt text embeds, from multidatabackend.json"
+
+    def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
+        if options.config:
+            return f"--config {options.config}"
+        found = find_config(targets)
+        return f"{found} describes the datasets" if found else None
+
+    def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        cfg = config.load(options)
+        plan = DatasetPlan("simpletuner", [], source_suffixes=SOURCE_SUFFIXES, entry_suffixes=(".pt",))
+        plan.skipped.extend(cfg.skipped)
+        plan.notes.extend(cfg.notes)
+        texts = {b.id: b for b in cfg.backends if b.dataset_type == "text_embeds"}
+        default_text = next((b for b in texts.values() if b.raw.get("default")), None)
+        if default_text is None and len(texts) == 1:
+            default_text = next(iter(texts.values()))
+        family = cfg.model_family or _family_from_files(texts.values())
+        if texts and family is None:
+            plan.notes.append("model family unknown, so text embeds were not compared; pass --model-family")
+        for backend in cfg.backends:
+            if backend.dataset_type != "image":
+                continue
+            text = texts.get(backend.text_embeds) if backend.text_embeds else default_text
+            if backend.text_embeds and text is None:
+                plan.notes.append(f"dataset {backend.id!r} links text_embeds {backend.text_embeds!r}, which is not "
+                                  "a local text_embeds dataset; its captions were not compared")
+            _expect_backend(plan, backend, text.cache_dir if text and family else None, family)
+        for text in texts.values():
+            if text.cache_dir and family:
+                _add_root(plan, text.cache_dir)
+                for caption in ["", *cfg.validation_prompts]:
+                    plan.extra.add(embed_path(text.cache_dir, caption, family))
+        for link in cfg.remote_links:  # a remote dataset's captions share this cache: we cannot list them
+            text = texts.get(link) if link else default_text
+            if text is not None and text.cache_dir and text.cache_dir not in plan.no_orphans:
+                plan.no_orphans.add(text.cache_dir)
+                plan.notes.append(f"a remote dataset also uses the text-embed cache {text.cache_dir}, "
+                                  "so orphans there were not reported")
+        return plan
+
+
+def find_config(targets: list[str]) -> str | None:
+    for target in targets:
+        for name in CONFIG_NAMES:
+            candidate = os.path.join(target, name)
+            if os.path.isfile(candidate):
+                return candidate
+    return None
+
+
+def vae_name(image_name: str) -> str:
+    return hashlib.sha256(stem(image_name).encode()).hexdigest() + ".pt"
+
+
+def embed_path(cache_dir: str, caption: str, family: str) -> str:
+    return os.path.join(cache_dir, f"{hashlib.md5(caption.encode()).hexdigest()}-{family}.pt")
+
+
+def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | None, family: str | None) -> None:
+    data = backend.instance_data_dir
+    if data is None or not os.path.isdir(data):
+        raise LayoutError(data or backend.id, f"dataset {backend.id!r}: instance_data_dir does not exist; "
+                                              "fix the path in the config or mount the dataset")
+    vae = backend.cache_dir_vae
+    if vae is None:
+        plan.notes.append(f"dataset {backend.id!r} has no cache_dir_vae; its latents were not compared")
+    else:
+        _add_root(plan, vae)
+    suffix = str(backend.raw.get("cache_file_suffix") or backend.id)
+    buckets = _bucket_sizes(os.path.join(data, f"aspect_ratio_bucket_metadata_{suffix}.json"), data, plan)
+    strategy = str(backend.raw.get("caption_strategy") or "filename")
+    if text_dir and strategy not in ("textfile", "filename", "instanceprompt"):
+        plan.notes.append(f"dataset {backend.id!r}: caption_strategy {strategy!r} is not compared")
+    prefix = backend.raw.get("instance_prompt") if backend.raw.get("prepend_instance_prompt") else None
+    no_caption = 0
+    for folder, images, names in walk_images(data):
+        rel = os.path.relpath(folder, data)
+        cache_folder = vae if rel == "." or vae is None else os.path.join(vae, rel)
+        cache_names = _names(cache_folder) if cache_folder else set()
+        for image in images:
+            plan.items += 1
+            mtime = image.stat().st_mtime_ns
+            if cache_folder is not None:
+                name = vae_name(image.name)
+                legacy = stem(image.name) + ".pt"
+                if legacy in cache_names and name not in cache_names:
+                    name = legacy
+                rel_image = image.name if rel == "." else os.path.join(rel, image.name)
+                plan.add(Expected(os.path.join(cache_folder, name), image.path, "latent", mtime,
+                                  latent_hw=buckets.get(rel_image)))
+            if text_dir is None or family is None:
+                continue
+            captions, source = _captions(strategy, image, names, backend.raw)
+            if captions is None:
+                no_caption += 1
+                continue
+            source_mtime = os.stat(source).st_mtime_ns if source != image.path else None
+            for caption in captions:
+                if prefix:
+                    caption = f"{prefix} {caption}"
+                plan.add(Expected(embed_path(text_dir, caption, family), source, "text", source_mtime))
+    if no_caption:
+        plan.notes.append(f"dataset {backend.id!r}: {no_caption} image(s) have no caption file; their text embeds were not compared")
+
+
+def _captions(strategy: str, image: os.DirEntry, names: set[str], raw: dict[str, Any]) -> tuple[list[str] | None, str]:
+    """The captions SimpleTuner derives for ``image`` and the file they come from."""
+    if strategy == "textfile":
+        txt = stem(image.name) + ".txt"
+        if txt not in names:
+            return None, image.path
+        path = os.path.join(os.path.dirname(image.path), txt)
+        try:
+            with open(path, encoding="utf-8", newline="") as handle:
+                text = handle.read()
+        except (OSError, UnicodeDecodeError):
+            return None, path
+        return ([line for line in text.split("\n") if line] if "\n" in text else [text]), path
+    if strategy == "filename":
+        return [stem(image.name).replace("_", " ")], image.path
+    if strategy == "instanceprompt" and isinstance(raw.get("instance_prompt"), str):
+        return [raw["instance_prompt"]], image.path
+    return None, image.path
+
+
+def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, tuple[int, int]]:
+    """Image path relative to the dataset -> expected latent ``(h, w)``, from bucket metadata.
+
+    Keys are absolute paths of the machine that built the cache; they are matched by the path
+    below ``instance_data_dir``, so a cache built on a rented GPU box is checked locally.
+    """
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            metadata = json.load(handle)
+    except (OSError, ValueError) as exc:
+        plan.notes.append(f"{path}: unreadable bucket metadata ({exc}); latent sizes were not compared")
+        return {}
+    if not isinstance(metadata, dict):
+        return {}
+    root = data.rstrip(os.sep) + os.sep
+    sizes: dict[str, tuple[int, int]] = {}
+    unmatched: list[tuple[list[str], tuple[int, int]]] = []
+    for key, value in metadata.items():
+        target = value.get("target_size") if isinstance(value, dict) else None
+        if not (isinstance(target, list) and len(target) == 2 and all(isinstance(x, int) for x in target)):
+            continue
+        hw = (target[1] // 8, target[0] // 8)
+        if key.startswith(root):
+            sizes[key[len(root):]] = hw
+        else:
+            unmatched.append((key.replace("\\", "/").split("/"), hw))
+    if unmatched:
+        sizes.update(_match_by_suffix(unmatched, data))
+    return sizes
+
+
+def _match_by_suffix(keys: list[tuple[list[str], tuple[int, int]]], data: str) -> dict[str, tuple[int, int]]:
+    """Find the prefix the foreign keys share with the dataset: where the dataset's own folder
+    name appears in them (``.../datasets/photos/a/b.png`` -> ``a/b.png``)."""
+    name = os.path.basename(data.rstrip(os.sep))
+    out: dict[str, tuple[int, int]] = {}
+    for parts, hw in keys:
+        if name in parts[:-1]:
+            at = len(parts) - 1 - parts[:-1][::-1].index(name)
+            out[os.path.join(*parts[at:])] = hw
+        else:
+            out[parts[-1]] = hw
+    return out
+
+
+def _family_from_files(texts: Any) -> str | None:
+    counts: Counter = Counter()
+    for text in texts:
+        for name in _names(text.cache_dir) if text.cache_dir else ():
+            if name.endswith(".pt") and "-" in name:
+                counts[name[:-3].rsplit("-", 1)[1]] += 1
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def _names(folder: str) -> set[str]:
+    try:
+        with os.scandir(folder) as it:
+            return {e.name for e in it}
+    except OSError:
+        return set()
+
+
+def _add_root(plan: DatasetPlan, folder: str) -> None:
+    if folder in plan.roots:
+        return
+    if os.path.isdir(folder):
+        plan.roots.append(folder)
+    else:
+        plan.notes.append(f"cache folder {folder} does not exist: every entry expected there is missing")

@@ -1,0 +1,81 @@
+"""Pair what a scan found with what the dataset expects, one cache folder at a time.
+
+The engine hands over each walked folder's files when the folder closes; expected entries of
+folders the walk never reached (a cache folder that does not exist, a manifest naming files
+outside the targets) are settled at the end with one ``stat`` each. Only the entry checks in
+``checks/`` judge; this module only pairs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cachedoctor.checks import ENTRY_CHECKS, Found, is_temp_name
+from cachedoctor.findings import Finding
+from cachedoctor.layouts.interface import DatasetPlan, Expected
+
+#: When more than this share of at least _MASS_MIN pairings look stale by mtime alone, the
+#: dataset was copied without its times (cp -r, rsync without -t), not edited item by item.
+_MASS_SHARE = 0.5
+_MASS_MIN = 20
+
+
+class DatasetMatcher:
+    def __init__(self, plan: DatasetPlan) -> None:
+        self.plan = plan
+        self.findings: list[Finding] = []
+        self._mtime_stale: list[Finding] = []
+        self._paired = 0
+
+    def close_folder(self, folder: str, found: dict[str, Found]) -> None:
+        expected = self.plan.expected.pop(folder, {})
+        owned = self.plan.owns(folder)
+        for path, item in found.items():
+            entries = expected.pop(path, None)
+            if entries is None:
+                if owned and self.plan.is_entry_name(path) and not is_temp_name(path):
+                    self._judge(None, item)
+                continue
+            for entry in entries:
+                self._judge(entry, item)
+        for entries in expected.values():
+            for entry in entries:
+                self._judge(entry, None)
+
+    def finish(self) -> list[Finding]:
+        """Settle the folders the walk never saw, then return every dataset finding."""
+        for folder in sorted(self.plan.expected):
+            for path, entries in sorted(self.plan.expected[folder].items()):
+                item = _stat(path)
+                for entry in entries:
+                    self._judge(entry, item)
+        self.plan.expected.clear()
+        if len(self._mtime_stale) > _MASS_MIN and len(self._mtime_stale) > _MASS_SHARE * self._paired:
+            self.plan.notes.append(
+                f"{len(self._mtime_stale)} of {self._paired} entries are older than their sources: the dataset "
+                "looks copied without its file times, so staleness by mtime was not reported; "
+                "`cachedoctor manifest build` records content hashes for exact staleness")
+        else:
+            self.findings.extend(self._mtime_stale)
+        return self.findings
+
+    def _judge(self, expected: Expected | None, found: Found | None) -> None:
+        if expected is not None and found is not None and expected.in_index:
+            self._paired += 1
+        for check in ENTRY_CHECKS:
+            for finding in check.check_entry(expected, found):
+                if finding.kind == "stale-entry" and finding.details.get("by") == "mtime":
+                    self._mtime_stale.append(finding)
+                else:
+                    self.findings.append(finding)
+
+
+def _stat(path: str) -> Found | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return Found(path, st.st_mtime_ns) if os.path.isfile(path) else None
+
+
+__all__ = ["DatasetMatcher"]
