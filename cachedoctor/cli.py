@@ -105,6 +105,54 @@ def scan(
     return report.exit_code
 
 
+manifest_app = typer.Typer(help="Build a manifest of a dataset: per item its size, mtime, xxh3 and cache path(s).",
+                           no_args_is_help=True)
+app.add_typer(manifest_app, name="manifest")
+
+
+@manifest_app.command("build")
+def manifest_build(
+    dataset: Annotated[Optional[str], typer.Argument(help="The dataset (kohya: image folder; OneTrainer: cache folder).", show_default=False, metavar="DATASET_DIR")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="Where to write the manifest (.jsonl).")] = "manifest.jsonl",
+    layout: Annotated[LayoutName, typer.Option("--layout", help="How the trainer maps dataset items to cache files.", case_sensitive=False)] = LayoutName.AUTO,
+    config: Annotated[Optional[str], typer.Option("--config", help="SimpleTuner multidatabackend.json.")] = None,
+    model_family: Annotated[Optional[str], typer.Option("--model-family", help="SimpleTuner model family / kohya arch suffix.")] = None,
+    output_dir: Annotated[Optional[str], typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")] = None,
+) -> int:
+    """Write one row per cache file: its source's path, size, mtime and xxh3, and the cache path."""
+    import time
+
+    from cachedoctor.layouts import LayoutError, LayoutOptions, plan_for
+    from cachedoctor.manifest_build import ManifestWriteError, build
+
+    env = _ENV.get()
+    if dataset is None and not config:
+        env.error("no DATASET_DIR given; name the dataset folder, or pass --config multidatabackend.json")
+        return EXIT_COULD_NOT_RUN
+    if layout is LayoutName.MANIFEST:
+        env.error("--layout manifest reads a manifest; pick the trainer's layout to build one")
+        return EXIT_COULD_NOT_RUN
+    if config and layout is LayoutName.AUTO:
+        layout = LayoutName.SIMPLETUNER
+    targets = [os.path.abspath(dataset)] if dataset else []
+    started = time.perf_counter()
+    try:
+        if dataset and not os.path.isdir(dataset):
+            raise LayoutError(targets[0], "no such folder; check the path (and that its disk is mounted)")
+        plan, line = plan_for(layout, targets, LayoutOptions(config=config, model_family=model_family, output_dir=output_dir))
+        if plan is None:
+            raise LayoutError(targets[0] if targets else ".", "no trainer layout recognised here; pass --layout kohya|onetrainer|simpletuner")
+        result = build(plan, output)
+    except (LayoutError, ManifestWriteError) as exc:
+        env.error(f"{exc.path}: {exc.message}")
+        return EXIT_COULD_NOT_RUN
+    print(f"{line}\nwrote {result.rows} rows for {plan.items} items to {output} in {time.perf_counter() - started:.2f}s",
+          file=env.stdout)
+    for source in result.unreadable:
+        env.error(f"{source}: cannot read to hash it; fix its permissions, then build again")
+    return EXIT_COULD_NOT_RUN if result.unreadable else 0
+
+
 def _write_report(path: str, write) -> str | None:  # type: ignore[no-untyped-def]
     """Write atomically (temp file beside it, then rename); an error message or ``None``."""
     import tempfile

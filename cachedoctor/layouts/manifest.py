@@ -2,7 +2,8 @@
 
 One row per cache file, as JSON Lines or CSV with a header. ``source`` and ``cache`` are
 required; ``shape`` (``[4,128,128]`` or ``4x128x128``), ``latent_hw``, ``key``, ``xxh3`` (of the
-source, ``xxh3_128`` hex), ``size`` and ``mtime_ns`` are optional. Relative paths start at the
+source, ``xxh3_128`` hex), ``size``, ``mtime_ns`` and ``track`` are optional; ``track: false``
+says the source's changes do not make the entry stale (a caption taken from a file name). Relative paths start at the
 manifest's folder. With ``xxh3`` the staleness check is exact: a source whose size and mtime
 still match the row is taken as unchanged, any other is hashed and compared.
 """
@@ -43,7 +44,7 @@ class ManifestLayout(Layout):
             plan.items += 1
             plan.add(Expected(
                 _abs(base, row["cache"]), source, str(row.get("role") or "latent"),
-                None if st is None or row.get("xxh3") else st.st_mtime_ns,
+                None if st is None or row.get("xxh3") or not _tracked(row) else st.st_mtime_ns,
                 latent_hw=_dims(row.get("latent_hw"), manifest, line, "latent_hw"),
                 latent_key=row.get("key"), shape=_dims(row.get("shape"), manifest, line, "shape"),
                 stale_reason=reason, source_exists=st is not None))
@@ -82,6 +83,10 @@ def _required(path: str, line: int, row: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(row.get(column), str) or not row[column]:
             raise LayoutError(path, f"line {line}: no '{column}' column; every row needs source and cache")
     return row
+
+
+def _tracked(row: dict[str, Any]) -> bool:
+    return str(row.get("track", "true")).lower() not in ("false", "0", "no")
 
 
 def _dims(value: Any, path: str, line: int, column: str) -> tuple[int, ...] | None:

@@ -38,7 +38,7 @@ class OneTrainerLayout(Layout):
             raise LayoutError(roots[0], "no variation-<n>/aggregate.pt below this folder; is it a OneTrainer cache folder?")
         plan = DatasetPlan("onetrainer", roots, entry_suffixes=(".pt",), owned=variations)
         first_of_group: set[str] = set()
-        absent_total = listed_total = 0
+        absent_total = 0
         for variation in variations:
             items = _read_aggregate(os.path.join(variation, AGGREGATE), plan)
             if items is None:
@@ -47,11 +47,11 @@ class OneTrainerLayout(Layout):
             group = os.path.dirname(variation)
             bases = _bases(variation, roots)
             resolved = [_resolve(item.get("image_path"), bases) for item in items]
+            listed = sum(1 for p in resolved if p is not None)
             present = sum(1 for p in resolved if p is not None and os.path.exists(p))
-            listed_total += len(items)
             have_dataset = present > 0
-            if not have_dataset and items:
-                absent_total += len(items)
+            if listed and not have_dataset:
+                absent_total += listed
             for i, (item, image) in enumerate(zip(items, resolved)):
                 _expect_item(plan, variation, i, item, image, kind, have_dataset)
             if kind == "image":
@@ -67,6 +67,9 @@ class OneTrainerLayout(Layout):
 
 def _expect_item(plan: DatasetPlan, variation: str, i: int, item: dict, image: str | None, kind: str,
                  have_dataset: bool) -> None:
+    if image is None and "image_path" not in item:  # text variations list no paths (empty dicts)
+        plan.add(Expected(os.path.join(variation, f"{i}.pt"), f"{os.path.join(variation, AGGREGATE)}#{i}", kind))
+        return
     source = image or str(item.get("image_path"))
     exists = image is not None and os.path.exists(image)
     hw = _latent_hw(item.get("crop_resolution")) if kind == "image" else None

@@ -9,6 +9,7 @@ outside the targets) are settled at the end with one ``stat`` each. Only the ent
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from cachedoctor.checks import ENTRY_CHECKS, Found, is_temp_name
 from cachedoctor.findings import Finding
@@ -27,9 +28,11 @@ class DatasetMatcher:
         self._mtime_stale: list[Finding] = []
         self._paired = 0
 
-    def close_folder(self, folder: str, found: dict[str, Found]) -> None:
+    def close_folder(self, folder: str, found: dict[str, Found], file_findings: list[Finding]) -> list[Finding]:
+        """Judge the folder's pairings; return its file findings with their dataset item filled in."""
         expected = self.plan.expected.pop(folder, {})
         owned = self.plan.owns(folder)
+        sources: dict[str, str] = {}
         for path, item in found.items():
             entries = expected.pop(path, None)
             if entries is None:
@@ -37,10 +40,14 @@ class DatasetMatcher:
                     self._judge(None, item)
                 continue
             for entry in entries:
+                if entry.in_index and entry.source_exists:
+                    sources.setdefault(path, entry.source)
                 self._judge(entry, item)
         for entries in expected.values():
             for entry in entries:
                 self._judge(entry, None)
+        return [replace(f, source=sources[f.path]) if f.source is None and f.path in sources else f
+                for f in file_findings]
 
     def finish(self) -> list[Finding]:
         """Settle the folders the walk never saw, then return every dataset finding."""

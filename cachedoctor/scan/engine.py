@@ -60,13 +60,14 @@ class ScanResult:
 
 
 class _FolderState:
-    __slots__ = ("path", "pending", "groups", "found")
+    __slots__ = ("path", "pending", "groups", "found", "findings")
 
     def __init__(self, path: str, pending: int) -> None:
         self.path = path
         self.pending = pending
         self.groups: dict[str, list[PeerEntry]] = defaultdict(list)
         self.found: dict[str, Found] = {}
+        self.findings: list[Finding] = []  # dataset scans: held until the folder's sources are known
 
 
 def scan(targets: list[str], options: ScanOptions = ScanOptions(), progress: Progress | None = None,
@@ -181,7 +182,7 @@ class _Collector:
             stats.bytes_read += o.size
             if o.format:
                 stats.formats[o.format] += 1
-            self.findings.extend(o.findings)
+            (state.findings if matcher is not None else self.findings).extend(o.findings)
             if o.group is not None and o.peer is not None:
                 state.groups[o.group].append(o.peer)
         state.pending -= 1
@@ -193,14 +194,16 @@ class _Collector:
     def close_empty(self, path: str) -> None:
         """A folder with no cache files at all: every entry expected in it is missing."""
         if self.matcher is not None:
-            self.matcher.close_folder(path, {})
+            self.matcher.close_folder(path, {}, [])
 
     def _close(self, state: _FolderState) -> None:
-        if self.matcher is not None:
-            self.matcher.close_folder(state.path, state.found)
+        found = state.findings
         for entries in state.groups.values():
             if len(entries) < 2:
                 continue
             group = PeerGroup(state.path, tuple(entries))
             for check in PEER_CHECKS:
-                self.findings.extend(check.check_peers(group))
+                found.extend(check.check_peers(group))
+        if self.matcher is not None:
+            found = self.matcher.close_folder(state.path, state.found, found)
+        self.findings.extend(found)

@@ -1,0 +1,108 @@
+"""``cachedoctor manifest build``: record each dataset item's content next to its cache path.
+
+A later ``scan --manifest`` then reports staleness exactly (by xxh3, not by mtime). Sources are
+hashed on a small thread pool in streamed 1 MiB blocks, and rows are written as they complete
+in order, so memory stays flat apart from the plan itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from cachedoctor.layouts.interface import DatasetPlan, Expected
+from cachedoctor.layouts.manifest import file_xxh3
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    rows: int
+    unreadable: list[str]
+
+
+class ManifestWriteError(Exception):
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def entries(plan: DatasetPlan) -> Iterator[tuple[str, Expected]]:
+    """``(source, entry)`` for every item of the plan, colliding items each on their own row."""
+    for folder in sorted(plan.expected):
+        for path in sorted(plan.expected[folder]):
+            for entry in plan.expected[folder][path]:
+                if not entry.in_index or not entry.source_exists:
+                    continue
+                for source in (entry.source, *entry.also):
+                    yield source, entry
+
+
+def build(plan: DatasetPlan, output: str, *, workers: int | None = None) -> BuildResult:
+    """Write the manifest for ``plan`` to ``output`` atomically (temp file, fsync, rename)."""
+    output = os.path.abspath(output)
+    base = os.path.dirname(output)
+    pairs = list(entries(plan))
+    unreadable: list[str] = []
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".cachedoctor-manifest-", dir=base)
+    except OSError as exc:
+        raise ManifestWriteError(output, f"cannot write here ({exc.strerror or exc}); choose another -o") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out, \
+                ThreadPoolExecutor(max_workers=workers or min(8, (os.cpu_count() or 1) * 2)) as pool:
+            hashed = pool.map(_facts, (s if e.source_mtime_ns is not None else None for s, e in pairs))
+            for (source, entry), facts in zip(pairs, hashed):
+                if facts is None:
+                    unreadable.append(source)
+                    continue
+                out.write(json.dumps(_row(base, source, entry, facts), sort_keys=False) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, output)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise ManifestWriteError(output, f"cannot write the manifest ({exc.strerror or exc}); nothing was changed") from None
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return BuildResult(len(pairs) - len(unreadable), unreadable)
+
+
+def _facts(source: str | None) -> tuple[int, int, str] | None:
+    if source is None:
+        return (0, 0, "")
+    try:
+        st = os.stat(source)
+    except OSError:
+        return None
+    digest = file_xxh3(source)
+    return None if digest is None else (st.st_size, st.st_mtime_ns, digest)
+
+
+def _row(base: str, source: str, entry: Expected, facts: tuple[int, int, str]) -> dict[str, Any]:
+    size, mtime, digest = facts
+    row: dict[str, Any] = {"source": _rel(source, base), "cache": _rel(entry.path, base), "role": entry.role}
+    if entry.shape is not None:
+        row["shape"] = list(entry.shape)
+    if entry.latent_hw is not None:
+        row["latent_hw"] = list(entry.latent_hw)
+    if entry.latent_key is not None:
+        row["key"] = entry.latent_key
+    if entry.source_mtime_ns is None:  # the layout says the source's content does not decide the entry
+        row["track"] = False  # (a caption taken from the file name, a text entry with no caption file)
+    else:
+        row.update(size=size, mtime_ns=mtime, xxh3=digest)
+    return row
+
+
+def _rel(path: str, base: str) -> str:
+    try:
+        rel = os.path.relpath(path, base)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if rel.startswith(".." + os.sep + "..") else rel
