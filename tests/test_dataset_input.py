@@ -200,3 +200,74 @@ def test_manifest_build_of_a_folder_with_no_known_layout(tmp_path: Path) -> None
     code, _, err = cli("manifest", "build", str(tmp_path), "-o", str(tmp_path / "m.jsonl"), cwd=tmp_path)
     assert code == 2 and "no trainer layout recognised here; pass --layout" in err
     assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_kohya_text_encoder_output_is_stale_when_its_caption_changed(copy) -> None:  # type: ignore[no-untyped-def]
+    root = copy("kohya-healthy")
+    folder = root / "kohya-healthy" / "train" / "10_subject"
+    te = sorted(folder.glob("*_te_outputs.npz"))[0]
+    stem = te.name[: -len("_te_outputs.npz")]
+    caption = folder / f"{stem}.txt"
+    caption.write_text("a new caption")
+    os.utime(caption, ns=(te.stat().st_mtime_ns + 10**12, te.stat().st_mtime_ns + 10**12))
+    code, out, _ = cli("scan", "kohya-healthy/train", "--layout", "kohya", "--format", "json", cwd=root)
+    rel = os.path.relpath(folder, root)
+    assert found(json.loads(out), root) == [("stale-entry", f"{rel}/{te.name}", f"{rel}/{stem}.txt", "recompute")]
+
+
+def _simpletuner(tmp_path: Path, captions: dict[str, str], strategy: str) -> Path:
+    """A one-dataset SimpleTuner set-up with every latent and embed in place."""
+    import hashlib
+
+    from PIL import Image
+
+    data, vae, text = tmp_path / "data", tmp_path / "vae", tmp_path / "text"
+    for folder in (data, vae, text):
+        folder.mkdir()
+    config = [{"id": "d", "type": "local", "instance_data_dir": str(data), "cache_dir_vae": str(vae),
+               "caption_strategy": strategy},
+              {"id": "t", "type": "local", "dataset_type": "text_embeds", "default": True, "cache_dir": str(text)}]
+    (tmp_path / "multidatabackend.json").write_text(json.dumps(config))
+    embed = {"prompt_embeds": torch.zeros(1, 4, 8), "pooled_prompt_embeds": torch.zeros(8)}
+    save_pt(text / f"{hashlib.md5(b'').hexdigest()}-sdxl.pt", embed)
+    for name, caption in captions.items():
+        Image.new("RGB", (16, 16)).save(data / name)
+        save_pt(vae / f"{hashlib.sha256(Path(name).stem.encode()).hexdigest()}.pt", torch.zeros(4, 2, 2))
+        if strategy == "textfile":
+            (data / f"{Path(name).stem}.txt").write_text(caption)
+    return tmp_path
+
+
+def _embed(tmp_path: Path, caption: str) -> Path:
+    import hashlib
+
+    return tmp_path / "text" / f"{hashlib.md5(caption.encode()).hexdigest()}-sdxl.pt"
+
+
+def test_simpletuner_multi_line_caption_files_need_one_embed_per_line(tmp_path: Path) -> None:
+    root = _simpletuner(tmp_path, {"cat.png": "a cat\nA Cat, sitting\n\n"}, "textfile")
+    embed = {"prompt_embeds": torch.zeros(1, 4, 8), "pooled_prompt_embeds": torch.zeros(8)}
+    save_pt(_embed(root, "a cat"), embed)  # the second line's embed is missing
+    code, out, _ = cli("scan", "--config", "multidatabackend.json", "--model-family", "sdxl", "--format", "json", cwd=root)
+    assert found(json.loads(out), root) == [
+        ("missing-entry", os.path.relpath(_embed(root, "A Cat, sitting"), root), "data/cat.txt", "recompute")]
+    assert code == 1
+
+
+def test_simpletuner_filename_captions_replace_underscores(tmp_path: Path) -> None:
+    root = _simpletuner(tmp_path, {"a_red_car.png": ""}, "filename")
+    embed = {"prompt_embeds": torch.zeros(1, 4, 8), "pooled_prompt_embeds": torch.zeros(8)}
+    save_pt(_embed(root, "a_red_car"), embed)  # named after the raw stem: wrong, so missing + orphan
+    code, out, _ = cli("scan", "--config", "multidatabackend.json", "--model-family", "sdxl", "--format", "json", cwd=root)
+    assert found(json.loads(out), root) == [
+        ("missing-entry", os.path.relpath(_embed(root, "a red car"), root), "data/a_red_car.png", "recompute"),
+        ("orphan-entry", os.path.relpath(_embed(root, "a_red_car"), root), None, "quarantine"),
+    ]
+    assert code == 1
+
+
+def test_simpletuner_null_caption_embed_is_not_an_orphan(tmp_path: Path) -> None:
+    root = _simpletuner(tmp_path, {"cat.png": "a cat"}, "textfile")
+    save_pt(_embed(root, "a cat"), {"prompt_embeds": torch.zeros(1, 4, 8), "pooled_prompt_embeds": torch.zeros(8)})
+    code, out, _ = cli("scan", "--config", "multidatabackend.json", "--format", "json", cwd=root)
+    assert (code, json.loads(out)["findings"]) == (0, [])

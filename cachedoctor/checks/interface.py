@@ -74,11 +74,13 @@ class Found:
 
     ``tensors`` holds ``(key, shape)`` with the keys as saved (``latents_16x12``, not normalised);
     it is empty when the file could not be read or was never read (outside the walked folders).
+    ``values`` holds the few tiny numeric arrays readers keep (kohya's ``original_size_<h>x<w>``).
     """
 
     path: str
     mtime_ns: int
     tensors: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    values: tuple[tuple[str, tuple[float, ...]], ...] = ()  # tiny arrays by key (kohya original_size)
 
 
 class Check(abc.ABC):

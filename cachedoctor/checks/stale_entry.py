@@ -1,6 +1,7 @@
 """``stale-entry``: the source changed after its cache entry was written.
 
-Judged by content where the layout recorded it (a manifest's xxh3, kohya's ``original_size``),
+Judged by content where it was recorded (a manifest's xxh3, kohya's ``original_size`` against
+the image's header),
 otherwise by modification time with a small tolerance for coarse file-system clocks. A trainer
 reading a stale entry trains on the old image or caption without a word.
 """
@@ -27,13 +28,26 @@ class StaleEntry(Check):
     def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
         if expected is None or found is None or not expected.source_exists or not expected.in_index:
             return
+        recorded = _recorded_size(found)
         if expected.stale_reason:
             yield self.finding(found.path, expected.stale_reason, source=expected.source, by="content")
+        elif expected.image_size is not None and recorded is not None and recorded != expected.image_size:
+            yield self.finding(found.path, f"original_size records {recorded[0]}x{recorded[1]} but the image is now "
+                               f"{expected.image_size[0]}x{expected.image_size[1]}", source=expected.source,
+                               by="content", recorded=list(recorded), image_size=list(expected.image_size))
         elif is_stale_by_mtime(expected, found):
             assert expected.source_mtime_ns is not None
             ahead = (expected.source_mtime_ns - found.mtime_ns) / 1e9
             yield self.finding(found.path, f"the source was modified {_ago(ahead)} after this entry was written",
                                source=expected.source, by="mtime", seconds_newer=round(ahead, 1))
+
+
+def _recorded_size(found: Found) -> tuple[int, int] | None:
+    """kohya's ``original_size`` (or ``original_size_<h>x<w>``): the image's (W, H) at caching."""
+    for key, values in found.values:
+        if (key == "original_size" or key.startswith("original_size_")) and len(values) == 2:
+            return int(values[0]), int(values[1])
+    return None
 
 
 def is_stale_by_mtime(expected: Expected, found: Found) -> bool:

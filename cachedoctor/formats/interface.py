@@ -106,6 +106,7 @@ class FileMeta:
     deep: bool = False
     crc_mismatches: tuple[MemberCrc, ...] = ()
     digest: str | None = None  # deep mode: xxh3-128 of the whole file, hex
+    values: tuple[tuple[str, tuple[float, ...]], ...] = ()  # tiny numeric arrays (kohya original_size), free to read
 
 
 class ReadError(Exception):

@@ -7,6 +7,7 @@ to its end) and counts NaN/Inf.
 
 from __future__ import annotations
 
+import struct
 import zlib
 
 from cachedoctor.formats import _deep
@@ -22,8 +23,8 @@ def _is_npz(directory: ZipDirectory) -> bool:
     return bool(directory.members) and all(name.endswith(".npy") for name in directory.members)
 
 
-def _member_header(src: Source, member: ZipMember) -> tuple[NpyHeader, int]:
-    """The member's .npy header and where its compressed bytes start in the file."""
+def _member_header(src: Source, member: ZipMember) -> tuple[NpyHeader, int, bytes]:
+    """The member's .npy header, where its compressed bytes start, and its first bytes."""
     local = src.read_at(member.header_offset, 30 + len(member.name.encode()) + 256)
     start = data_offset(local, member)
     first = src.read_at(start, min(member.compressed_size, _HEADER_READ))
@@ -34,7 +35,21 @@ def _member_header(src: Source, member: ZipMember) -> tuple[NpyHeader, int]:
             raise ReadError("bad-zip", f"member {member.name} does not inflate: {exc}") from None
     elif member.method != STORED:
         raise ReadError("bad-zip", f"member {member.name} uses unsupported compression {member.method}")
-    return parse_header(first, member.name), start
+    return parse_header(first, member.name), start, first
+
+
+#: Arrays of at most this many bytes have their values read (they are in the block already read):
+#: kohya's ``original_size`` and ``crop_ltrb``, which the dataset comparison checks.
+_SMALL = 64
+_CODES = {"int64": "q", "int32": "i", "int16": "h", "uint8": "B", "float64": "d", "float32": "f"}
+
+
+def small_values(header: NpyHeader, first: bytes) -> tuple[float, ...] | None:
+    code = _CODES.get(header.dtype)
+    end = header.data_start + header.nbytes
+    if code is None or header.fortran_order or header.nbytes > _SMALL or len(first) < end:
+        return None
+    return struct.unpack_from(f"<{header.nbytes // header.itemsize}{code}", first, header.data_start)
 
 
 class NpzReader(FormatReader):
@@ -49,8 +64,12 @@ class NpzReader(FormatReader):
         foreign: list[str] = []
         crc_bad: tuple = ()
         digest = None
+        values: list[tuple[str, tuple[float, ...]]] = []
         for name, member in directory.members.items():
-            header, start = _member_header(src, member)
+            header, start, first = _member_header(src, member)
+            small = small_values(header, first)
+            if small is not None:
+                values.append((name[:-4], small))
             tensor = tensor_from(name[:-4], name, header, member.size - header.data_start)
             if header.is_object:
                 foreign.append(f"{name}: numpy object array (pickled)")
@@ -67,4 +86,5 @@ class NpzReader(FormatReader):
             crc_bad = _deep.crc_mismatches(src, directory, _deep.member_starts(src, directory))
             digest = _deep.digest(src.buffer)
         return FileMeta(path, self.name, src.size, container="dict", tensors=tuple(tensors),
-                        foreign_globals=tuple(foreign), deep=deep, crc_mismatches=crc_bad, digest=digest)
+                        foreign_globals=tuple(foreign), deep=deep, crc_mismatches=crc_bad, digest=digest,
+                        values=tuple(values))

@@ -63,6 +63,7 @@ class Expected:
     also: tuple[str, ...] = ()
     source_exists: bool = True
     in_index: bool = True
+    image_size: tuple[int, int] | None = None  # (W, H): an entry's recorded original_size must match
 
 
 @dataclass(slots=True)

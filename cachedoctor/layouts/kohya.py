@@ -5,7 +5,9 @@ resized image needs a new file), or ``<stem>.npz`` from older versions. Text-enc
 are ``<stem>_te_outputs.npz`` (SDXL) or ``<stem>_<arch>_te.npz``; when a folder holds any, every
 image in it needs one. ``latents_<h>x<w>`` keys are checked against their shapes by
 ``shape-mismatch`` without the dataset; here the dataset adds missing, orphan, stale and
-collision findings, and the recorded ``original_size`` of old-style files.
+collision findings. Each entry's recorded ``original_size`` must equal the image's size from its
+header (which only an old-style name can get wrong: a new-style name carries the size). When a
+``<stem>.npz`` exists, sd-scripts uses it whatever else is there, and so does this layout.
 """
 
 from __future__ import annotations
@@ -76,33 +78,13 @@ def _expect_image(plan: DatasetPlan, folder: str, image: os.DirEntry, size: tupl
     mtime = image.stat().st_mtime_ns
     current = f"{name_stem}_{w:04d}x{h:04d}_{arch}.npz"
     legacy = f"{name_stem}.npz"
-    stale = None
-    path = os.path.join(folder, current)
-    if current not in names and legacy in names:
-        path = os.path.join(folder, legacy)
-        stale = _legacy_size_change(path, size)
-    plan.add(Expected(path, image.path, "latent", mtime, stale_reason=stale))
+    # sd-scripts uses an old-style <stem>.npz whenever one exists
+    path = os.path.join(folder, legacy if legacy in names else current)
+    plan.add(Expected(path, image.path, "latent", mtime, image_size=size))
     if te_suffix is not None:
         caption = next((os.path.join(folder, name_stem + s) for s in _CAPTION_SUFFIXES if name_stem + s in names), None)
         caption_mtime = os.stat(caption).st_mtime_ns if caption else None
         plan.add(Expected(os.path.join(folder, name_stem + te_suffix), caption or image.path, "text", caption_mtime))
-
-
-def _legacy_size_change(path: str, size: tuple[int, int]) -> str | None:
-    """An old ``<stem>.npz`` has no size in its name: compare its recorded ``original_size``."""
-    from cachedoctor.formats.interface import ReadError
-    from cachedoctor.formats.small_values import read_npz_numbers
-
-    try:
-        recorded = read_npz_numbers(path, "original_size")
-    except (OSError, ReadError):
-        return None  # unreadable: the scan reports the file itself
-    if recorded is None or len(recorded) != 2:
-        return None
-    if (int(recorded[0]), int(recorded[1])) != size:
-        return (f"original_size records {int(recorded[0])}x{int(recorded[1])} but the image is now "
-                f"{size[0]}x{size[1]}")
-    return None
 
 
 def _te_suffix(names: set[str], arch: str) -> str | None:

@@ -45,7 +45,8 @@ class SimpleTunerLayout(Layout):
         default_text = next((b for b in texts.values() if b.raw.get("default")), None)
         if default_text is None and len(texts) == 1:
             default_text = next(iter(texts.values()))
-        family = cfg.model_family or _family_from_files(texts.values())
+        # the suffix on the files wins over config.json: it is what the trainer wrote
+        family = options.model_family or _family_from_files(texts.values()) or cfg.model_family
         if texts and family is None:
             plan.notes.append("model family unknown, so text embeds were not compared; pass --model-family")
         for backend in cfg.backends:

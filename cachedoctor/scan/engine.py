@@ -171,7 +171,7 @@ class _Collector:
         for o in outcomes:
             stats.files_seen += 1
             if matcher is not None:
-                state.found[o.path] = Found(o.path, o.mtime_ns, o.shapes)
+                state.found[o.path] = Found(o.path, o.mtime_ns, o.shapes, o.values)
             if o.status == "error":
                 self.errors.append(ScanError(o.path, o.error or "unreadable"))
                 continue

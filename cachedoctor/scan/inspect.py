@@ -32,6 +32,7 @@ class Outcome:
     error: str | None = None
     mtime_ns: int = 0  # dataset scans only, like ``shapes``
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    values: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
 
 def inspect_path(path: str, *, deep: bool) -> Outcome:
@@ -108,4 +109,4 @@ def _with_entry_facts(path: str, deep: bool) -> Outcome:
         mtime = 0
     outcome, meta = _inspect(path, deep)
     shapes = tuple((t.key, t.shape) for t in meta.tensors) if meta is not None else ()
-    return replace(outcome, mtime_ns=mtime, shapes=shapes)
+    return replace(outcome, mtime_ns=mtime, shapes=shapes, values=meta.values if meta is not None else ())
