@@ -7,6 +7,7 @@ the same size. Nothing can repair that but a rename, so the fix is ``none``.
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 from cachedoctor.checks.interface import Check, Found
@@ -24,6 +25,6 @@ class NameCollision(Check):
         if expected is None or not expected.also:
             return
         sources = sorted({expected.source, *expected.also})
-        names = ", ".join(sources)
+        names = ", ".join(os.path.basename(s) for s in sources)
         yield self.finding(expected.path, f"{len(sources)} items share this {expected.role} cache file: {names}; "
                            "rename all but one", source=sources[0], sources=sources)

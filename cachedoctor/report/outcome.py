@@ -72,16 +72,19 @@ class ScanReport:
     def next_step(self, show: Callable[[str], str] = str) -> str:
         """One sentence on what to run next; ``show`` renders paths (relative in the table)."""
         targets = " ".join(_quote(show(t)) for t in self.result.targets)
+        deep_hint = f"`cachedoctor scan --deep {targets}` also checks CRCs and NaN/Inf."
+        if self.result.dataset is not None:  # the cache folders came from the dataset, not the user
+            deep_hint = "The same command with --deep also checks CRCs and NaN/Inf."
         if self.result.errors:
             return "Fix the access problems above and scan again; the files listed were not checked."
         if not self.findings:
             if self.result.options.deep:
                 return "The cache is healthy."
-            return f"`cachedoctor scan --deep {targets}` also checks CRCs and NaN/Inf."
+            return deep_hint
         fixes = ", ".join(f"{n} to {fix}" for fix, n in self.by_fix().items() if fix != "none")
         hint = f"Files to fix: {fixes}." if fixes else ""
         if not self.result.options.deep:
-            hint += f" `cachedoctor scan --deep {targets}` also checks CRCs and NaN/Inf."
+            hint += f" {deep_hint}"
         return hint.strip()
 
     def summary(self) -> dict[str, Any]:
