@@ -108,3 +108,22 @@ def test_every_layout_plants_every_kind_that_applies() -> None:
     for name in CASES:
         if name.endswith("-healthy"):
             assert CASES[name]["findings"] == []
+
+
+@pytest.mark.parametrize("case", ["simpletuner", "kohya", "onetrainer"])
+def test_worker_pool_finds_the_same(tree: Path, case: str) -> None:
+    code, out, err = cli("scan", *CASES[case]["args"], "--format", "json", "--workers", "2", cwd=tree)
+    assert err == ""
+    assert found(json.loads(out), tree) == planted(case)
+
+
+def test_dataset_scans_import_neither_torch_nor_numpy(tree: Path) -> None:
+    import subprocess
+    import sys
+
+    argvs = [CASES[name]["args"] for name in ("simpletuner", "kohya", "onetrainer", "manifest")]
+    code = ("import io, sys; from cachedoctor.cli import run; from cachedoctor.environment import Environment; "
+            f"codes = [run(['scan', *a, '--format', 'json', '-j', '1'], Environment(stdout=io.StringIO())) for a in {argvs!r}]; "
+            "print(codes, sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tree)
+    assert out.stdout.strip() == "[1, 1, 1, 1] []"
