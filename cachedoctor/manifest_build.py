@@ -93,6 +93,8 @@ def _row(base: str, source: str, entry: Expected, facts: tuple[int, int, str]) -
         row["latent_hw"] = list(entry.latent_hw)
     if entry.latent_key is not None:
         row["key"] = entry.latent_key
+    if entry.shared:
+        row["shared"] = True
     if entry.source_mtime_ns is None:  # the layout says the source's content does not decide the entry
         row["track"] = False  # (a caption taken from the file name, a text entry with no caption file)
     else:

@@ -48,7 +48,8 @@ class Expected:
     it (``""`` for a bare tensor, ``None``: the largest tensor of rank >= 3). ``shape`` is an
     exact expected shape (manifests). ``stale_reason`` is set when the layout already knows
     the entry is out of date (a manifest hash that differs, a recorded image size that
-    differs). ``source_exists`` is false when the cache's own index lists an item that is gone;
+    differs). ``shared`` marks an entry named after its content (SimpleTuner's embed of a
+    caption), which any number of items may share without a collision. ``source_exists`` is false when the cache's own index lists an item that is gone;
     ``in_index`` is false for an item the cache's index does not list at all.
     """
 
@@ -64,6 +65,7 @@ class Expected:
     source_exists: bool = True
     in_index: bool = True
     image_size: tuple[int, int] | None = None  # (W, H): an entry's recorded original_size must match
+    shared: bool = False  # named after content (a caption's hash): many items may rightly share it
 
 
 @dataclass(slots=True)
@@ -90,8 +92,8 @@ class DatasetPlan:
             folder.setdefault(entry.path, []).append(entry)
             return
         first = found[0]
-        if entry.source == first.source or entry.source in first.also:
-            return  # the same item named twice (e.g. two captions file lines alike)
+        if entry.shared or entry.source == first.source or entry.source in first.also:
+            return  # one embed for many images with one caption; or the same item named twice
         found[0] = replace(first, also=first.also + (entry.source,))
 
     def count(self) -> int:

@@ -2,8 +2,9 @@
 
 One row per cache file, as JSON Lines or CSV with a header. ``source`` and ``cache`` are
 required; ``shape`` (``[4,128,128]`` or ``4x128x128``), ``latent_hw``, ``key``, ``xxh3`` (of the
-source, ``xxh3_128`` hex), ``size``, ``mtime_ns`` and ``track`` are optional; ``track: false``
-says the source's changes do not make the entry stale (a caption taken from a file name). Relative paths start at the
+source, ``xxh3_128`` hex), ``size``, ``mtime_ns`` and ``track`` and ``shared`` are optional; ``track: false`` says the source's changes do not make the
+entry stale (a caption taken from a file name), ``shared: true`` that several rows may name the
+same cache file (an embed named after its caption) without a collision. Relative paths start at the
 manifest's folder. With ``xxh3`` the staleness check is exact: a source whose size and mtime
 still match the row is taken as unchanged, any other is hashed and compared.
 """
@@ -47,7 +48,7 @@ class ManifestLayout(Layout):
                 None if st is None or row.get("xxh3") or not _tracked(row) else st.st_mtime_ns,
                 latent_hw=_dims(row.get("latent_hw"), manifest, line, "latent_hw"),
                 latent_key=row.get("key"), shape=_dims(row.get("shape"), manifest, line, "shape"),
-                stale_reason=reason, source_exists=st is not None))
+                stale_reason=reason, source_exists=st is not None, shared=_flag(row, "shared", False)))
         return plan
 
 
@@ -86,7 +87,14 @@ def _required(path: str, line: int, row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tracked(row: dict[str, Any]) -> bool:
-    return str(row.get("track", "true")).lower() not in ("false", "0", "no")
+    return _flag(row, "track", True)
+
+
+def _flag(row: dict[str, Any], column: str, default: bool) -> bool:
+    value = row.get(column)
+    if value in (None, ""):
+        return default
+    return str(value).lower() not in ("false", "0", "no")
 
 
 def _dims(value: Any, path: str, line: int, column: str) -> tuple[int, ...] | None:

@@ -130,7 +130,7 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
             for caption in captions:
                 if prefix:
                     caption = f"{prefix} {caption}"
-                plan.add(Expected(embed_path(text_dir, caption, family), source, "text", source_mtime))
+                plan.add(Expected(embed_path(text_dir, caption, family), source, "text", source_mtime, shared=True))
     if no_caption:
         plan.notes.append(f"dataset {backend.id!r}: {no_caption} image(s) have no caption file; their text embeds were not compared")
 
