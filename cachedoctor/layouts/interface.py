@@ -84,9 +84,10 @@ class DatasetPlan:
     entry_suffixes: tuple[str, ...] = (".pt", ".npz", ".safetensors", ".npy")
     source_suffixes: tuple[str, ...] = ()  # files in walked folders that are dataset items, not cache
 
-    def add(self, entry: Expected) -> None:
-        """Expect ``entry``; a second item with the same path becomes a collision."""
-        folder = self.expected.setdefault(os.path.dirname(entry.path), {})
+    def add(self, entry: Expected, folder_path: str | None = None) -> None:
+        """Expect ``entry`` (in ``folder_path``, its folder, when the caller knows it); a second
+        item with the same path becomes a collision."""
+        folder = self.expected.setdefault(folder_path or os.path.dirname(entry.path), {})
         found = folder.get(entry.path)
         if found is None or not entry.in_index:
             folder.setdefault(entry.path, []).append(entry)

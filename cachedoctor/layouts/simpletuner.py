@@ -24,6 +24,7 @@ from cachedoctor.layouts._images import SOURCE_SUFFIXES, stem, walk_images
 from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions
 
 CONFIG_NAMES = ("multidatabackend.json", os.path.join("config", "multidatabackend.json"))
+_CAPTION_LIMIT = 1 << 20  # a caption file larger than this is not a caption
 
 
 class SimpleTunerLayout(Layout):
@@ -80,10 +81,6 @@ def find_config(targets: list[str]) -> str | None:
     return None
 
 
-def vae_name(image_name: str) -> str:
-    return hashlib.sha256(stem(image_name).encode()).hexdigest() + ".pt"
-
-
 def embed_path(cache_dir: str, caption: str, family: str) -> str:
     return os.path.join(cache_dir, f"{hashlib.md5(caption.encode()).hexdigest()}-{family}.pt")
 
@@ -111,48 +108,54 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
         cache_names = _names(cache_folder) if cache_folder else set()
         for image in images:
             plan.items += 1
-            mtime = image.stat().st_mtime_ns
+            image_stem = stem(image.name)
             if cache_folder is not None:
-                name = vae_name(image.name)
-                legacy = stem(image.name) + ".pt"
+                legacy = image_stem + ".pt"
+                name = hashlib.sha256(image_stem.encode()).hexdigest() + ".pt"
                 if legacy in cache_names and name not in cache_names:
                     name = legacy
                 rel_image = image.name if rel == "." else os.path.join(rel, image.name)
-                plan.add(Expected(os.path.join(cache_folder, name), image.path, "latent", mtime,
-                                  latent_hw=buckets.get(rel_image)))
+                plan.add(Expected(os.path.join(cache_folder, name), image.path, "latent", image.stat().st_mtime_ns,
+                                  latent_hw=buckets.get(rel_image)), cache_folder)
             if text_dir is None or family is None:
                 continue
-            captions, source = _captions(strategy, image, names, backend.raw)
+            captions, source, source_mtime = _captions(strategy, folder, image_stem, image.path, names, backend.raw)
             if captions is None:
                 no_caption += 1
                 continue
-            source_mtime = os.stat(source).st_mtime_ns if source != image.path else None
             for caption in captions:
                 if prefix:
                     caption = f"{prefix} {caption}"
-                plan.add(Expected(embed_path(text_dir, caption, family), source, "text", source_mtime, shared=True))
+                plan.add(Expected(embed_path(text_dir, caption, family), source, "text", source_mtime, shared=True),
+                         text_dir)
     if no_caption:
         plan.notes.append(f"dataset {backend.id!r}: {no_caption} image(s) have no caption file; their text embeds were not compared")
 
 
-def _captions(strategy: str, image: os.DirEntry, names: set[str], raw: dict[str, Any]) -> tuple[list[str] | None, str]:
-    """The captions SimpleTuner derives for ``image`` and the file they come from."""
+def _captions(strategy: str, folder: str, image_stem: str, image: str, names: set[str],
+              raw: dict[str, Any]) -> tuple[list[str] | None, str, int | None]:
+    """The captions SimpleTuner derives for an image, the file they come from and its mtime
+    (``None`` when the caption is not in a file of its own)."""
     if strategy == "textfile":
-        txt = stem(image.name) + ".txt"
+        txt = image_stem + ".txt"
         if txt not in names:
-            return None, image.path
-        path = os.path.join(os.path.dirname(image.path), txt)
+            return None, image, None
+        path = os.path.join(folder, txt)
         try:
-            with open(path, encoding="utf-8", newline="") as handle:
-                text = handle.read()
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                mtime = os.fstat(fd).st_mtime_ns
+                text = os.read(fd, _CAPTION_LIMIT).decode("utf-8")
+            finally:
+                os.close(fd)
         except (OSError, UnicodeDecodeError):
-            return None, path
-        return ([line for line in text.split("\n") if line] if "\n" in text else [text]), path
+            return None, path, None
+        return ([line for line in text.split("\n") if line] if "\n" in text else [text]), path, mtime
     if strategy == "filename":
-        return [stem(image.name).replace("_", " ")], image.path
+        return [image_stem.replace("_", " ")], image, None
     if strategy == "instanceprompt" and isinstance(raw.get("instance_prompt"), str):
-        return [raw["instance_prompt"]], image.path
-    return None, image.path
+        return [raw["instance_prompt"]], image, None
+    return None, image, None
 
 
 def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, tuple[int, int]]:

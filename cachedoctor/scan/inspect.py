@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
@@ -35,33 +35,40 @@ class Outcome:
     values: tuple[tuple[str, tuple[float, ...]], ...] = ()
 
 
-def inspect_path(path: str, *, deep: bool) -> Outcome:
-    """Everything a scan learns about one file on its own."""
-    return _inspect(path, deep)[0]
+def inspect_path(path: str, *, deep: bool, entry_facts: bool = False) -> Outcome:
+    """Everything a scan learns about one file on its own; with ``entry_facts``, also what the
+    dataset comparison needs (the file's mtime, its tensors' raw shapes, tiny values)."""
+    mtime = 0
+    if entry_facts:
+        try:
+            mtime = os.stat(path).st_mtime_ns
+        except OSError:
+            pass
+    return _inspect(path, deep, mtime if entry_facts else None)
 
 
-def _inspect(path: str, deep: bool) -> tuple[Outcome, FileMeta | None]:
+def _inspect(path: str, deep: bool, mtime: int | None) -> Outcome:
     if is_temp_name(path):
-        return _judge(Inspected(path, _size(path), temp=True), fmt=None), None
+        return _judge(Inspected(path, _size(path), temp=True), None, mtime)
     try:
         meta = read_file(path, deep=deep)
     except UnreadableFile as exc:
-        return Outcome(path, 0, "error", error=exc.message), None
+        return Outcome(path, 0, "error", error=exc.message, mtime_ns=mtime or 0)
     except ReadError as exc:
         size = _size(path)
         if exc.problem in _FOREIGN_PROBLEMS and not claims_cache(path):
-            return Outcome(path, size, "skipped"), None  # an empty file, a foreign zip or pickle
-        return _judge(Inspected(path, size, error=exc), fmt=None), None
+            return Outcome(path, size, "skipped", mtime_ns=mtime or 0)  # an empty file, a foreign zip or pickle
+        return _judge(Inspected(path, size, error=exc), None, mtime)
     except Exception as exc:  # a reader bug must not stop a scan of a million files
-        return Outcome(path, _size(path), "error",
-                       error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it"), None
+        return Outcome(path, _size(path), "error", mtime_ns=mtime or 0,
+                       error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it")
     if meta is None:
         size = _size(path)
         if not claims_cache(path):
-            return Outcome(path, size, "skipped"), None
+            return Outcome(path, size, "skipped", mtime_ns=mtime or 0)
         error = ReadError("unknown-format", "not a torch.save, safetensors or npz file, though its name says so")
-        return _judge(Inspected(path, size, error=error), fmt=None), None
-    return _judge(Inspected(path, meta.size, meta=meta), fmt=meta.format), meta
+        return _judge(Inspected(path, size, error=error), None, mtime)
+    return _judge(Inspected(path, meta.size, meta=meta), meta.format, mtime)
 
 
 def _size(path: str) -> int:
@@ -72,11 +79,15 @@ def _size(path: str) -> int:
         return 0
 
 
-def _judge(item: Inspected, fmt: str | None) -> Outcome:
-    deep = item.meta is not None and item.meta.deep
+def _judge(item: Inspected, fmt: str | None, mtime: int | None) -> Outcome:
+    meta = item.meta
+    deep = meta is not None and meta.deep
     findings = tuple(f for check in FILE_CHECKS if deep or not check.deep_only for f in check.check_file(item))
-    group, peer = peer_record(item.meta) if item.meta is not None and not item.meta.foreign_globals else (None, None)
-    return Outcome(item.path, item.size, "read", findings, group, peer, fmt)
+    group, peer = peer_record(meta) if meta is not None and not meta.foreign_globals else (None, None)
+    if mtime is None or meta is None:
+        return Outcome(item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime or 0)
+    return Outcome(item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime,
+                   shapes=tuple((t.key, t.shape) for t in meta.tensors), values=meta.values)
 
 
 def peer_record(meta: FileMeta) -> tuple[str | None, PeerEntry | None]:
@@ -96,17 +107,4 @@ def _peer_key(key: str) -> str:
 
 
 def inspect_chunk(paths: list[str], deep: bool, dataset: bool = False) -> list[Outcome]:
-    if not dataset:
-        return [inspect_path(p, deep=deep) for p in paths]
-    return [_with_entry_facts(p, deep) for p in paths]
-
-
-def _with_entry_facts(path: str, deep: bool) -> Outcome:
-    """The outcome plus what the dataset comparison needs: the entry's mtime and raw shapes."""
-    try:
-        mtime = os.stat(path).st_mtime_ns
-    except OSError:
-        mtime = 0
-    outcome, meta = _inspect(path, deep)
-    shapes = tuple((t.key, t.shape) for t in meta.tensors) if meta is not None else ()
-    return replace(outcome, mtime_ns=mtime, shapes=shapes, values=meta.values if meta is not None else ())
+    return [inspect_path(p, deep=deep, entry_facts=dataset) for p in paths]
