@@ -22,7 +22,6 @@ See bench/README.md for what each figure means.
 from __future__ import annotations
 
 import argparse
-import gc
 import hashlib
 import io
 import json
@@ -34,11 +33,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
-REPO = Path(__file__).resolve().parent.parent
+import _common
+
+REPO = _common.REPO
 SCHEMA = "cachedoctor.bench.dataset/1"
 SET_VERSION = 1  # bump when the generated layout changes, so kept sets are rebuilt
 MARKER = "bench-set.json"
@@ -92,8 +92,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def fail(message: str) -> NoReturn:
-    print(f"dataset_bench: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    _common.fail("dataset_bench", message)
 
 
 # --------------------------------------------------------------------------- cachedoctor
@@ -101,24 +100,14 @@ def fail(message: str) -> NoReturn:
 
 def load_api() -> dict[str, Any]:
     """cachedoctor's scan and layout API; falls back to the checkout's package if not installed."""
-    def _import() -> dict[str, Any]:
+    def load() -> dict[str, Any]:
         from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
         from cachedoctor.scan import ScanOptions, scan
         return {"scan": scan, "ScanOptions": ScanOptions, "plan_for": plan_for,
                 "LayoutName": LayoutName, "LayoutOptions": LayoutOptions}
 
-    try:
-        return _import()
-    except ImportError:
-        if str(REPO) not in sys.path:
-            sys.path.append(str(REPO))
-        for name in [m for m in sys.modules if m == "cachedoctor" or m.startswith("cachedoctor.")]:
-            del sys.modules[name]
-        try:
-            return _import()
-        except ImportError as exc:
-            fail(f"cannot import cachedoctor's scan and layout API "
-                 f"(cachedoctor.scan.scan, cachedoctor.layouts.plan_for): {exc}")
+    return _common.import_cachedoctor(load, "dataset_bench", "cachedoctor's scan and layout API "
+                                      "(cachedoctor.scan.scan, cachedoctor.layouts.plan_for)")
 
 
 # --------------------------------------------------------------------------- the set
@@ -289,17 +278,6 @@ def prepare_set(args) -> tuple[Layout, dict[str, Any]]:
 # --------------------------------------------------------------------------- methods
 
 
-def _summary(result) -> dict[str, Any]:
-    kinds = Counter(f"{_sev(f)}:{getattr(f, 'kind', '?')}" for f in result.findings)
-    return {"files_read": result.stats.files_read, "findings": len(result.findings),
-            "finding_kinds": dict(sorted(kinds.items())), "errors": len(result.errors or ())}
-
-
-def _sev(finding) -> str:
-    sev = getattr(finding, "severity", "?")
-    return getattr(sev, "value", str(sev))
-
-
 def make_plan(api, lay: Layout):
     plan, _line = api["plan_for"](api["LayoutName"].SIMPLETUNER, [], api["LayoutOptions"](config=str(lay.config)))
     return plan
@@ -314,14 +292,14 @@ def method_plan(api, lay: Layout) -> Callable[[], dict]:
 
 def method_cache_scan(api, roots: list[str], workers: int) -> Callable[[], dict]:
     def run():
-        return _summary(api["scan"](roots, api["ScanOptions"](deep=False, workers=workers)))
+        return _common.scan_summary(api["scan"](roots, api["ScanOptions"](deep=False, workers=workers)))
     return run
 
 
 def method_dataset_scan(api, lay: Layout, workers: int) -> Callable[[], dict]:
     def run():
         plan = make_plan(api, lay)
-        return _summary(api["scan"](plan.roots, api["ScanOptions"](deep=False, workers=workers), dataset=plan))
+        return _common.scan_summary(api["scan"](plan.roots, api["ScanOptions"](deep=False, workers=workers), dataset=plan))
     return run
 
 
@@ -345,13 +323,6 @@ def method_cli(argv: list[str]) -> Callable[[], dict]:
         rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO).returncode
         return {"exit_code": rc, "command": "cachedoctor " + " ".join(argv)}
     return run
-
-
-def time_once(fn: Callable[[], dict]) -> tuple[float, dict]:
-    gc.collect()
-    t0 = time.perf_counter()
-    extra = fn()
-    return time.perf_counter() - t0, extra
 
 
 def warm_up(root: Path) -> tuple[int, int, float]:
@@ -383,7 +354,7 @@ def verify(api, lay: Layout, info: dict) -> dict[str, Any]:
         for note in notes:
             print(f"  plan note: {note}", file=sys.stderr)
         for f in result.findings[:8]:
-            print(f"  finding {_sev(f)} {getattr(f, 'kind', '?')}: {getattr(f, 'path', '?')}: "
+            print(f"  finding {_common.severity_of(f)} {getattr(f, 'kind', '?')}: {getattr(f, 'path', '?')}: "
                   f"{getattr(f, 'message', '')}", file=sys.stderr)
         for e in result.errors[:5]:
             print(f"  error {e.path}: {e.message}", file=sys.stderr)
@@ -459,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.repeat):
             t_round = time.perf_counter()
             for key, _, _, _, fn in methods:
-                dt, extra = time_once(fn)
+                dt, extra = _common.time_once(fn)
                 times[key].append(dt)
                 extras[key] = extra
             rounds += 1

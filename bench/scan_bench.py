@@ -17,7 +17,6 @@ See bench/README.md for what each figure means.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import platform
@@ -27,11 +26,12 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections import Counter
 from pathlib import Path
 from typing import Callable, NoReturn
 
-REPO = Path(__file__).resolve().parent.parent
+import _common
+
+REPO = _common.REPO
 SHAPE = (16, 128, 128)
 NAME_FMT = "latent_{:07d}.pt"
 NAME_RE = re.compile(r"latent_\d{7}\.pt")
@@ -96,8 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def fail(message: str) -> NoReturn:
-    print(f"scan_bench: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    _common.fail("scan_bench", message)
 
 
 # --------------------------------------------------------------------------- cachedoctor (lazy)
@@ -105,20 +104,12 @@ def fail(message: str) -> NoReturn:
 
 def load_scan_api():
     """Import cachedoctor's scan API only now, so ``--baselines-only`` never needs it."""
-    try:
+    def load():
         from cachedoctor.scan import ScanOptions, scan
-    except ImportError:
-        # Running from a checkout without `pip install -e .`: use the repository's package.
-        if str(REPO) not in sys.path:
-            sys.path.append(str(REPO))
-        for name in [m for m in sys.modules if m == "cachedoctor" or m.startswith("cachedoctor.")]:
-            del sys.modules[name]
-        try:
-            from cachedoctor.scan import ScanOptions, scan
-        except ImportError as exc:
-            fail(f"cannot import the scan API (from cachedoctor.scan import scan, ScanOptions): {exc}\n"
-                 f"  run with --baselines-only to time the baseline loops alone")
-    return scan, ScanOptions
+        return scan, ScanOptions
+
+    return _common.import_cachedoctor(load, "scan_bench", "the scan API (from cachedoctor.scan import scan, "
+                                      "ScanOptions); run with --baselines-only to time the baseline loops alone")
 
 
 # --------------------------------------------------------------------------- the file set
@@ -252,27 +243,8 @@ def method_read(files):
 
 def method_scan(scan, ScanOptions, folder: Path, *, deep: bool, workers: int):
     def run():
-        result = scan([str(folder)], ScanOptions(deep=deep, workers=workers))
-        counts = Counter(f"{_sev(f)}:{getattr(f, 'kind', '?')}" for f in result.findings)
-        return {"files_read": result.stats.files_read, "findings": len(result.findings),
-                "finding_kinds": dict(sorted(counts.items())),
-                "errors": len(getattr(result, "errors", None) or ())}
+        return _common.scan_summary(scan([str(folder)], ScanOptions(deep=deep, workers=workers)))
     return run
-
-
-def _sev(finding) -> str:
-    sev = getattr(finding, "severity", "?")
-    return getattr(sev, "value", str(sev))
-
-
-# --------------------------------------------------------------------------- timing
-
-
-def time_once(fn: Callable[[], dict]) -> tuple[float, dict]:
-    gc.collect()
-    t0 = time.perf_counter()
-    extra = fn()
-    return time.perf_counter() - t0, extra
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.repeat):
             t_round = time.perf_counter()
             for key, label, _, fn in methods:
-                dt, extra = time_once(fn)
+                dt, extra = _common.time_once(fn)
                 times[key].append(dt)
                 extras[key] = extra
             rounds += 1

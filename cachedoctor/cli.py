@@ -21,6 +21,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 from cachedoctor import __version__
 from cachedoctor.environment import Environment
+from cachedoctor.errors import PathError
 from cachedoctor.layouts import LayoutName
 from cachedoctor.report import EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED, FailOn, OutputFormat, ScanReport, renderer_for
 
@@ -48,6 +49,13 @@ def _root(version: Annotated[bool, typer.Option("--version", callback=_version, 
     """Audit and repair the on-disk latent and text-embed caches of diffusion-model trainers."""
 
 
+# The dataset options that `scan` and `manifest build` share.
+LayoutOption = Annotated[LayoutName, typer.Option("--layout", help="How the trainer maps dataset items to cache files.", case_sensitive=False)]
+ConfigOption = Annotated[Optional[str], typer.Option("--config", help="SimpleTuner multidatabackend.json: the datasets and caches it names.")]
+ModelFamilyOption = Annotated[Optional[str], typer.Option("--model-family", help="SimpleTuner model family / kohya arch suffix (sdxl, flux, sd3, ...).")]
+OutputDirOption = Annotated[Optional[str], typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")]
+
+
 @app.command()
 def scan(
     paths: Annotated[Optional[list[str]], typer.Argument(help="Cache folders or files to scan (kohya: the image folder).", show_default=False, metavar="PATH...")] = None,
@@ -56,14 +64,14 @@ def scan(
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")] = None,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)] = FailOn.ERROR,
     workers: Annotated[Optional[int], typer.Option("--workers", "-j", min=1, help="Reader processes (default: one per CPU).")] = None,
-    layout: Annotated[LayoutName, typer.Option("--layout", help="How the trainer maps dataset items to cache files.", case_sensitive=False)] = LayoutName.AUTO,
-    config: Annotated[Optional[str], typer.Option("--config", help="SimpleTuner multidatabackend.json: scan every cache it names.")] = None,
+    layout: LayoutOption = LayoutName.AUTO,
+    config: ConfigOption = None,
     manifest: Annotated[Optional[str], typer.Option("--manifest", help="A manifest (.jsonl or .csv) naming each cache file's source.")] = None,
-    model_family: Annotated[Optional[str], typer.Option("--model-family", help="SimpleTuner model family / kohya arch suffix (sdxl, flux, sd3, ...).")] = None,
-    output_dir: Annotated[Optional[str], typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")] = None,
+    model_family: ModelFamilyOption = None,
+    output_dir: OutputDirOption = None,
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
-    from cachedoctor.layouts import LayoutError, LayoutOptions, plan_for
+    from cachedoctor.layouts import LayoutOptions, plan_for
     from cachedoctor.scan import ScanOptions, TargetError
     from cachedoctor.scan import scan as run_scan
 
@@ -72,10 +80,6 @@ def scan(
     if not targets and not config and not manifest:
         env.error("no PATH given; name a cache folder, or pass --config multidatabackend.json or --manifest FILE")
         return EXIT_COULD_NOT_RUN
-    if config and layout is LayoutName.AUTO:
-        layout = LayoutName.SIMPLETUNER
-    if manifest and layout is LayoutName.AUTO:
-        layout = LayoutName.MANIFEST
     options = ScanOptions(deep=deep, workers=workers)
     layout_options = LayoutOptions(config=config, manifest=manifest, model_family=model_family, output_dir=output_dir)
     try:
@@ -86,7 +90,7 @@ def scan(
         roots = plan.roots if plan is not None else targets
         with _progress(env) as progress:
             result = run_scan(roots, options, progress=progress, dataset=plan)
-    except (TargetError, LayoutError) as exc:
+    except PathError as exc:
         env.error(f"{exc.path}: {exc.message}")
         return EXIT_COULD_NOT_RUN
     report = ScanReport(result, fail_on, layout_line)
@@ -114,16 +118,16 @@ app.add_typer(manifest_app, name="manifest")
 def manifest_build(
     dataset: Annotated[Optional[str], typer.Argument(help="The dataset (kohya: image folder; OneTrainer: cache folder).", show_default=False, metavar="DATASET_DIR")] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="Where to write the manifest (.jsonl).")] = "manifest.jsonl",
-    layout: Annotated[LayoutName, typer.Option("--layout", help="How the trainer maps dataset items to cache files.", case_sensitive=False)] = LayoutName.AUTO,
-    config: Annotated[Optional[str], typer.Option("--config", help="SimpleTuner multidatabackend.json.")] = None,
-    model_family: Annotated[Optional[str], typer.Option("--model-family", help="SimpleTuner model family / kohya arch suffix.")] = None,
-    output_dir: Annotated[Optional[str], typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")] = None,
+    layout: LayoutOption = LayoutName.AUTO,
+    config: ConfigOption = None,
+    model_family: ModelFamilyOption = None,
+    output_dir: OutputDirOption = None,
 ) -> int:
     """Write one row per cache file: its source's path, size, mtime and xxh3, and the cache path."""
     import time
 
     from cachedoctor.layouts import LayoutError, LayoutOptions, plan_for
-    from cachedoctor.manifest_build import ManifestWriteError, build
+    from cachedoctor.manifest_build import build
 
     env = _ENV.get()
     if dataset is None and not config:
@@ -132,8 +136,6 @@ def manifest_build(
     if layout is LayoutName.MANIFEST:
         env.error("--layout manifest reads a manifest; pick the trainer's layout to build one")
         return EXIT_COULD_NOT_RUN
-    if config and layout is LayoutName.AUTO:
-        layout = LayoutName.SIMPLETUNER
     targets = [os.path.abspath(dataset)] if dataset else []
     started = time.perf_counter()
     try:
@@ -143,7 +145,7 @@ def manifest_build(
         if plan is None:
             raise LayoutError(targets[0] if targets else ".", "no trainer layout recognised here; pass --layout kohya|onetrainer|simpletuner")
         result = build(plan, output)
-    except (LayoutError, ManifestWriteError) as exc:
+    except PathError as exc:
         env.error(f"{exc.path}: {exc.message}")
         return EXIT_COULD_NOT_RUN
     print(f"{line}\nwrote {result.rows} rows for {plan.items} items to {output} in {time.perf_counter() - started:.2f}s",
@@ -155,21 +157,12 @@ def manifest_build(
 
 def _write_report(path: str, write) -> str | None:  # type: ignore[no-untyped-def]
     """Write atomically (temp file beside it, then rename); an error message or ``None``."""
-    import tempfile
+    from cachedoctor.atomic import atomic_text
 
-    folder = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".cachedoctor-report-", dir=folder)
-    except OSError as exc:
-        return f"{path}: cannot write the report ({exc.strerror or exc}); choose another --output"
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
+        with atomic_text(path, prefix=".cachedoctor-report-") as out:
             write(out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
     except OSError as exc:
-        os.unlink(tmp)
         return f"{path}: cannot write the report ({exc.strerror or exc}); choose another --output"
     return None
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from cachedoctor.atomic import atomic_text
+from cachedoctor.errors import PathError
 from cachedoctor.layouts.interface import DatasetPlan, Expected
-from cachedoctor.layouts.manifest import file_xxh3
+from cachedoctor.layouts.manifest import HASH_WORKERS, file_xxh3
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +25,8 @@ class BuildResult:
     unreadable: list[str]
 
 
-class ManifestWriteError(Exception):
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
+class ManifestWriteError(PathError):
+    """The manifest cannot be written where asked (the disk, the folder's permissions)."""
 
 
 def entries(plan: DatasetPlan) -> Iterator[tuple[str, Expected]]:
@@ -49,27 +47,16 @@ def build(plan: DatasetPlan, output: str, *, workers: int | None = None) -> Buil
     pairs = list(entries(plan))
     unreadable: list[str] = []
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".cachedoctor-manifest-", dir=base)
-    except OSError as exc:
-        raise ManifestWriteError(output, f"cannot write here ({exc.strerror or exc}); choose another -o") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out, \
-                ThreadPoolExecutor(max_workers=workers or min(8, (os.cpu_count() or 1) * 2)) as pool:
+        with atomic_text(output, prefix=".cachedoctor-manifest-") as out, \
+                ThreadPoolExecutor(max_workers=workers or HASH_WORKERS) as pool:
             hashed = pool.map(_facts, (s if e.source_mtime_ns is not None else None for s, e in pairs))
             for (source, entry), facts in zip(pairs, hashed):
                 if facts is None:
                     unreadable.append(source)
                     continue
-                out.write(json.dumps(_row(base, source, entry, facts), sort_keys=False) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, output)
+                out.write(json.dumps(_row(base, source, entry, facts)) + "\n")
     except OSError as exc:
-        os.unlink(tmp)
         raise ManifestWriteError(output, f"cannot write the manifest ({exc.strerror or exc}); nothing was changed") from None
-    except BaseException:
-        os.unlink(tmp)
-        raise
     return BuildResult(len(pairs) - len(unreadable), unreadable)
 
 

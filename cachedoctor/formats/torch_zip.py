@@ -7,11 +7,13 @@ never does) and counts NaN/Inf in each floating tensor's view.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
+from typing import Any
 
 from cachedoctor.formats import _deep
 from cachedoctor.formats._dtypes import ITEMSIZE
-from cachedoctor.formats._source import BufferSource, Source
+from cachedoctor.formats._source import BufferSource, FileSource, Source
 from cachedoctor.formats._unpickle import RestrictedUnpickler, StorageRef, Walked, walk, zip_storage_ref
 from cachedoctor.formats._zip import ZipDirectory, directory_of, is_zip, read_member
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
@@ -36,14 +38,19 @@ def looks_like_torch(directory: ZipDirectory) -> bool:
     return False
 
 
-def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep: bool) -> FileMeta:
-    """Metadata of a torch.save zip archive whose central directory is ``directory``."""
+def pickle_bytes(src: Source, directory: ZipDirectory) -> tuple[str, bytes]:
+    """``(record prefix, data.pkl's bytes)``, or ``missing-data-pkl``."""
     found = find_pickle(directory)
     if found is None:
         raise ReadError("missing-data-pkl",
                         "zip archive without data.pkl: a torch.save that died part way (failed locating file data.pkl)")
     prefix, pkl_name = found
-    data = read_member(src, directory.members[pkl_name], limit=_PICKLE_LIMIT)
+    return prefix, read_member(src, directory.members[pkl_name], limit=_PICKLE_LIMIT)
+
+
+def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep: bool) -> FileMeta:
+    """Metadata of a torch.save zip archive whose central directory is ``directory``."""
+    prefix, data = pickle_bytes(src, directory)
     walked, foreign, failure = _unpickle(data)
     if failure is not None:
         if foreign:
@@ -108,3 +115,25 @@ class TorchZipReader(FormatReader):
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         return describe(path, self.name, src, directory_of(src), deep=deep)
+
+
+def read_torch_object(path: str) -> Any:
+    """The object a torch.save zip archive holds, with tensors as inert records.
+
+    Raises :class:`ReadError` when the file is no readable torch archive, or when its pickle
+    names anything outside the allow-list (such a file is reported by the scan, not trusted).
+    """
+    with open(path, "rb", buffering=0) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        src = FileSource(handle.fileno(), size)
+        if not is_zip(src.read_at(0, 4)):
+            raise ReadError("unknown-format", "not a torch.save zip archive")
+        _, data = pickle_bytes(src, directory_of(src))
+    unpickler = RestrictedUnpickler(data, zip_storage_ref)
+    try:
+        obj = unpickler.load()
+    except Exception as exc:  # damaged or hostile pickles raise anything
+        raise ReadError("bad-pickle", f"data.pkl does not unpickle ({type(exc).__name__})") from None
+    if unpickler.foreign:
+        raise ReadError("bad-pickle", f"data.pkl names {unpickler.foreign[0]}, which a cache index never holds")
+    return obj

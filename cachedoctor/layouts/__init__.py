@@ -7,13 +7,11 @@ one; when none matches, the scan compares the cache files with each other only.
 from __future__ import annotations
 
 import enum
-from dataclasses import replace
-
 from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions
 from cachedoctor.layouts.kohya import KohyaLayout
 from cachedoctor.layouts.manifest import ManifestLayout
 from cachedoctor.layouts.onetrainer import OneTrainerLayout
-from cachedoctor.layouts.simpletuner import SimpleTunerLayout, find_config
+from cachedoctor.layouts.simpletuner import SimpleTunerLayout
 
 
 class LayoutName(str, enum.Enum):
@@ -32,30 +30,24 @@ LAYOUTS: dict[str, Layout] = {
 }
 
 
-def choose(name: LayoutName, targets: list[str], options: LayoutOptions) -> tuple[Layout | None, LayoutOptions, str]:
-    """The layout to use, the options completed (a discovered config), and why it was chosen."""
+def choose(name: LayoutName, targets: list[str], options: LayoutOptions) -> tuple[Layout | None, str]:
+    """The layout to use and why. A ``--manifest`` or ``--config`` names its layout outright."""
+    if name is LayoutName.AUTO and (options.manifest or options.config):
+        name = LayoutName.MANIFEST if options.manifest else LayoutName.SIMPLETUNER
     if name is LayoutName.NONE:
-        return None, options, "--layout none: cache files compared with each other only"
+        return None, "--layout none: cache files compared with each other only"
     if name is not LayoutName.AUTO:
-        layout = LAYOUTS[name.value]
-        if layout.name == "simpletuner" and not options.config:
-            found = find_config(targets)
-            if found is None:
-                raise LayoutError(targets[0] if targets else ".", "the simpletuner layout needs --config multidatabackend.json")
-            options = replace(options, config=found)
-        return layout, options, f"--layout {name.value}"
+        return LAYOUTS[name.value], f"--layout {name.value}"
     for layout in LAYOUTS.values():
         reason = layout.detect(targets, options)
         if reason is not None:
-            if layout.name == "simpletuner" and not options.config:
-                options = replace(options, config=find_config(targets))
-            return layout, options, f"auto: {reason}"
-    return None, options, "auto: no trainer layout recognised; cache files compared with each other only"
+            return layout, f"auto: {reason}"
+    return None, "auto: no trainer layout recognised; cache files compared with each other only"
 
 
 def plan_for(name: LayoutName, targets: list[str], options: LayoutOptions) -> tuple[DatasetPlan | None, str]:
     """The dataset plan (``None``: cache only) and a line saying which layout and why."""
-    layout, options, reason = choose(name, targets, options)
+    layout, reason = choose(name, targets, options)
     if layout is None:
         return None, f"layout: none ({reason})"
     return layout.plan(targets, options), f"layout: {layout.name} ({reason})"

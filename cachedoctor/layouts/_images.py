@@ -63,5 +63,14 @@ def walk_images(root: str) -> Iterator[tuple[str, list[os.DirEntry], set[str]]]:
         stack.extend(sorted(subdirs, reverse=True))
 
 
+def names_in(folder: str) -> set[str]:
+    """Every name in ``folder`` (empty when it does not exist or cannot be listed)."""
+    try:
+        with os.scandir(folder) as it:
+            return {e.name for e in it}
+    except OSError:
+        return set()
+
+
 def stem(name: str) -> str:
     return os.path.splitext(os.path.basename(name))[0]

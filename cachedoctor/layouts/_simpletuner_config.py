@@ -53,7 +53,7 @@ def load(options: LayoutOptions) -> SimpleTunerConfig:
     trainer = _trainer_config(path)
     model_family = options.model_family or _option(trainer, "model_family")
     output_dir = options.output_dir or _option(trainer, "output_dir")
-    bases = _unique([os.getcwd(), os.path.dirname(path), os.path.dirname(os.path.dirname(path))])
+    bases = list(dict.fromkeys([os.getcwd(), os.path.dirname(path), os.path.dirname(os.path.dirname(path))]))
     base = _choose_base(entries, bases)
     notes: list[str] = []
     if base != os.getcwd():
@@ -156,10 +156,3 @@ def _choose_base(entries: list[dict[str, Any]], bases: list[str]) -> str:
             return base
     return bases[0]
 
-
-def _unique(items: list[str]) -> list[str]:
-    out: list[str] = []
-    for item in items:
-        if item not in out:
-            out.append(item)
-    return out

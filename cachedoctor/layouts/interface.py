@@ -17,15 +17,12 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
+from cachedoctor.errors import PathError
 
-class LayoutError(Exception):
+
+class LayoutError(PathError):
     """The dataset description cannot be used: a missing folder, a config that is not JSON, a
     manifest row without a required column. Reported as one line naming ``path``, exit 2."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +95,13 @@ class DatasetPlan:
         found[0] = replace(first, also=first.also + (entry.source,))
 
     def count(self) -> int:
+        """Expected entries still in the plan (all of them before a scan consumes it)."""
         return sum(len(v) for f in self.expected.values() for v in f.values())
 
     def is_entry_name(self, path: str) -> bool:
         """A file this layout would write (an orphan candidate), not metadata or a source."""
         name = os.path.basename(path)
-        return name.endswith(self.entry_suffixes) and name != "aggregate.pt" and path not in self.extra
+        return name.endswith(self.entry_suffixes) and path not in self.extra
 
     def owns(self, folder: str) -> bool:
         """Whether every cache file in ``folder`` should be an expected entry (else: orphan)."""

@@ -21,6 +21,8 @@ from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutE
 
 REQUIRED = ("source", "cache")
 _HASH_CHUNK = 1 << 20
+#: Threads hashing sources: reads overlap on network file systems; xxh3 itself is far faster.
+HASH_WORKERS = min(8, (os.cpu_count() or 1) * 2)
 
 
 class ManifestLayout(Layout):
@@ -138,7 +140,7 @@ def _stale_by_content(base: str, rows: list[tuple[int, dict[str, Any]]]) -> list
             return f"the source's content changed since the manifest was written (xxh3 {actual[:12]}..., recorded {str(recorded)[:12]}...)"
         return None
 
-    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) * 2)) as pool:
+    with ThreadPoolExecutor(max_workers=HASH_WORKERS) as pool:
         return list(pool.map(judge, (row for _, row in rows)))
 
 

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-from cachedoctor.layouts._images import is_image
+from cachedoctor.layouts._images import is_image, names_in
 from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, mtime_ns
 
 _VARIATION = re.compile(r"^variation-(\d+)$")
@@ -40,6 +40,7 @@ class OneTrainerLayout(Layout):
         first_of_group: set[str] = set()
         absent_total = 0
         for variation in variations:
+            plan.extra.add(os.path.join(variation, AGGREGATE))  # the index, not an entry
             items = _read_aggregate(os.path.join(variation, AGGREGATE), plan)
             if items is None:
                 continue
@@ -88,11 +89,7 @@ def _expect_unlisted(plan: DatasetPlan, variation: str, listed: list[str]) -> No
     known = set(listed)
     aggregate = os.path.join(variation, AGGREGATE)
     for folder in sorted({os.path.dirname(p) for p in listed if os.path.exists(p)}):
-        try:
-            names = sorted(e.name for e in os.scandir(folder) if is_image(e.name))
-        except OSError:
-            continue
-        for name in names:
+        for name in sorted(n for n in names_in(folder) if is_image(n)):
             path = os.path.join(folder, name)
             if path not in known:
                 plan.add(Expected(aggregate, path, "latent", mtime_ns(path), in_index=False))
@@ -100,7 +97,7 @@ def _expect_unlisted(plan: DatasetPlan, variation: str, listed: list[str]) -> No
 
 def _read_aggregate(path: str, plan: DatasetPlan) -> list[dict] | None:
     from cachedoctor.formats.interface import ReadError
-    from cachedoctor.formats.small_values import read_torch_object
+    from cachedoctor.formats.torch_zip import read_torch_object
 
     try:
         obj: Any = read_torch_object(path)

@@ -17,10 +17,11 @@ import hashlib
 import json
 import os
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from cachedoctor.layouts import _simpletuner_config as config
-from cachedoctor.layouts._images import SOURCE_SUFFIXES, stem, walk_images
+from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
 from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions
 
 CONFIG_NAMES = ("multidatabackend.json", os.path.join("config", "multidatabackend.json"))
@@ -38,6 +39,11 @@ class SimpleTunerLayout(Layout):
         return f"{found} describes the datasets" if found else None
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        if not options.config:
+            found = find_config(targets)
+            if found is None:
+                raise LayoutError(targets[0] if targets else ".", "the simpletuner layout needs --config multidatabackend.json")
+            options = replace(options, config=found)
         cfg = config.load(options)
         plan = DatasetPlan("simpletuner", [], source_suffixes=SOURCE_SUFFIXES, entry_suffixes=(".pt",))
         plan.skipped.extend(cfg.skipped)
@@ -105,7 +111,7 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
     for folder, images, names in walk_images(data):
         rel = os.path.relpath(folder, data)
         cache_folder = vae if rel == "." or vae is None else os.path.join(vae, rel)
-        cache_names = _names(cache_folder) if cache_folder else set()
+        cache_names = names_in(cache_folder) if cache_folder else set()
         for image in images:
             plan.items += 1
             image_stem = stem(image.name)
@@ -208,18 +214,10 @@ def _match_by_suffix(keys: list[tuple[list[str], tuple[int, int]]], data: str) -
 def _family_from_files(texts: Any) -> str | None:
     counts: Counter = Counter()
     for text in texts:
-        for name in _names(text.cache_dir) if text.cache_dir else ():
+        for name in names_in(text.cache_dir) if text.cache_dir else ():
             if name.endswith(".pt") and "-" in name:
                 counts[name[:-3].rsplit("-", 1)[1]] += 1
     return counts.most_common(1)[0][0] if counts else None
-
-
-def _names(folder: str) -> set[str]:
-    try:
-        with os.scandir(folder) as it:
-            return {e.name for e in it}
-    except OSError:
-        return set()
 
 
 def _add_root(plan: DatasetPlan, folder: str) -> None:

@@ -10,18 +10,15 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
+from cachedoctor.errors import PathError
+
 #: cachedoctor's own state (quarantine, journal) lives here inside a cache root.
 STATE_DIR = ".cachedoctor"
 _SKIP_DIRS = frozenset({STATE_DIR, ".git", "__pycache__"})
 
 
-class TargetError(Exception):
+class TargetError(PathError):
     """A scan target cannot be scanned at all (missing, unreadable, not a file or folder)."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
-        self.path = path
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
