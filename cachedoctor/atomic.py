@@ -1,7 +1,12 @@
 """Write a file so that readers see the old version or the new one, never a half (borg's SaveFile).
 
 A temp file in the same folder (so the rename stays on one file system), flushed and fsynced,
-then ``os.replace``; on any failure the temp file is removed and the target is untouched.
+then ``os.replace`` and an fsync of the folder, so the rename itself survives a power cut; on any
+failure the temp file is removed and the target is untouched.
+
+Temp files are named ``.cachedoctor-<purpose>-<random>.tmp``: the scan reports stray ``*.tmp``
+files as ``partial-write``, and ``repair`` recognises this prefix as its own interrupted writes,
+which it may delete (it wrote them, they hold no user data) instead of quarantining.
 """
 
 from __future__ import annotations
@@ -9,20 +14,96 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Iterator, TextIO
+from typing import BinaryIO, Callable, Iterator, TextIO
+
+TEMP_PREFIX = ".cachedoctor-"
+TEMP_SUFFIX = ".tmp"
+
+
+def is_own_temp(name: str) -> bool:
+    """Whether a file name is a temp file that cachedoctor's atomic writer creates."""
+    return name.startswith(TEMP_PREFIX) and name.endswith(TEMP_SUFFIX)
+
+
+def fsync_dir(folder: str) -> None:
+    """Make a rename or unlink in ``folder`` durable. File systems that refuse are tolerated."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()
+
+
+def _mode_for(path: str) -> int:
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_UMASK
 
 
 @contextlib.contextmanager
-def atomic_text(path: str, *, prefix: str = ".cachedoctor-") -> Iterator[TextIO]:
-    """Yield a text stream; on a clean exit it replaces ``path``. ``OSError`` passes through."""
-    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=os.path.dirname(os.path.abspath(path)))
+def _atomic(path: str, mode: str, prefix: str,
+            before_replace: Callable[[], None] | None = None) -> Iterator[BinaryIO | TextIO]:
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
+        os.fchmod(fd, _mode_for(path))  # mkstemp makes 0600; keep the old file's mode, or the umask's
+        kwargs = {"encoding": "utf-8"} if "b" not in mode else {}
+        with os.fdopen(fd, mode, **kwargs) as out:
             yield out
             out.flush()
             os.fsync(out.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    fsync_dir(folder)
+
+
+def atomic_text(path: str, *, prefix: str = TEMP_PREFIX) -> contextlib.AbstractContextManager[TextIO]:
+    """A text stream; on a clean exit it replaces ``path``. ``OSError`` passes through."""
+    return _atomic(path, "w", prefix)  # type: ignore[return-value]
+
+
+def atomic_binary(path: str, *, prefix: str = TEMP_PREFIX,
+                  before_replace: Callable[[], None] | None = None) -> contextlib.AbstractContextManager[BinaryIO]:
+    """A binary stream; on a clean exit it replaces ``path``. ``OSError`` passes through.
+
+    ``before_replace`` runs once the new content is durable and before the rename (repair
+    links the old file into the quarantine there, so no instant exists without either copy).
+    """
+    return _atomic(path, "wb", prefix, before_replace)  # type: ignore[return-value]
+
+
+def temp_prefix_for(path: str) -> str:
+    """The temp-file prefix for writing ``path``; :func:`temp_target` inverts it."""
+    return f"{TEMP_PREFIX}{os.path.basename(path)}-"
+
+
+def temp_target(temp_path: str) -> str | None:
+    """The file an own temp file was going to become (``.cachedoctor-<name>-XXXXXXXX.tmp``)."""
+    name = os.path.basename(temp_path)
+    if not is_own_temp(name):
+        return None
+    core = name[len(TEMP_PREFIX):-len(TEMP_SUFFIX)]
+    target, dash, rand = core.rpartition("-")
+    if not dash or not target or len(rand) != 8:
+        return None
+    return os.path.join(os.path.dirname(temp_path), target)

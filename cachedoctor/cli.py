@@ -221,6 +221,9 @@ def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
     finally:
         _ENV.reset(token)
     if code == EXIT_INTERRUPTED:  # typer hands Ctrl-C back as 130, returned or raised
-        env.error("interrupted; nothing was changed")
+        env.error(env.interrupted)
     return code
+
+
+from cachedoctor import cli_repair as _cli_repair  # noqa: E402,F401  (registers repair and quarantine)
 

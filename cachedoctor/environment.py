@@ -14,13 +14,19 @@ class Environment:
     stderr: TextIO = field(default_factory=lambda: sys.stderr)
     stdout_isatty: bool | None = None
     stderr_isatty: bool | None = None
+    stdin_isatty: bool | None = None  # repair asks before changing anything only on a terminal
     cwd: str = field(default_factory=os.getcwd)
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    #: What Ctrl-C means for the running command (repair: resumable, not "nothing changed").
+    interrupted: str = "interrupted; nothing was changed"
 
     def __post_init__(self) -> None:
         if self.stdout_isatty is None:
             self.stdout_isatty = _isatty(self.stdout)
         if self.stderr_isatty is None:
             self.stderr_isatty = _isatty(self.stderr)
+        if self.stdin_isatty is None:
+            self.stdin_isatty = _isatty(sys.stdin)
 
     def error(self, message: str) -> None:
         """One line on stderr, the way every could-not-run problem is reported."""

@@ -63,6 +63,8 @@ class Expected:
     in_index: bool = True
     image_size: tuple[int, int] | None = None  # (W, H): an entry's recorded original_size must match
     shared: bool = False  # named after content (a caption's hash): many items may rightly share it
+    crop: tuple[int, int, int, int] | None = None  # recorded preprocessing: resize (W, H), then crop at (top, left)
+    text: str | None = None  # the caption a text entry encodes (repair recomputes from it)
 
 
 @dataclass(slots=True)

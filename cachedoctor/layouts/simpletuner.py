@@ -121,8 +121,9 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
                 if legacy in cache_names and name not in cache_names:
                     name = legacy
                 rel_image = image.name if rel == "." else os.path.join(rel, image.name)
+                hw, crop = buckets.get(rel_image, (None, None))
                 plan.add(Expected(os.path.join(cache_folder, name), image.path, "latent", image.stat().st_mtime_ns,
-                                  latent_hw=buckets.get(rel_image)), cache_folder)
+                                  latent_hw=hw, crop=crop), cache_folder)
             if text_dir is None or family is None:
                 continue
             captions, source, source_mtime = _captions(strategy, folder, image_stem, image.path, names, backend.raw)
@@ -132,8 +133,8 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
             for caption in captions:
                 if prefix:
                     caption = f"{prefix} {caption}"
-                plan.add(Expected(embed_path(text_dir, caption, family), source, "text", source_mtime, shared=True),
-                         text_dir)
+                plan.add(Expected(embed_path(text_dir, caption, family), source, "text", source_mtime, shared=True,
+                                  text=caption), text_dir)
     if no_caption:
         plan.notes.append(f"dataset {backend.id!r}: {no_caption} image(s) have no caption file; their text embeds were not compared")
 
@@ -164,8 +165,12 @@ def _captions(strategy: str, folder: str, image_stem: str, image: str, names: se
     return None, image, None
 
 
-def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, tuple[int, int]]:
-    """Image path relative to the dataset -> expected latent ``(h, w)``, from bucket metadata.
+_Bucket = tuple[tuple[int, int], "tuple[int, int, int, int] | None"]
+
+
+def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, _Bucket]:
+    """Image path relative to the dataset -> expected latent ``(h, w)`` and the recorded
+    preprocessing ``(resize W, resize H, crop top, crop left)``, from bucket metadata.
 
     Keys are absolute paths of the machine that built the cache; they are matched by the path
     below ``instance_data_dir``, so a cache built on a rented GPU box is checked locally.
@@ -181,13 +186,13 @@ def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, tuple[in
     if not isinstance(metadata, dict):
         return {}
     root = data.rstrip(os.sep) + os.sep
-    sizes: dict[str, tuple[int, int]] = {}
-    unmatched: list[tuple[list[str], tuple[int, int]]] = []
+    sizes: dict[str, _Bucket] = {}
+    unmatched: list[tuple[list[str], _Bucket]] = []
     for key, value in metadata.items():
         target = value.get("target_size") if isinstance(value, dict) else None
         if not (isinstance(target, list) and len(target) == 2 and all(isinstance(x, int) for x in target)):
             continue
-        hw = (target[1] // 8, target[0] // 8)
+        hw = ((target[1] // 8, target[0] // 8), _crop(value))
         if key.startswith(root):
             sizes[key[len(root):]] = hw
         else:
@@ -197,11 +202,23 @@ def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, tuple[in
     return sizes
 
 
-def _match_by_suffix(keys: list[tuple[list[str], tuple[int, int]]], data: str) -> dict[str, tuple[int, int]]:
+def _crop(value: dict) -> tuple[int, int, int, int] | None:
+    """SimpleTuner resizes to ``intermediary_size`` [W, H], then crops at ``crop_coordinates``
+    (top, left) to ``target_size``."""
+    size, at = value.get("intermediary_size"), value.get("crop_coordinates")
+    if not (isinstance(size, list) and len(size) == 2 and isinstance(at, list) and len(at) == 2):
+        return None
+    try:
+        return (int(size[0]), int(size[1]), int(at[0]), int(at[1]))
+    except (TypeError, ValueError):
+        return None
+
+
+def _match_by_suffix(keys: list[tuple[list[str], _Bucket]], data: str) -> dict[str, _Bucket]:
     """Find the prefix the foreign keys share with the dataset: where the dataset's own folder
     name appears in them (``.../datasets/photos/a/b.png`` -> ``a/b.png``)."""
     name = os.path.basename(data.rstrip(os.sep))
-    out: dict[str, tuple[int, int]] = {}
+    out: dict[str, _Bucket] = {}
     for parts, hw in keys:
         if name in parts[:-1]:
             at = len(parts) - 1 - parts[:-1][::-1].index(name)

@@ -33,6 +33,11 @@ class WalkError:
     message: str
 
 
+def _is_lock_name(name: str) -> bool:
+    """repair's per-file locks (``.<name>.lock``, see ``repair/locks.py``): not cache files."""
+    return name.startswith(".") and name.endswith(".lock")
+
+
 def _under(path: str, folder: str) -> bool:
     return path.startswith(folder.rstrip(os.sep) + os.sep)
 
@@ -86,7 +91,8 @@ def walk(targets: list[str], errors: list[WalkError]) -> Iterator[Folder]:
                                 if entry.name not in _SKIP_DIRS:
                                     subdirs.append(entry.path)
                             elif entry.is_file():
-                                files.append(entry.path)
+                                if not _is_lock_name(entry.name):
+                                    files.append(entry.path)
                         except OSError as exc:
                             errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))
             except OSError as exc:

@@ -1,0 +1,143 @@
+"""Carry out one action on one path, under that path's lock, and read the result back.
+
+The order of every replacement is what makes a crash harmless at any instant:
+
+1. the new bytes go to a temp file beside the target and are fsynced;
+2. the old file is hard-linked into the quarantine (it is still in place too);
+3. the temp file is renamed over the target, and the folder fsynced;
+4. the new file is read back with the safe reader (deep: CRCs, NaN/Inf) and checked.
+
+Killed before 3, the old file is still in place (and maybe also in the quarantine); killed after
+3, the new one is, and the old one is in the quarantine. The next run re-plans from a fresh
+scan and the journal, so whatever is still broken is done again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Callable
+
+from cachedoctor.atomic import atomic_binary, fsync_dir, temp_prefix_for, temp_target
+from cachedoctor.repair.interface import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
+from cachedoctor.repair.locks import file_lock
+from cachedoctor.repair.quarantine import Quarantine
+
+#: Steps between which a test may SIGKILL the process (``CACHEDOCTOR_TEST_KILL_AT``, tests only).
+_STEP = {"n": 0}
+
+
+def crash_point(name: str) -> None:
+    """A named point in a repair; with ``CACHEDOCTOR_TEST_KILL_AT=N`` the N-th one SIGKILLs the
+    process, so crash tests can stop a real repair between any two durable steps."""
+    target = os.environ.get("CACHEDOCTOR_TEST_KILL_AT")
+    if not target:
+        return
+    _STEP["n"] += 1
+    if _STEP["n"] == int(target):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def disk_full(path: str, exc: OSError) -> RepairError:
+    return RepairError(path, f"no space left on the device ({exc.strerror}); nothing was replaced. "
+                             "Free some space, then run the same `cachedoctor repair` again: it resumes")
+
+
+def replace_file(path: str, data: bytes, quarantine: Quarantine, action: Action) -> str | None:
+    """Steps 1-3 above. Returns where the old file went (``None`` when there was none)."""
+    kept: list[str] = []
+
+    def keep_old() -> None:
+        crash_point("before-keep")
+        if os.path.exists(path):
+            kept.append(quarantine.keep(path, action.reasons, action.kind.value))
+        crash_point("before-replace")
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        with atomic_binary(path, prefix=temp_prefix_for(path), before_replace=keep_old) as out:
+            out.write(data)
+            crash_point("mid-write")
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise disk_full(path, exc) from None
+        raise
+    crash_point("after-replace")
+    return kept[0] if kept else None
+
+
+def run_action(action: Action, quarantine: Quarantine, make_bytes: Callable[[Action], bytes] | None = None,
+               verify: Callable[[Action], str | None] | None = None) -> ItemResult:
+    """Do ``action`` if the file is still as planned. ``make_bytes`` produces the new content
+    (lossless and recompute actions); ``verify`` returns a problem with the written file or None.
+    Raises :class:`RepairError` on a full disk (the run must stop), never for one bad file."""
+    path = action.path
+    with file_lock(path):
+        now = Stat.of(path)
+        if action.kind is ActionKind.CLEANUP:
+            return _cleanup(action)
+        if now != action.before:
+            return ItemResult(path, action.kind, ItemState.SKIPPED, "changed since the scan; left for the final scan to judge")
+        try:
+            if action.kind is ActionKind.QUARANTINE:
+                crash_point("before-move")
+                dest = quarantine.move(path, action.reasons, action.kind.value)
+                crash_point("after-move")
+                return ItemResult(path, action.kind, ItemState.VERIFIED, "moved to the quarantine", dest, action.bytes, 0)
+            assert make_bytes is not None
+            data = make_bytes(action)
+            dest = replace_file(path, data, quarantine, action)
+        except RepairError:
+            raise
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise disk_full(path, exc) from None
+            return ItemResult(path, action.kind, ItemState.FAILED, f"{exc.strerror or exc}")
+        except Exception as exc:  # one bad file must not stop the run
+            from cachedoctor.repair.lossless import NotRewritable
+
+            state = ItemState.BLOCKED if isinstance(exc, NotRewritable) else ItemState.FAILED
+            return ItemResult(path, action.kind, state, str(exc) or type(exc).__name__)
+        problem = verify(action) if verify is not None else None
+        if problem:
+            return ItemResult(path, action.kind, ItemState.FAILED, f"written, but reading it back: {problem}", dest,
+                              action.bytes, len(data))
+        return ItemResult(path, action.kind, ItemState.VERIFIED, "written and read back", dest, action.bytes, len(data))
+
+
+def _cleanup(action: Action) -> ItemResult:
+    """Delete a temp file of cachedoctor's own. Its writer held the target's lock for the temp
+    file's whole life, so a temp file still here while we hold that lock is abandoned."""
+    path = action.path
+    target = temp_target(path)
+    if target is None:
+        return ItemResult(path, action.kind, ItemState.FAILED, "not a cachedoctor temp file")
+    with file_lock(target):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return ItemResult(path, action.kind, ItemState.SKIPPED, "already gone")
+        fsync_dir(os.path.dirname(path))
+    return ItemResult(path, action.kind, ItemState.VERIFIED, "deleted (an interrupted write of cachedoctor's own)",
+                      None, action.bytes, 0)
+
+
+def verify_written(action: Action) -> str | None:
+    """Read the new file back deep with the safe reader and run the file checks on it; for a
+    recompute also check the latent size and dtype the layout expects."""
+    from cachedoctor.scan.inspect import inspect_path
+
+    outcome = inspect_path(action.path, deep=True, entry_facts=True)
+    if outcome.status != "read":
+        return outcome.error or "not readable as a cache file"
+    if outcome.findings:
+        return "; ".join(f"{f.kind}: {f.message}" for f in outcome.findings)
+    spec = action.spec
+    if spec is not None and spec.role == "latent" and spec.latent_hw is not None:
+        shapes = dict(outcome.shapes)
+        shape = shapes.get(spec.key)
+        if shape is None or tuple(shape[-2:]) != tuple(spec.latent_hw):
+            return f"{spec.key or '<root>'} has shape {list(shape) if shape else None}, expected [..., {spec.latent_hw[0]}, {spec.latent_hw[1]}]"
+    return None

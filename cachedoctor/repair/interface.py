@@ -1,0 +1,162 @@
+"""The repair vocabulary: actions, what a recompute must produce, and what each item came to.
+
+An :class:`Action` is one cache path and the one thing repair will do to it. It is planned from
+the scan's findings, recorded in the journal before anything changes, carried to a worker (so
+it is a small frozen record of plain values), and judged again under the file's lock just
+before it runs: a file that changed since the scan is left alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from cachedoctor.errors import PathError
+
+
+class RepairError(PathError):
+    """Repair cannot start or cannot go on (a full disk, a foreign journal, too many GPUs)."""
+
+
+class ActionKind(str, enum.Enum):
+    """What repair does to one path. The first four are the findings' ``fix`` values."""
+
+    REWRITE_CPU = "rewrite-cpu"  # same tensors, every storage on cpu
+    CLONE_STORAGE = "clone-storage"  # each tensor saved as its own view's data (and on cpu)
+    QUARANTINE = "quarantine"  # moved to the quarantine, nothing written in its place
+    RECOMPUTE = "recompute"  # encoded again from its source; the old file goes to quarantine
+    CLEANUP = "cleanup"  # a temp file of cachedoctor's own interrupted write: deleted
+
+    @property
+    def lossless(self) -> bool:
+        return self in (ActionKind.REWRITE_CPU, ActionKind.CLONE_STORAGE)
+
+
+class ItemState(str, enum.Enum):
+    PLANNED = "planned"
+    DONE = "done"  # written (or moved); not yet read back
+    VERIFIED = "verified"  # read back with the safe reader and found healthy
+    SKIPPED = "skipped"  # changed since the scan, or healthy already: left alone
+    BLOCKED = "blocked"  # cannot be done here (no encoder, no source, unknown format)
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """What a path looked like when the action was planned: the precondition for acting."""
+
+    size: int
+    mtime_ns: int
+    ino: int
+
+    @classmethod
+    def of(cls, path: str) -> "Stat | None":
+        import os
+
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+@dataclass(frozen=True, slots=True)
+class RecomputeSpec:
+    """How to make one entry again, in the layout's own format.
+
+    ``latent_hw`` is the latent's spatial size the layout expects (the image is resized and
+    cropped to ``latent_hw * downscale`` pixels). ``resize`` (W, H) and ``crop`` (top, left) are
+    the trainer's recorded preprocessing (SimpleTuner's ``intermediary_size`` and
+    ``crop_coordinates``); without them the image is scaled to cover the target and
+    centre-cropped, as kohya and OneTrainer do. ``writer`` names the file layout to produce.
+    """
+
+    role: str  # "latent" or "text"
+    source: str
+    writer: str  # "bare-tensor", "kohya-npz", "onetrainer-dict", "dict"
+    container_format: str = "torch-zip"  # torch-zip, torch-gzip, torch-legacy, npz, safetensors
+    key: str = ""  # the tensor that holds the latent ("" for a bare tensor)
+    dtype: str = "float32"
+    scaled: bool = False  # SimpleTuner caches (latent - shift) * factor; kohya and OneTrainer raw latents
+    latent_hw: tuple[int, int] | None = None
+    resize: tuple[int, int] | None = None
+    crop: tuple[int, int] | None = None
+    text: str | None = None  # the caption, for text entries
+    keys: tuple[str, ...] = ()  # every key the healthy peers hold (the file must hold the same)
+    flipped: bool = False  # kohya: also latents_flipped_<h>x<w>
+    template: str | None = None  # a healthy peer whose container, keys and dtypes the new file copies
+
+    def cost(self) -> int:
+        """Work units for balancing workers: pixels for images, characters for captions."""
+        if self.role == "text":
+            return 1000 + len(self.text or "")
+        h, w = self.latent_hw or (64, 64)
+        return h * w * 64 * (2 if self.flipped else 1)
+
+    def batch_key(self) -> tuple[Any, ...]:
+        """Items with equal keys can be stacked into one encoder batch."""
+        return (self.role, self.latent_hw)
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    kind: ActionKind
+    path: str
+    root: str  # the cache root whose .cachedoctor/ holds this action's quarantine and journal
+    reasons: tuple[str, ...]  # finding kinds behind it
+    source: str | None = None
+    before: Stat | None = None  # None: the path did not exist (a missing entry)
+    spec: RecomputeSpec | None = None
+    blocked: str | None = None  # why it cannot be carried out here
+    bytes: int = 0  # size of the file today
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["kind"] = self.kind.value
+        return json.dumps(data, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Action":
+        data = json.loads(text)
+        data["kind"] = ActionKind(data["kind"])
+        data["reasons"] = tuple(data["reasons"])
+        data["before"] = Stat(**data["before"]) if data.get("before") else None
+        spec = data.get("spec")
+        if spec:
+            for name in ("latent_hw", "resize", "crop", "keys"):
+                if spec.get(name) is not None:
+                    spec[name] = tuple(spec[name])
+            data["spec"] = RecomputeSpec(**spec)
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    path: str
+    kind: ActionKind
+    state: ItemState
+    message: str = ""
+    quarantined: str | None = None
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+
+@dataclass(slots=True)
+class RepairPlan:
+    actions: list[Action] = field(default_factory=list)
+    needs_person: list[str] = field(default_factory=list)  # name collisions: a person must rename
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for action in self.actions:
+            label = "blocked" if action.blocked else action.kind.value
+            out[label] = out.get(label, 0) + 1
+        return dict(sorted(out.items()))
+
+    def rewrite_bytes(self, kind: "ActionKind | None" = None) -> int:
+        return sum(a.bytes for a in self.actions if a.kind.lossless and not a.blocked and kind in (None, a.kind))
+
+    def runnable(self) -> list[Action]:
+        return [a for a in self.actions if not a.blocked]

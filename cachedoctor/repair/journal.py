@@ -1,0 +1,129 @@
+"""The repair journal: a SQLite database in ``<cache root>/.cachedoctor/`` recording every run,
+every planned action and how far it got (planned, done, verified, skipped, blocked, failed).
+
+After a crash the next ``repair`` finds the run still marked running with its process gone,
+resumes it under the same run id (one quarantine folder per logical repair), skips what was
+verified, and does the rest. WAL mode and a busy timeout let two repairs, or the workers of one,
+share the database. Under torchrun each rank keeps its own file (``journal-rank<k>.sqlite``): a
+database shared over NFS by many hosts is not safe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+
+from cachedoctor.repair.interface import Action, ItemResult, ItemState
+from cachedoctor.repair.quarantine import STATE_DIR
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, started REAL NOT NULL, finished REAL, status TEXT NOT NULL,
+    host TEXT NOT NULL, pid INTEGER NOT NULL, pid_start TEXT, argv TEXT, encoder TEXT, fingerprint TEXT
+);
+CREATE TABLE IF NOT EXISTS items (
+    run_id TEXT NOT NULL, path TEXT NOT NULL, action TEXT NOT NULL, state TEXT NOT NULL,
+    message TEXT, quarantined TEXT, updated REAL NOT NULL,
+    PRIMARY KEY (run_id, path)
+);
+"""
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def _process_start(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (so a recycled pid is not taken for a live repair)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(host: str, pid: int, pid_start: str | None) -> bool:
+    if host != socket.gethostname():
+        return True  # another machine's run: we cannot tell, so never steal it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return pid_start is None or _process_start(pid) == pid_start
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupted:
+    run_id: str
+    encoder: str | None
+    fingerprint: str | None
+    verified: frozenset[str]
+    unfinished: tuple[Action, ...]
+
+
+class Journal:
+    def __init__(self, root: str, rank: int | None = None) -> None:
+        folder = os.path.join(root, STATE_DIR)
+        os.makedirs(folder, exist_ok=True)
+        self.path = os.path.join(folder, "journal.sqlite" if rank is None else f"journal-rank{rank}.sqlite")
+        self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA busy_timeout=60000")
+        self.db.executescript(_SCHEMA)
+        self.run_id: str | None = None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def interrupted(self) -> Interrupted | None:
+        """The newest run that is marked running but whose process is gone."""
+        rows = self.db.execute("SELECT run_id, host, pid, pid_start, encoder, fingerprint FROM runs "
+                               "WHERE status = 'running' ORDER BY started DESC").fetchall()
+        for run_id, host, pid, pid_start, encoder, fingerprint in rows:
+            if _alive(host, pid, pid_start):
+                continue
+            items = self.db.execute("SELECT path, action, state FROM items WHERE run_id = ?", (run_id,)).fetchall()
+            verified = frozenset(p for p, _a, s in items if s in (ItemState.VERIFIED.value, ItemState.SKIPPED.value))
+            unfinished = tuple(Action.from_json(a) for _p, a, s in items
+                               if s in (ItemState.PLANNED.value, ItemState.DONE.value))
+            return Interrupted(run_id, encoder, fingerprint, verified, unfinished)
+        return None
+
+    def start(self, run_id: str, argv: list[str], encoder: str | None, fingerprint: str | None,
+              resumed: bool) -> None:
+        self.run_id = run_id
+        pid = os.getpid()
+        with self.db:
+            if resumed:
+                self.db.execute("UPDATE runs SET status='running', host=?, pid=?, pid_start=? WHERE run_id=?",
+                                (socket.gethostname(), pid, _process_start(pid), run_id))
+            else:
+                self.db.execute("INSERT INTO runs (run_id, started, status, host, pid, pid_start, argv, encoder, fingerprint) "
+                                "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                                (run_id, time.time(), socket.gethostname(), pid, _process_start(pid),
+                                 json.dumps(argv), encoder, fingerprint))
+
+    def plan(self, actions: list[Action]) -> None:
+        """Record every action before the first change (an existing row keeps its state)."""
+        now = time.time()
+        with self.db:
+            self.db.executemany("INSERT OR IGNORE INTO items (run_id, path, action, state, updated) VALUES (?, ?, ?, ?, ?)",
+                                [(self.run_id, a.path, a.to_json(), ItemState.PLANNED.value, now) for a in actions])
+
+    def record(self, result: ItemResult) -> None:
+        with self.db:
+            self.db.execute("UPDATE items SET state=?, message=?, quarantined=COALESCE(?, quarantined), updated=? "
+                            "WHERE run_id=? AND path=?",
+                            (result.state.value, result.message, result.quarantined, time.time(), self.run_id, result.path))
+
+    def finish(self, status: str = "done") -> None:
+        with self.db:
+            self.db.execute("UPDATE runs SET status=?, finished=? WHERE run_id=?", (status, time.time(), self.run_id))

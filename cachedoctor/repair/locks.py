@@ -1,0 +1,31 @@
+"""One lock per cache file, so two repairs (or a repair and a cooperating trainer) never write
+one file at once: several ranks writing one file is exactly how SimpleTuner's text embeds got
+``failed finding central directory``.
+
+The convention, for anyone who wants to cooperate: before writing ``<folder>/<name>``, take an
+exclusive ``flock`` on ``<folder>/.<name>.lock`` (``filelock.FileLock`` does exactly this).
+Lock files stay after release, as filelock intends: deleting a lock file that another process
+is waiting on would let two writers in. The scan ignores them.
+"""
+
+from __future__ import annotations
+
+import os
+
+LOCK_TIMEOUT_S = 120.0
+
+
+def lock_path(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.lock")
+
+
+def is_lock_name(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".lock")
+
+
+def file_lock(path: str, timeout: float = LOCK_TIMEOUT_S):  # type: ignore[no-untyped-def]
+    """A ``filelock.FileLock`` for ``path`` (use as a context manager; raises ``Timeout``)."""
+    from filelock import FileLock
+
+    return FileLock(lock_path(path), timeout=timeout)

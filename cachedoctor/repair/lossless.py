@@ -1,0 +1,121 @@
+"""Lossless rewrites: the same tensors saved again, with every storage on cpu (``rewrite-cpu``)
+or each tensor as its own view's data (``clone-storage``).
+
+The file is read through the safe path only: the restricted reader first (a file naming any
+global outside the allow-list is never loaded; it is quarantined instead), then the tensor data
+with ``torch.load(weights_only=True, map_location="cpu")``. It is written back in the container
+the trainer reads: a bare tensor stays a bare tensor, a dict a dict (key order kept), a gzipped
+file is gzipped again, a legacy (pre-zip) file stays legacy. Before the bytes leave memory they
+are loaded again and compared bit for bit with what was read, so a rewrite cannot change a value.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from typing import Any
+
+from cachedoctor.formats import read_file
+from cachedoctor.formats.interface import ReadError
+
+TORCH_FORMATS = frozenset({"torch-zip", "torch-gzip", "torch-legacy"})
+
+
+class NotRewritable(Exception):
+    """The file cannot be rewritten losslessly (not torch, unsafe, unreadable)."""
+
+
+def load_safely(path: str) -> tuple[Any, str]:
+    """The object a torch.save file holds, on cpu, and its format; never runs pickle code."""
+    import torch
+
+    try:
+        meta = read_file(path, deep=False)
+    except ReadError as exc:
+        raise NotRewritable(f"unreadable ({exc.message})") from None
+    if meta.format not in TORCH_FORMATS:
+        raise NotRewritable(f"a {meta.format} file holds no storages to rewrite")
+    if meta.foreign_globals or meta.unreadable_reason:
+        raise NotRewritable("its pickle names globals outside the allow-list; it is never loaded")
+    with open(path, "rb") as handle:
+        raw = handle.read()
+    if meta.format == "torch-gzip":
+        raw = gzip.decompress(raw)
+    try:
+        obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError...
+        raise NotRewritable(f"torch.load(weights_only=True) refused it ({type(exc).__name__}: {exc})") from None
+    return obj, meta.format
+
+
+def transform(obj: Any, clone: bool) -> Any:
+    """The same structure with cpu tensors; with ``clone`` each tensor owns exactly its data."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        tensor = obj.detach().cpu()
+        if clone:
+            tensor = tensor.clone()
+        if isinstance(obj, torch.nn.Parameter):
+            return torch.nn.Parameter(tensor, requires_grad=obj.requires_grad)
+        return tensor
+    if isinstance(obj, dict):
+        out = type(obj)() if type(obj) is not dict else {}
+        for key, value in obj.items():
+            out[key] = transform(value, clone)
+        return out
+    if isinstance(obj, (list, tuple)):
+        items = [transform(v, clone) for v in obj]
+        return items if isinstance(obj, list) else type(obj)(items) if type(obj) is tuple else tuple(items)
+    return obj
+
+
+def serialize(obj: Any, fmt: str) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf, _use_new_zipfile_serialization=fmt != "torch-legacy")
+    data = buf.getvalue()
+    return gzip.compress(data, mtime=0) if fmt == "torch-gzip" else data
+
+
+def same(a: Any, b: Any) -> bool:
+    """Bitwise equality of two saved objects: structure, keys, dtypes, shapes and bytes."""
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        return bool(torch.equal(_bits(a), _bits(b)))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _bits(t: Any) -> Any:
+    flat = t.detach().cpu().contiguous().reshape(-1)
+    return flat.view(__import__("torch").uint8) if flat.element_size() and flat.numel() else flat
+
+
+def rewrite_bytes(path: str, clone: bool) -> bytes:
+    """The new bytes for ``path``; raises :class:`NotRewritable`. Verified in memory."""
+    obj, fmt = load_safely(path)
+    new = transform(obj, clone)
+    data = serialize(new, fmt)
+    check = data if fmt != "torch-gzip" else gzip.decompress(data)
+    import torch
+
+    again = torch.load(io.BytesIO(check), map_location="cpu", weights_only=True)
+    if not same(obj, again):
+        raise NotRewritable("the rewritten tensors would differ from the original (not written)")
+    return data
+
+
+def same_content(old_obj: Any, path: str) -> bool:
+    """Read ``path`` back from disk (safely) and compare with ``old_obj`` bitwise."""
+    new, _fmt = load_safely(path)
+    return same(old_obj, new)

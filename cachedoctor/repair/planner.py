@@ -1,0 +1,81 @@
+"""From the scan's findings to one action per path (check before writing, as black does).
+
+Per path, the strongest cure wins: an own temp file is cleaned up; anything that needs its data
+made again is recomputed (its old file, if any, goes to the quarantine); what should not be in
+the cache is quarantined; a leaked view is cloned; a device tag is rewritten. A name collision
+needs a person. A recompute that cannot be done here (no encoder for its role, an unknown
+source, a size the layout does not record) is planned as *blocked*, with the reason, and
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Iterable
+
+from cachedoctor.atomic import is_own_temp
+from cachedoctor.findings import Finding, Fix
+from cachedoctor.layouts.interface import Expected
+from cachedoctor.repair.interface import Action, ActionKind, RecomputeSpec, RepairPlan, Stat
+from cachedoctor.repair.specs import TemplateFinder, spec_for
+
+_KIND_FOR_FIX = {Fix.CLONE_STORAGE: ActionKind.CLONE_STORAGE, Fix.REWRITE_CPU: ActionKind.REWRITE_CPU,
+                 Fix.QUARANTINE: ActionKind.QUARANTINE, Fix.RECOMPUTE: ActionKind.RECOMPUTE}
+_ORDER = (Fix.RECOMPUTE, Fix.QUARANTINE, Fix.CLONE_STORAGE, Fix.REWRITE_CPU)
+
+
+def root_of(path: str, roots: list[str]) -> str:
+    """The cache root holding ``path`` (its quarantine and journal live there)."""
+    best = None
+    for root in roots:
+        base = root if os.path.isdir(root) else os.path.dirname(root)
+        if path == base or path.startswith(base.rstrip(os.sep) + os.sep):
+            if best is None or len(base) > len(best):
+                best = base
+    return best or os.path.dirname(path)
+
+
+def plan_repair(findings: Iterable[Finding], roots: list[str], expected: dict[str, list[Expected]],
+                layout: str | None, modalities: set[str], only: set[str] | None = None) -> RepairPlan:
+    """``expected`` maps cache path -> the dataset's entries for it (empty without a layout);
+    ``modalities`` says which encoders were given (``image``, ``text``)."""
+    by_path: dict[str, list[Finding]] = defaultdict(list)
+    for finding in findings:
+        if only is None or finding.kind in only:
+            by_path[finding.path].append(finding)
+    plan = RepairPlan()
+    templates = TemplateFinder(set(by_path))
+    for path in sorted(by_path):
+        group = by_path[path]
+        kinds = tuple(sorted({f.kind for f in group}))
+        fixes = {f.fix for f in group}
+        source = next((f.source for f in group if f.source), None)
+        before = Stat.of(path)
+        size = before.size if before else 0
+        root = root_of(path, roots)
+        if is_own_temp(os.path.basename(path)):
+            plan.actions.append(Action(ActionKind.CLEANUP, path, root, kinds, None, before, bytes=size))
+            continue
+        if "name-collision" in kinds:
+            plan.needs_person.append(path)
+            continue
+        entries = expected.get(path) or []
+        if entries and fixes & {Fix.QUARANTINE} and "orphan-entry" not in kinds and "partial-write" not in kinds:
+            fixes = {Fix.RECOMPUTE}  # an unsafe pickle the dataset expects: quarantined and made again
+        fix = next((f for f in _ORDER if f in fixes), None)
+        if fix is None:
+            continue
+        kind = _KIND_FOR_FIX[fix]
+        spec: RecomputeSpec | None = None
+        blocked = None
+        if kind is ActionKind.RECOMPUTE:
+            spec, blocked = spec_for(path, entries[0] if entries else None, layout, templates)
+            if spec is not None and spec.role not in _roles(modalities):
+                blocked = f"needs an encoder for {'captions' if spec.role == 'text' else 'images'} (--encoder)"
+        plan.actions.append(Action(kind, path, root, kinds, source, before, spec, blocked, size))
+    return plan
+
+
+def _roles(modalities: set[str]) -> set[str]:
+    return {"latent" if m == "image" else "text" for m in modalities}

@@ -1,0 +1,202 @@
+"""The quarantine: where everything repair replaces or moves goes, so nothing is ever lost.
+
+``<cache root>/.cachedoctor/quarantine/<run id>/<path relative to the root>``, plus
+``.records.jsonl`` in the run folder saying, per file, where it came from and why. The folder
+tree is the truth (a run killed between a move and its record still restores); records are
+the explanation. The scan never enters ``.cachedoctor/``.
+
+Files are kept by hard link when the original stays in place until the replacement is renamed
+over it (no bytes copied, and the link exists before the original name changes), and by rename
+when the file is moved out. Both stay on the cache's own file system; a root that spans file
+systems falls back to a copy, fsynced, before the original is touched.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+from cachedoctor.atomic import atomic_binary, fsync_dir
+
+STATE_DIR = ".cachedoctor"
+RECORDS = ".records.jsonl"
+
+
+def quarantine_root(root: str) -> str:
+    return os.path.join(root, STATE_DIR, "quarantine")
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinedFile:
+    relpath: str
+    size: int
+    original: str
+    reasons: tuple[str, ...]
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineRun:
+    run_id: str
+    folder: str
+    files: tuple[QuarantinedFile, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+class Quarantine:
+    """The quarantine of one run in one cache root."""
+
+    def __init__(self, root: str, run_id: str) -> None:
+        self.root = root
+        self.run_id = run_id
+        self.folder = os.path.join(quarantine_root(root), run_id)
+
+    def destination(self, path: str) -> str:
+        rel = os.path.relpath(path, self.root)
+        if rel.startswith(os.pardir):
+            raise ValueError(f"{path} is outside the cache root {self.root}")
+        return os.path.join(self.folder, rel)
+
+    def keep(self, path: str, reasons: tuple[str, ...], action: str) -> str:
+        """Preserve ``path``'s current content (it is about to be replaced); idempotent."""
+        dest = self.destination(path)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if os.path.exists(dest):
+            if os.path.samefile(dest, path):
+                return dest  # a resumed run already linked it
+            dest = _free_name(dest)
+        try:
+            os.link(path, dest)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                raise
+            with open(path, "rb") as src, atomic_binary(dest) as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+        fsync_dir(os.path.dirname(dest))
+        self._record(dest, path, reasons, action)
+        return dest
+
+    def move(self, path: str, reasons: tuple[str, ...], action: str) -> str:
+        """Move ``path`` out of the cache into the quarantine."""
+        dest = self.destination(path)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if os.path.exists(dest):
+            dest = _free_name(dest)
+        try:
+            os.rename(path, dest)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            with open(path, "rb") as src, atomic_binary(dest) as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+            os.unlink(path)
+        fsync_dir(os.path.dirname(dest))
+        fsync_dir(os.path.dirname(path))
+        self._record(dest, path, reasons, action)
+        return dest
+
+    def _record(self, dest: str, original: str, reasons: tuple[str, ...], action: str) -> None:
+        record = {"path": os.path.relpath(dest, self.folder), "original": original, "reasons": list(reasons),
+                  "action": action, "size": os.path.getsize(dest), "time": time.time()}
+        with open(os.path.join(self.folder, RECORDS), "a", encoding="utf-8") as out:
+            out.write(json.dumps(record, sort_keys=True) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+
+def _free_name(dest: str) -> str:
+    n = 1
+    while os.path.exists(f"{dest}.{n}"):
+        n += 1
+    return f"{dest}.{n}"
+
+
+def _records(folder: str) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    try:
+        with open(os.path.join(folder, RECORDS), encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # a record cut short by a crash; the file itself still counts
+                if isinstance(record, dict) and isinstance(record.get("path"), str):
+                    out[record["path"]] = record
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def _files(folder: str) -> Iterator[str]:
+    for dirpath, _dirs, names in os.walk(folder):
+        for name in names:
+            if dirpath == folder and name == RECORDS:
+                continue
+            yield os.path.relpath(os.path.join(dirpath, name), folder)
+
+
+def list_runs(root: str) -> list[QuarantineRun]:
+    base = quarantine_root(root)
+    if not os.path.isdir(base):
+        return []
+    runs = []
+    for run_id in sorted(os.listdir(base)):
+        folder = os.path.join(base, run_id)
+        if not os.path.isdir(folder):
+            continue
+        records = _records(folder)
+        files = []
+        for rel in sorted(_files(folder)):
+            record = records.get(rel, {})
+            original = record.get("original") or os.path.join(root, _original_rel(rel))
+            files.append(QuarantinedFile(rel, os.path.getsize(os.path.join(folder, rel)), original,
+                                         tuple(record.get("reasons") or ()), str(record.get("action") or "unknown")))
+        runs.append(QuarantineRun(run_id, folder, tuple(files)))
+    return runs
+
+
+def _original_rel(rel: str) -> str:
+    """``a/b.pt.1`` (a second copy of one path in one run) restores to ``a/b.pt``."""
+    stem, _, n = rel.rpartition(".")
+    return stem if n.isdigit() and stem else rel
+
+
+def find_run(root: str, run_id: str) -> QuarantineRun | None:
+    return next((r for r in list_runs(root) if r.run_id == run_id), None)
+
+
+def restore(root: str, run: QuarantineRun, new_run_id: str) -> list[tuple[str, str]]:
+    """Put every file of ``run`` back where it was. A file now at that place (the repaired
+    version) is itself quarantined under ``new_run_id`` first, so a restore loses nothing
+    either. Returns ``(quarantined file, restored path)`` pairs."""
+    from cachedoctor.repair.locks import file_lock
+
+    aside = Quarantine(root, new_run_id)
+    done = []
+    for item in run.files:
+        src = os.path.join(run.folder, item.relpath)
+        target = item.original if os.path.isabs(item.original) else os.path.join(root, item.original)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with file_lock(target):
+            if os.path.exists(target):
+                aside.keep(target, ("restore",), f"replaced by restore of {run.run_id}")
+            os.replace(src, target)
+            fsync_dir(os.path.dirname(target))
+        done.append((src, target))
+    shutil.rmtree(run.folder)
+    return done
+
+
+def purge(run: QuarantineRun) -> int:
+    """Delete a quarantine run for good (the one place cachedoctor deletes data, on request)."""
+    size = run.size
+    shutil.rmtree(run.folder)
+    return size

@@ -1,0 +1,185 @@
+"""``cachedoctor repair`` end to end: scan, plan, confirm, act (journaled), rescan, judge.
+
+Lossless actions and quarantine moves run in this process; recomputes go to the workers. Each
+finished item is written to the journal of its cache root as soon as it is known, so a crash
+loses at most the items in flight. The run ends with a fresh scan of the same folders: the
+exit code says whether what was repaired is now clean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
+from cachedoctor.layouts.interface import Expected
+from cachedoctor.repair import distributed
+from cachedoctor.repair.interface import Action, ActionKind, ItemResult, ItemState, RepairError, RepairPlan
+from cachedoctor.repair.journal import Journal, new_run_id
+from cachedoctor.repair.planner import plan_repair
+from cachedoctor.scan import ScanOptions, ScanResult, scan
+
+
+@dataclass(frozen=True)
+class RepairOptions:
+    deep: bool = False
+    scan_workers: int | None = None
+    encoders: tuple[str, ...] = ()
+    gpus: int | None = None
+    device: str = "cpu"
+    workers: int = 1
+    batch_size: int = 8
+    only: frozenset[str] | None = None
+    dry_run: bool = False
+
+
+@dataclass
+class RepairOutcome:
+    before: ScanResult
+    plan: RepairPlan
+    layout_line: str | None
+    run_id: str | None = None
+    resumed: bool = False
+    results: list[ItemResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    after: ScanResult | None = None
+    leader: bool = True
+
+
+def _scan(targets: list[str], layout: LayoutName, layout_options: LayoutOptions, options: RepairOptions,
+          ) -> tuple[ScanResult, dict[str, list[Expected]], str | None, str | None]:
+    plan, line = plan_for(layout, targets, layout_options)
+    expected = {p: list(e) for folder in (plan.expected.values() if plan else ()) for p, e in folder.items()}
+    roots = plan.roots if plan is not None else targets
+    result = scan(roots, ScanOptions(deep=options.deep, workers=options.scan_workers), dataset=plan)
+    return result, expected, line, (plan.layout if plan else None)
+
+
+def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions, options: RepairOptions,
+           argv: list[str], confirm: Callable[[RepairOutcome], bool], show_plan: Callable[[RepairOutcome], None],
+           ) -> RepairOutcome:
+    from cachedoctor.encoders import load_encoder
+    from cachedoctor.repair.workers import devices_for, visible_gpus
+
+    encoders = [load_encoder(spec) for spec in options.encoders]  # cheap: validates paths, loads nothing
+    modalities = {e.modality.value for e in encoders}
+    rank = distributed.from_env()
+    if options.gpus:
+        have = visible_gpus()
+        if options.gpus > have:
+            raise RepairError(f"--gpus {options.gpus}", f"only {have} GPU(s) are visible here; ask for at most {have}, "
+                                                        "or use --device cpu --workers N")
+    before, expected, line, layout_name = _scan(targets, layout, layout_options, options)
+    if before.errors:
+        first = before.errors[0]
+        raise RepairError(first.path, f"{first.message}; repair only runs on a cache it can read completely")
+    roots = before.targets
+    plan = plan_repair(before.findings, roots, expected, layout_name, modalities, options.only)
+    outcome = RepairOutcome(before, plan, line, leader=rank.leader)
+    journals = {root: Journal(root, rank.rank if rank.distributed else None)
+                for root in sorted({a.root for a in plan.actions})} if not options.dry_run else {}
+    interrupted = next((i for j in journals.values() if (i := j.interrupted()) is not None), None)
+    outcome.run_id = interrupted.run_id if interrupted else new_run_id()
+    outcome.resumed = interrupted is not None
+    show_plan(outcome)
+    if options.dry_run or not plan.runnable():
+        _close(journals)
+        outcome.after = before if not plan.runnable() else None
+        return outcome
+    if not confirm(outcome):
+        _close(journals)
+        raise KeyboardInterrupt
+    distributed.init(rank)
+    outcome.run_id = distributed.agree(rank, outcome.run_id)
+    fingerprints = ",".join(e.fingerprint() for e in encoders) or None
+    for root, journal in journals.items():
+        journal.start(outcome.run_id, argv, ",".join(options.encoders) or None, fingerprints, outcome.resumed)
+        journal.plan([a for a in plan.actions if a.root == root])
+
+    def record(result: ItemResult) -> None:
+        outcome.results.append(result)
+        action = by_path.get(result.path)
+        if action is not None:
+            journals[action.root].record(result)
+
+    by_path = {a.path: a for a in plan.actions}
+    for action in plan.actions:
+        if action.blocked:
+            record(ItemResult(action.path, action.kind, ItemState.BLOCKED, action.blocked))
+    mine = _share(plan.runnable(), rank)
+    try:
+        for action in mine:
+            if action.kind is not ActionKind.RECOMPUTE:
+                record(_run_local(action, outcome.run_id))
+        recompute = [a for a in mine if a.kind is ActionKind.RECOMPUTE]
+        if recompute:
+            _recompute(recompute, options, outcome, record, rank, devices_for)
+    except RepairError:
+        for journal in journals.values():
+            journal.finish("interrupted")
+        _close(journals)
+        raise
+    for journal in journals.values():
+        journal.finish("done" if not outcome.problems else "interrupted")
+    _close(journals)
+    gathered = distributed.gather(rank, outcome.results if rank.distributed else None)
+    if rank.distributed and gathered is not None:
+        outcome.results = [r for part in gathered for r in (part or [])]
+    distributed.finish(rank)
+    if rank.leader:
+        outcome.after = _scan(targets, layout, layout_options, options)[0]
+    return outcome
+
+
+def _share(actions: list[Action], rank) -> list[Action]:  # type: ignore[no-untyped-def]
+    """This rank's deterministic share of the non-recompute actions (recomputes are split by cost)."""
+    if not rank.distributed:
+        return actions
+    local = [a for i, a in enumerate(a for a in actions if a.kind is not ActionKind.RECOMPUTE) if i % rank.world == rank.rank]
+    return local + [a for a in actions if a.kind is ActionKind.RECOMPUTE]
+
+
+def _run_local(action: Action, run_id: str) -> ItemResult:
+    from cachedoctor.repair.execute import run_action, verify_written
+    from cachedoctor.repair.lossless import rewrite_bytes
+    from cachedoctor.repair.quarantine import Quarantine
+
+    quarantine = Quarantine(action.root, run_id)
+    if action.kind.lossless:
+        clone = action.kind is ActionKind.CLONE_STORAGE
+        return run_action(action, quarantine, lambda a: rewrite_bytes(a.path, clone), verify_written)
+    return run_action(action, quarantine)
+
+
+def _recompute(actions: list[Action], options: RepairOptions, outcome: RepairOutcome,
+               record: Callable[[ItemResult], None], rank, devices_for) -> None:  # type: ignore[no-untyped-def]
+    from cachedoctor.repair.workers import make_batches, run_pool, split, work
+
+    batches = make_batches(actions, options.batch_size)
+    if rank.distributed:
+        batches = split(batches, rank.world)[rank.rank]
+        device = f"cuda:{rank.local}" if options.gpus or options.device == "cuda" else options.device
+        work(batches, list(options.encoders), device, outcome.run_id or "", record)
+        return
+    devices = devices_for(options.gpus, options.device, options.workers)
+    if len(devices) == 1:
+        work(batches, list(options.encoders), devices[0], outcome.run_id or "", record)
+        return
+    outcome.problems.extend(run_pool(split(batches, len(devices)), list(options.encoders), devices,
+                                     outcome.run_id or "", record))
+
+
+def _close(journals: dict[str, Journal]) -> None:
+    for journal in journals.values():
+        journal.close()
+
+
+def still_broken(outcome: RepairOutcome) -> list[str]:
+    """Paths repair acted on (or meant to) that the final scan still finds wanting."""
+    if outcome.after is None:
+        return []
+    planned = {a.path for a in outcome.plan.actions}
+    return sorted({f.path for f in outcome.after.findings if f.path in planned})
+
+
+__all__ = ["RepairOptions", "RepairOutcome", "repair", "still_broken"]

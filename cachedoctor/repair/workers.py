@@ -1,0 +1,194 @@
+"""Recompute on many devices: one worker process per GPU (or N on the CPU), work split by cost.
+
+Items are batched by identical target shape, batches are dealt longest first to the least
+loaded worker (so workers finish together), and each worker decodes and resizes its next
+batches on a thread pool while the current one encodes. Workers never talk to each other: a
+worker with less work just finishes; results go back over a queue to the parent, which alone
+writes the journal. A worker whose parent dies is killed with it (``PR_SET_PDEATHSIG``), so a
+SIGKILLed repair leaves no orphan writing behind the next one's back.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterator
+
+from cachedoctor.repair.interface import Action, ItemResult, ItemState
+
+Batch = list[Action]
+OnResult = Callable[[ItemResult], None]
+
+
+def make_batches(actions: list[Action], batch_size: int) -> list[Batch]:
+    """Group by target shape, then cut into batches of at most ``batch_size``."""
+    groups: dict[tuple, list[Action]] = {}
+    for action in sorted(actions, key=lambda a: a.path):
+        assert action.spec is not None
+        groups.setdefault(action.spec.batch_key(), []).append(action)
+    return [items[i:i + batch_size] for items in groups.values() for i in range(0, len(items), batch_size)]
+
+
+def batch_cost(batch: Batch) -> int:
+    return sum(a.spec.cost() for a in batch if a.spec is not None)
+
+
+def split(batches: list[Batch], shares: int) -> list[list[Batch]]:
+    """Longest-processing-time-first: deterministic, so every rank computes the same split."""
+    loads = [0] * shares
+    out: list[list[Batch]] = [[] for _ in range(shares)]
+    for batch in sorted(batches, key=lambda b: (-batch_cost(b), b[0].path)):
+        i = min(range(shares), key=lambda k: (loads[k], k))
+        out[i].append(batch)
+        loads[i] += batch_cost(batch)
+    return out
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _prepared(batches: list[Batch], downscale: int) -> Iterator[tuple[Batch, list]]:
+    """Decode and resize ahead of the encoder (two batches in flight on a small thread pool)."""
+    from cachedoctor.repair.recompute import prepare_image
+
+    def prepare(batch: Batch) -> list:
+        out = []
+        for action in batch:
+            try:
+                out.append(prepare_image(action.spec, downscale) if action.spec.role == "latent" else None)
+            except Exception as exc:  # a missing or undecodable image fails its own item only
+                out.append(exc)
+        return out
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="cachedoctor-prefetch") as pool:
+        futures = [pool.submit(prepare, b) for b in batches[:2]]
+        for i, batch in enumerate(batches):
+            if i + 2 < len(batches):
+                futures.append(pool.submit(prepare, batches[i + 2]))
+            yield batch, futures[i].result()
+
+
+def work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, on_result: OnResult) -> None:
+    """Encode and write every item of ``batches`` on ``device`` (runs in a worker or in-process)."""
+    import torch
+
+    from cachedoctor.encoders import load_encoder
+    from cachedoctor.repair.execute import run_action, verify_written
+    from cachedoctor.repair.quarantine import Quarantine
+    from cachedoctor.repair.recompute import build_file
+
+    encoders = {}
+    for spec in encoder_specs:
+        encoder = load_encoder(spec)
+        encoder.load(device)
+        encoders["latent" if encoder.modality.value == "image" else "text"] = encoder
+    image = encoders.get("latent")
+    texts_first = [b for b in batches if b[0].spec.role == "text"]
+    images = [b for b in batches if b[0].spec.role == "latent"]
+    for batch in texts_first:
+        _run_text(batch, encoders["text"], run_id, on_result)
+    if not images:
+        return
+    for batch, prepared in _prepared(images, image.downscale):
+        ok = [(a, p) for a, p in zip(batch, prepared) if not isinstance(p, Exception)]
+        for action, problem in zip(batch, prepared):
+            if isinstance(problem, Exception):
+                on_result(ItemResult(action.path, action.kind, ItemState.FAILED, f"cannot read its source: {problem}"))
+        if not ok:
+            continue
+        pixels = torch.stack([p.pixels for _a, p in ok])
+        latents = image.encode(pixels)["latent"]
+        flipped = image.encode(torch.flip(pixels, dims=[3]))["latent"] if any(a.spec.flipped for a, _p in ok) else None
+        for i, (action, prep) in enumerate(ok):
+            latent = latents[i]
+            if action.spec.scaled:
+                latent = image.scaling.apply(latent)
+            flip = flipped[i] if flipped is not None else None
+
+            def make(a: Action, latent=latent, flip=flip, prep=prep) -> bytes:
+                return build_file(a.spec, a.spec.template, latent=latent, flipped=flip, prepared=prep)
+
+            on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written))
+
+
+def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None:  # type: ignore[no-untyped-def]
+    from cachedoctor.repair.execute import run_action, verify_written
+    from cachedoctor.repair.quarantine import Quarantine
+    from cachedoctor.repair.recompute import build_file
+
+    outputs = encoder.encode([a.spec.text for a in batch])
+    for i, action in enumerate(batch):
+        item = {k: v[i] for k, v in outputs.items()}
+
+        def make(a: Action, item=item) -> bytes:
+            return build_file(a.spec, a.spec.template, texts=item)
+
+        on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written))
+
+
+def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, queue) -> None:  # type: ignore[no-untyped-def]
+    _die_with_parent()
+    try:
+        work(batches, encoder_specs, device, run_id, queue.put)
+    except BaseException as exc:  # reported by the parent; the items stay unfinished in the journal
+        queue.put(("error", f"{type(exc).__name__}: {exc}"))
+        raise SystemExit(1)
+    queue.put(("done", device))
+
+
+def run_pool(shares: list[list[Batch]], encoder_specs: list[str], devices: list[str], run_id: str,
+             on_result: OnResult) -> list[str]:
+    """Start one process per device with its share; feed results to ``on_result``. Returns
+    problems of workers that died (their items stay unfinished for the next run)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = []
+    for share, device in zip(shares, devices):
+        if share:
+            proc = ctx.Process(target=_worker_main, args=(share, encoder_specs, device, run_id, queue), daemon=True)
+            proc.start()
+            procs.append(proc)
+    problems: list[str] = []
+    running = len(procs)
+    while running:
+        try:
+            message = queue.get(timeout=1.0)
+        except Exception:  # queue.Empty: check for workers that died without a word
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead and all(p.exitcode is not None for p in procs):
+                problems.extend(f"a worker exited with code {p.exitcode}" for p in dead)
+                break
+            continue
+        if isinstance(message, ItemResult):
+            on_result(message)
+        elif message[0] == "error":
+            problems.append(message[1])
+            running -= 1
+        else:
+            running -= 1
+    for proc in procs:
+        proc.join(timeout=30)
+    return problems
+
+
+def devices_for(gpus: int | None, device: str, workers: int) -> list[str]:
+    if gpus:
+        return [f"cuda:{i}" for i in range(gpus)]
+    return [device] * max(1, workers)
+
+
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+__all__ = ["make_batches", "split", "work", "run_pool", "devices_for", "visible_gpus"]
