@@ -42,6 +42,7 @@ def repair(
     """Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder."""
     from cachedoctor.checks import CHECKS
     from cachedoctor.layouts import LayoutOptions
+    from cachedoctor.repair.interface import Declined
     from cachedoctor.repair.runner import RepairOptions, repair as run_repair, still_broken
 
     env = _ENV.get()
@@ -66,7 +67,7 @@ def repair(
         _print_plan(outcome, out)
 
     def confirm(outcome) -> bool:  # type: ignore[no-untyped-def]
-        go = yes or not env.stdin_isatty or typer.confirm("Go ahead?", default=False)
+        go = yes or not env.stdin_isatty or _ask("Go ahead? [y/N] ", out)
         if go:  # from here on Ctrl-C leaves a journal the next run finishes
             env.interrupted = "interrupted; run the same command again to finish (the journal resumes it; nothing is lost)"
         return go
@@ -77,14 +78,22 @@ def repair(
     except PathError as exc:
         env.error(f"{exc.path}: {exc.message}")
         return EXIT_COULD_NOT_RUN
-    except KeyboardInterrupt:
-        return 130
+    except Declined:
+        print("nothing was changed", file=out)
+        return EXIT_NOT_CLEAN
     if dry_run:
         print("dry run: nothing was changed", file=out)
         return EXIT_NOT_CLEAN if outcome.plan.actions or outcome.plan.needs_person else EXIT_REPAIRED
     if not outcome.leader:
         return EXIT_REPAIRED
     return _print_result(outcome, still_broken(outcome), out, env)
+
+
+def _ask(question: str, out) -> bool:  # type: ignore[no-untyped-def]
+    import sys
+
+    print(question, end="", file=out, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _size(n: int) -> str:
@@ -142,9 +151,13 @@ def _print_result(outcome, broken: list[str], out, env) -> int:  # type: ignore[
         before, after = Counter(f.kind for f in outcome.before.findings), Counter(f.kind for f in outcome.after.findings)
         changes = [f"{k} {before.get(k, 0)} -> {after.get(k, 0)}" for k in sorted(set(before) | set(after))]
         print("before -> after: " + (", ".join(changes) if changes else "clean"), file=out)
-    clean = not broken and not states.get("failed") and not states.get("blocked") and not outcome.problems
-    print("repaired: the rescan is clean of what was repaired" if clean else
-          f"not clean: {len(broken)} file(s) still have findings; see above", file=out)
+    clean = (not broken and not states.get("failed") and not states.get("blocked") and not outcome.problems
+             and not outcome.plan.needs_person)
+    if clean:
+        print("repaired: the rescan is clean of what was repaired", file=out)
+    else:
+        left = len(set(broken) | set(outcome.plan.needs_person) | {r.path for r in outcome.results if r.state.value in ("failed", "blocked")})
+        print(f"not clean: {left} file(s) still need attention; see above", file=out)
     return EXIT_REPAIRED if clean else EXIT_NOT_CLEAN
 
 

@@ -27,6 +27,11 @@ class Dataset:
     data: Path
     vae: Path
     images: list[Path]
+    text: Path | None = None  # the text-embed cache, when built with a text encoder
+
+    def embed_path(self, caption: str) -> Path:
+        assert self.text is not None
+        return self.text / (hashlib.md5(caption.encode()).hexdigest() + "-sdxl.pt")
 
     def latent_path(self, image: Path) -> Path:
         return self.vae / (hashlib.sha256(image.stem.encode()).hexdigest() + ".pt")
@@ -49,8 +54,13 @@ def image(path: Path, size: tuple[int, int], seed: int) -> Path:
 
 
 def simpletuner(root: Path, n: int = 6, *, encoder: str = POOL, dtype: str = "bfloat16",
-                size: tuple[int, int] = (48, 32), target: tuple[int, int] = (32, 24)) -> Dataset:
-    """``n`` images of ``size`` (W, H) bucketed to ``target`` (W, H), their cache complete."""
+                size: tuple[int, int] = (48, 32), target: tuple[int, int] = (32, 24),
+                text_encoder: str | None = None) -> Dataset:
+    """``n`` images of ``size`` (W, H) bucketed to ``target`` (W, H), their cache complete.
+
+    With ``text_encoder``, captions come from the file names (``img 000``) and a text_embeds
+    dataset holds one ``<md5(caption)>-sdxl.pt`` dict per caption, as SimpleTuner writes them:
+    ``prompt_embeds`` keeps its batch dimension of 1, the pooled vector does not."""
     import torch
 
     from cachedoctor.encoders import load_encoder
@@ -69,8 +79,17 @@ def simpletuner(root: Path, n: int = 6, *, encoder: str = POOL, dtype: str = "bf
                 for p in images}
     (data / "aspect_ratio_bucket_metadata_photos.json").write_text(json.dumps(metadata))
     config = root / "multidatabackend.json"
-    config.write_text(json.dumps([{"id": "photos", "type": "local", "instance_data_dir": str(data),
-                                   "cache_dir_vae": str(vae), "caption_strategy": "filename"}]))
+    backends: list[dict] = [{"id": "photos", "type": "local", "instance_data_dir": str(data),
+                             "cache_dir_vae": str(vae), "caption_strategy": "filename"}]
+    text = None
+    if text_encoder is not None:
+        text = root / "cache" / "text"
+        text.mkdir(parents=True)
+        backends[0]["text_embeds"] = "captions"
+        backends.append({"id": "captions", "dataset_type": "text_embeds", "type": "local", "default": True,
+                         "cache_dir": str(text)})
+        (root / "config.json").write_text(json.dumps({"model_family": "sdxl"}))
+    config.write_text(json.dumps(backends))
     enc = load_encoder(encoder)
     enc.load("cpu")
     for path in images:
@@ -80,7 +99,18 @@ def simpletuner(root: Path, n: int = 6, *, encoder: str = POOL, dtype: str = "bf
         latent = enc.scaling.apply(enc.encode(pixels[None])["latent"][0]).to(getattr(torch, dtype))
         with open(vae / (hashlib.sha256(path.stem.encode()).hexdigest() + ".pt"), "wb") as out:
             torch.save(latent.clone(), out)
-    return Dataset(root, config, data, vae, images)
+    ds = Dataset(root, config, data, vae, images, text)
+    if text_encoder is not None:
+        te = load_encoder(text_encoder)
+        te.load("cpu")
+        captions = [p.stem.replace("_", " ") for p in images]
+        outputs = te.encode(captions)
+        for i, caption in enumerate(captions):
+            embed = {"prompt_embeds": outputs["prompt_embeds"][i:i + 1].clone(),
+                     "pooled_prompt_embeds": outputs["pooled_prompt_embeds"][i].clone()}
+            with open(ds.embed_path(caption), "wb") as out:
+                torch.save(embed, out)
+    return ds
 
 
 def tree_bytes(folder: Path) -> dict[str, bytes]:

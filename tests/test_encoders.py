@@ -142,6 +142,7 @@ def test_vae_single_file_with_config_beside_it(tmp_path: Path, vae_dir: Path, fo
     assert torch.equal(encode_with(f"diffusers-vae:{path}", x)["latent"], direct_vae_latent(vae_dir, x))
 
 
+@pytest.mark.filterwarnings("ignore:The `local_dir_use_symlinks` argument is deprecated")
 def test_diffusers_single_file_loading_needs_the_hub_for_its_config(tmp_path: Path, vae_dir: Path) -> None:
     """The fact behind refusing a lone weights file: diffusers fetches a config from the Hub."""
     from diffusers import AutoencoderKL
@@ -206,16 +207,17 @@ def test_vae_weights_missing_a_tensor_are_refused_not_randomly_filled(tmp_path: 
 
 def test_vae_fingerprint_is_stable_and_tracks_weights_and_dtype(tmp_path: Path) -> None:
     folder = build_tiny_vae(tmp_path / "vae")
-    first = load_encoder(f"diffusers-vae:{folder}")
-    second = load_encoder(f"diffusers-vae:{folder}")
-    assert first.fingerprint() == second.fingerprint()
-    second.load("cpu")
-    assert second.fingerprint() == first.fingerprint()
-    assert first.fingerprint().startswith(f"diffusers-vae|{folder.resolve()}|") and first.fingerprint().endswith("|float32")
-    assert load_encoder(f"diffusers-vae:{folder}@bfloat16").fingerprint() != first.fingerprint()
+    before = load_encoder(f"diffusers-vae:{folder}").fingerprint()
+    encoder = load_encoder(f"diffusers-vae:{folder}")
+    encoder.load("cpu")
+    assert encoder.fingerprint() == before
+    assert before.startswith(f"diffusers-vae|{folder.resolve()}|config=") and before.endswith("|float32")
+    assert load_encoder(f"diffusers-vae:{folder}@bfloat16").fingerprint() == before[: -len("float32")] + "bfloat16"
+    size = (folder / "diffusion_pytorch_model.safetensors").stat().st_size
     time.sleep(0.02)  # past the filesystem's timestamp granularity, as any real rewrite is
     build_tiny_vae(folder, seed=1)  # other weights, same size
-    assert load_encoder(f"diffusers-vae:{folder}").fingerprint() != first.fingerprint()
+    assert (folder / "diffusion_pytorch_model.safetensors").stat().st_size == size
+    assert encoder.fingerprint() != before  # what a resumed repair computes: the files as they are now
 
 
 # --- transformers-text -----------------------------------------------------------------------
@@ -243,6 +245,20 @@ def test_clip_with_projection_embeds_equal_transformers(clip_dir: Path) -> None:
     assert torch.equal(out["prompt_embeds"], direct.last_hidden_state)
     assert torch.equal(out["pooled_prompt_embeds"], direct.text_embeds)
     assert all(t.dtype == torch.float32 and not t.is_inference() for t in out.values())
+
+
+def test_clip_bfloat16_computes_in_bfloat16_and_returns_float32(clip_dir: Path) -> None:
+    from transformers import AutoTokenizer, CLIPTextModelWithProjection
+
+    out = encode_with(f"transformers-text:{clip_dir}@bfloat16", PROMPTS)
+    model = CLIPTextModelWithProjection.from_pretrained(clip_dir, dtype=torch.bfloat16)
+    assert model.dtype == torch.bfloat16
+    tokens = AutoTokenizer.from_pretrained(clip_dir)(PROMPTS, padding="max_length", truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        direct = model(input_ids=tokens.input_ids)
+    assert out["prompt_embeds"].dtype == torch.float32
+    assert torch.equal(out["prompt_embeds"], direct.last_hidden_state.float())
+    assert torch.equal(out["pooled_prompt_embeds"], direct.text_embeds.float())
 
 
 def test_plain_clip_pools_with_pooler_output(tmp_path: Path, clip_dir: Path) -> None:
@@ -399,8 +415,8 @@ def test_installed_metadata_declares_the_builtins() -> None:
         ("no such/thing:x", "unknown encoder 'no such/thing'"),
         ("cachedoctor_no_such_module:factory", "no module named 'cachedoctor_no_such_module'; check the spelling"),
         ("{toy}:nope", "has no attribute 'nope'; name its factory"),
-        ("{toy}:TOY_CONSTANT", "not a factory"),
-        ("{toy}:not_an_encoder", "returned a object, not a cachedoctor.encoders.Encoder"),
+        ("{toy}:TOY_CONSTANT", "is not callable (int); name a factory function"),
+        ("{toy}:not_an_encoder", "returned 'object', not a cachedoctor.encoders.Encoder"),
         ("{toy}:future", "adapter speaks encoder API v2, this cachedoctor v1"),
         ("{toy}:needs_missing_lib", "'cachedoctor_no_such_dependency' is not installed"),
         ("{toy}:broken:x", "failed: ValueError: ARG must be a number; check the ARG"),
@@ -429,7 +445,7 @@ def test_the_documented_example_adapter_runs_and_is_shown_verbatim() -> None:
     x = images(size=(16, 24))
     latent = encoder.encode(x)["latent"]
     assert latent.shape == (2, 3, 4, 6)
-    assert torch.equal(latent, x.reshape(2, 3, 4, 4, 6, 4).mean(dim=(3, 5)))
+    torch.testing.assert_close(latent, x.reshape(2, 3, 4, 4, 6, 4).mean(dim=(3, 5)), rtol=0, atol=1e-6)
 
 
 def test_listing_and_building_encoders_imports_no_torch(vae_dir: Path, clip_dir: Path) -> None:

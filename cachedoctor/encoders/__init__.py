@@ -101,7 +101,7 @@ def _import_factory(spec: str, target: str) -> EncoderFactory:
     except AttributeError as e:
         raise EncoderError(spec, f"module {module_name} has no attribute {attr!r}; name its factory function after ':'") from e
     if not callable(factory):
-        raise EncoderError(spec, f"{target} is a {type(factory).__name__}, not a factory; name a function taking ARG")
+        raise EncoderError(spec, f"{target} is not callable ({type(factory).__name__}); name a factory function taking ARG")
     return factory
 
 
@@ -125,7 +125,7 @@ def _check(spec: str, target: str, encoder: Any) -> None:
     if not isinstance(encoder, Encoder):
         raise EncoderError(
             spec,
-            f"{target} returned a {type(encoder).__name__}, not a cachedoctor.encoders.Encoder; "
+            f"{target} returned {type(encoder).__name__!r}, not a cachedoctor.encoders.Encoder; "
             "its factory must return an Encoder subclass instance",
         )
     if encoder.api_version != API_VERSION:

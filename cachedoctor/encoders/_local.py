@@ -35,6 +35,13 @@ def split_dtype(arg: str) -> tuple[str, str]:
     return arg, "float32"
 
 
+def check_dtype(dtype: str) -> str:
+    """A dtype name the adapters accept; anything else is a programming error, not a user's."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+    return dtype
+
+
 def require_arg(adapter: str, arg: str | None, what: str) -> str:
     """The ``ARG`` of ``NAME:ARG``, or an error saying how to pass it."""
     if not arg:

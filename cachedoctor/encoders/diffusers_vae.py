@@ -1,7 +1,8 @@
 """``diffusers-vae``: recompute image latents with a local diffusers ``AutoencoderKL``.
 
 ``ARG`` is one of, optionally followed by ``@float32`` (the default), ``@float16`` or
-``@bfloat16`` to pick the compute dtype:
+``@bfloat16`` to pick the compute dtype (SDXL's VAE overflows to NaN in float16: its config's
+``force_upcast`` says so):
 
 * a diffusers VAE folder (``config.json`` + ``diffusion_pytorch_model.safetensors``);
 * a pipeline folder whose ``vae/`` subfolder is one;
@@ -15,7 +16,8 @@ model's config from the Hugging Face Hub, which fails offline (unless the Hub ca
 hold it) and would download otherwise. cachedoctor never downloads weights or configs.
 
 Loading is strict where diffusers is lenient: ``from_pretrained`` and ``from_single_file`` both
-leave tensors missing from the weights randomly initialised with only a log warning, which
+leave tensors missing from the weights randomly initialised (when accelerate is not installed)
+with only a log warning, which
 would make a repair write plausible-looking garbage; here any missing tensor is an error.
 """
 
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from cachedoctor.encoders._local import (
     NEVER_DOWNLOADS,
     WEIGHT_SUFFIXES,
+    check_dtype,
     fingerprint,
     require_arg,
     require_modules,
@@ -72,7 +75,7 @@ class DiffusersVAE(Encoder):
 
     def __init__(self, path: str | Path, *, dtype: str = "float32") -> None:
         self.path = Path(path)
-        self.dtype = dtype
+        self.dtype = check_dtype(dtype)
         self.config_dir, self.weights_file = _resolve(self.path)
         config = {**DEFAULTS, **_read_config(self.config_dir / "config.json")}
         self.config = config
@@ -206,10 +209,12 @@ def _load_single_file(path: Path, config_dir: Path) -> Any:
     model = AutoencoderKL.from_config(AutoencoderKL.load_config(config_dir, local_files_only=True))
     expected = model.state_dict().keys()
     state = _read_weights(path)
-    if not expected <= state.keys():
+    if not expected <= state.keys():  # LDM names, or not this VAE: keep whichever naming matches more
         from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
 
-        state = convert_ldm_vae_checkpoint(state, model.config)
+        converted = convert_ldm_vae_checkpoint(state, model.config)
+        if len(expected & converted.keys()) > len(expected & state.keys()):
+            state = converted
     _refuse_missing(path, sorted(expected - state.keys()), len(expected))
     model.load_state_dict({k: state[k] for k in expected}, strict=True)
     return model

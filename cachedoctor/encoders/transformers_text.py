@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachedoctor.encoders._local import (
     NEVER_DOWNLOADS,
+    check_dtype,
     fingerprint,
     require_arg,
     require_modules,
@@ -76,10 +77,11 @@ class TransformersText(Encoder):
 
     def __init__(self, path: str | Path, *, dtype: str = "float32", max_length: int | None = None) -> None:
         self.path = Path(path)
-        self.dtype = dtype
+        self.dtype = check_dtype(dtype)
         self.max_length = max_length
-        self.model_dir, self.tokenizer_dir = _resolve(self.path)
+        self.model_dir = _model_dir(self.path)
         self.kind = _kind(self.model_dir / "config.json")
+        self.tokenizer_dir = _tokenizer_dir(self.model_dir)
         self.class_name, self.output_keys = KINDS[self.kind]
         self._model: Any = None
         self._tokenizer: Any = None
@@ -95,13 +97,18 @@ class TransformersText(Encoder):
         import transformers
 
         cls = getattr(transformers, self.class_name)
+        bars = transformers.utils.logging.is_progress_bar_enabled()
+        transformers.utils.logging.disable_progress_bar()  # one bar per worker would garble the CLI's
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(self.tokenizer_dir, local_files_only=True)
             model, info = cls.from_pretrained(
-                self.model_dir, local_files_only=True, dtype=getattr(torch, self.dtype), output_loading_info=True
+                self.model_dir, local_files_only=True, output_loading_info=True, **{_dtype_kwarg(): getattr(torch, self.dtype)}
             )
         except (OSError, ValueError, RuntimeError, KeyError, ImportError) as e:
             raise EncoderError(str(self.path), f"transformers could not load it ({type(e).__name__}: {e}); {WHAT_TO_PASS}") from e
+        finally:
+            if bars:
+                transformers.utils.logging.enable_progress_bar()
         missing = sorted(info.get("missing_keys") or ())
         if missing:
             raise EncoderError(
@@ -115,7 +122,7 @@ class TransformersText(Encoder):
         self._max_length = int(length)
         self._tokenizer = tokenizer
         model.requires_grad_(False)
-        self._model = model.to(device).eval()
+        self._model = model.to(device, getattr(torch, self.dtype)).eval()
         self._device = device
 
     def encode(self, batch: list[str]) -> dict[str, "torch.Tensor"]:
@@ -142,25 +149,36 @@ class TransformersText(Encoder):
         return result
 
 
-def _resolve(path: Path) -> tuple[Path, Path]:
-    """``(model folder, tokenizer folder)``, or an error saying what to pass instead."""
+def _dtype_kwarg() -> str:
+    """``from_pretrained``'s dtype argument: ``dtype`` since transformers 4.56, ``torch_dtype`` before."""
+    import transformers
+
+    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
+    return "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+
+
+def _model_dir(path: Path) -> Path:
+    """The folder holding the encoder's config.json and weights, or an error saying what to pass."""
     if not path.exists():
         raise EncoderError(str(path), f"no such folder; {WHAT_TO_PASS}")
     if not path.is_dir():
         raise EncoderError(str(path), f"not a folder; {WHAT_TO_PASS}")
-    if (path / "config.json").is_file():
-        model = path
-        sibling = path.parent / path.name.replace("text_encoder", "tokenizer", 1)
-        tokenizer = path if _has_tokenizer(path) or not path.name.startswith("text_encoder") else sibling
-    elif (path / "text_encoder" / "config.json").is_file():
-        model, tokenizer = path / "text_encoder", path / "tokenizer"
-    else:
-        raise EncoderError(str(path), f"no model folder here (no config.json, no text_encoder/config.json); {WHAT_TO_PASS}")
-    if not weight_files(model):
-        raise EncoderError(str(model), f"config.json but no weights beside it; {WHAT_TO_PASS}")
+    for model in (path, path / "text_encoder"):
+        if (model / "config.json").is_file():
+            if not weight_files(model):
+                raise EncoderError(str(model), f"config.json but no weights beside it; {WHAT_TO_PASS}")
+            return model
+    raise EncoderError(str(path), f"no model folder here (no config.json, no text_encoder/config.json); {WHAT_TO_PASS}")
+
+
+def _tokenizer_dir(model: Path) -> Path:
+    """The tokenizer beside the weights, else the pipeline sibling (``text_encoder_2`` -> ``tokenizer_2``)."""
+    tokenizer = model
+    if not _has_tokenizer(model) and model.name.startswith("text_encoder"):
+        tokenizer = model.parent / model.name.replace("text_encoder", "tokenizer", 1)
     if not (tokenizer.is_dir() and _has_tokenizer(tokenizer)):
         raise EncoderError(str(tokenizer), f"no tokenizer files ({', '.join(TOKENIZER_FILES)}); {WHAT_TO_PASS}")
-    return model, tokenizer
+    return tokenizer
 
 
 def _has_tokenizer(folder: Path) -> bool:

@@ -45,6 +45,13 @@ def init(rank: Rank) -> None:
                                 timeout=timedelta(seconds=GATHER_TIMEOUT_S))
 
 
+def barrier(rank: Rank) -> None:
+    if rank.distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
 def agree(rank: Rank, value: Any) -> Any:
     """Rank 0's ``value`` on every rank (the run id), before any work starts."""
     if not rank.distributed:
@@ -71,4 +78,5 @@ def finish(rank: Rank) -> None:
     if rank.distributed:
         import torch.distributed as dist
 
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            dist.destroy_process_group()

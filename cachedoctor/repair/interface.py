@@ -20,6 +20,10 @@ class RepairError(PathError):
     """Repair cannot start or cannot go on (a full disk, a foreign journal, too many GPUs)."""
 
 
+class Declined(Exception):
+    """The user said no at the prompt: nothing was changed."""
+
+
 class ActionKind(str, enum.Enum):
     """What repair does to one path. The first four are the findings' ``fix`` values."""
 

@@ -68,11 +68,25 @@ class Interrupted:
     unfinished: tuple[Action, ...]
 
 
+def journal_path(root: str, rank: int | None = None) -> str:
+    return os.path.join(root, STATE_DIR, "journal.sqlite" if rank is None else f"journal-rank{rank}.sqlite")
+
+
+def interrupted_run(root: str, rank: int | None = None) -> "Interrupted | None":
+    """The interrupted run recorded under ``root``, if any, without creating anything."""
+    if not os.path.exists(journal_path(root, rank)):
+        return None
+    journal = Journal(root, rank)
+    try:
+        return journal.interrupted()
+    finally:
+        journal.close()
+
+
 class Journal:
     def __init__(self, root: str, rank: int | None = None) -> None:
-        folder = os.path.join(root, STATE_DIR)
-        os.makedirs(folder, exist_ok=True)
-        self.path = os.path.join(folder, "journal.sqlite" if rank is None else f"journal-rank{rank}.sqlite")
+        self.path = journal_path(root, rank)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")

@@ -14,8 +14,8 @@ from typing import Callable
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair import distributed
-from cachedoctor.repair.interface import Action, ActionKind, ItemResult, ItemState, RepairError, RepairPlan
-from cachedoctor.repair.journal import Journal, new_run_id
+from cachedoctor.repair.interface import Action, ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
+from cachedoctor.repair.journal import Journal, interrupted_run, new_run_id
 from cachedoctor.repair.planner import plan_repair
 from cachedoctor.scan import ScanOptions, ScanResult, scan
 
@@ -69,6 +69,8 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
         if options.gpus > have:
             raise RepairError(f"--gpus {options.gpus}", f"only {have} GPU(s) are visible here; ask for at most {have}, "
                                                         "or use --device cpu --workers N")
+    if not options.dry_run:
+        distributed.init(rank)
     before, expected, line, layout_name = _scan(targets, layout, layout_options, options)
     if before.errors:
         first = before.errors[0]
@@ -76,22 +78,27 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     roots = before.targets
     plan = plan_repair(before.findings, roots, expected, layout_name, modalities, options.only)
     outcome = RepairOutcome(before, plan, line, leader=rank.leader)
-    journals = {root: Journal(root, rank.rank if rank.distributed else None)
-                for root in sorted({a.root for a in plan.actions})} if not options.dry_run else {}
-    interrupted = next((i for j in journals.values() if (i := j.interrupted()) is not None), None)
+    journal_rank = rank.rank if rank.distributed else None
+    roots_acted = sorted({a.root for a in plan.actions})
+    interrupted = next((i for root in roots_acted if (i := interrupted_run(root, journal_rank)) is not None), None)
+    journals: dict[str, Journal] = {}
     outcome.run_id = interrupted.run_id if interrupted else new_run_id()
     outcome.resumed = interrupted is not None
-    show_plan(outcome)
+    if rank.leader:
+        show_plan(outcome)
     if options.dry_run or not plan.runnable():
         _close(journals)
+        distributed.finish(rank)
         outcome.after = before if not plan.runnable() else None
         return outcome
-    if not confirm(outcome):
+    distributed.barrier(rank)  # every rank has scanned before any rank changes a file
+    go, outcome.run_id = distributed.agree(rank, (confirm(outcome) if rank.leader else None, outcome.run_id))
+    if not go:
         _close(journals)
-        raise KeyboardInterrupt
-    distributed.init(rank)
-    outcome.run_id = distributed.agree(rank, outcome.run_id)
+        distributed.finish(rank)
+        raise Declined()
     fingerprints = ",".join(e.fingerprint() for e in encoders) or None
+    journals = {root: Journal(root, journal_rank) for root in roots_acted}
     for root, journal in journals.items():
         journal.start(outcome.run_id, argv, ",".join(options.encoders) or None, fingerprints, outcome.resumed)
         journal.plan([a for a in plan.actions if a.root == root])
