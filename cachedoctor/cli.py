@@ -225,5 +225,7 @@ def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
     return code
 
 
-from cachedoctor import cli_repair as _cli_repair  # noqa: E402,F401  (registers repair and quarantine)
+from cachedoctor import cli_repair  # noqa: E402,F401  (registers repair and quarantine)
+
+__all__ = ["app", "run", "cli_repair"]
 

@@ -113,8 +113,10 @@ def _print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
     print(f"cachedoctor repair: {result.stats.files_read} files scanned ({mode}), {len(result.findings)} finding(s) in {files} file(s)", file=out)
     if outcome.layout_line:
         print(outcome.layout_line, file=out)
-    if outcome.resumed:
-        print(f"resuming interrupted run {outcome.run_id}", file=out)
+    if outcome.interrupted is not None:
+        gone = outcome.interrupted
+        print(f"resuming interrupted run {gone.run_id}: {len(gone.verified)} item(s) were finished before it stopped, "
+              f"{len(gone.unfinished)} were not; this scan shows what is still to do", file=out)
     if not plan.actions and not plan.needs_person:
         print("nothing to repair", file=out)
         return

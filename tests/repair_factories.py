@@ -103,11 +103,10 @@ def simpletuner(root: Path, n: int = 6, *, encoder: str = POOL, dtype: str = "bf
     if text_encoder is not None:
         te = load_encoder(text_encoder)
         te.load("cpu")
-        captions = [p.stem.replace("_", " ") for p in images]
-        outputs = te.encode(captions)
-        for i, caption in enumerate(captions):
-            embed = {"prompt_embeds": outputs["prompt_embeds"][i:i + 1].clone(),
-                     "pooled_prompt_embeds": outputs["pooled_prompt_embeds"][i].clone()}
+        for caption in [p.stem.replace("_", " ") for p in images]:
+            outputs = te.encode([caption])  # one at a time: a batch of other sizes rounds differently
+            embed = {"prompt_embeds": outputs["prompt_embeds"][0:1].clone(),
+                     "pooled_prompt_embeds": outputs["pooled_prompt_embeds"][0].clone()}
             with open(ds.embed_path(caption), "wb") as out:
                 torch.save(embed, out)
     return ds

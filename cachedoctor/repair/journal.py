@@ -1,15 +1,18 @@
 """The repair journal: a SQLite database in ``<cache root>/.cachedoctor/`` recording every run,
 every planned action and how far it got (planned, done, verified, skipped, blocked, failed).
 
-After a crash the next ``repair`` finds the run still marked running with its process gone,
+After a crash the next ``repair`` finds the run still marked running with its process gone (or
+marked interrupted: stopped by a full disk or a dead worker, both of which promise a resume),
 resumes it under the same run id (one quarantine folder per logical repair), skips what was
 verified, and does the rest. WAL mode and a busy timeout let two repairs, or the workers of one,
 share the database. Under torchrun each rank keeps its own file (``journal-rank<k>.sqlite``): a
-database shared over NFS by many hosts is not safe.
+database shared over NFS by many hosts is not safe. A full disk under the journal itself is a
+:class:`RepairError` naming the journal, like a full disk under a cache file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -17,8 +20,9 @@ import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Iterator
 
-from cachedoctor.repair.interface import Action, ItemResult, ItemState
+from cachedoctor.repair.interface import Action, ItemResult, ItemState, RepairError
 from cachedoctor.repair.quarantine import STATE_DIR
 
 _SCHEMA = """
@@ -83,24 +87,37 @@ def interrupted_run(root: str, rank: int | None = None) -> "Interrupted | None":
         journal.close()
 
 
+@contextlib.contextmanager
+def _disk_full(path: str) -> Iterator[None]:
+    """SQLite's "database or disk is full" as the one-line could-not-run error, not a traceback."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_FULL:
+            raise
+        raise RepairError(path, f"no space left on the device for the repair journal ({exc}). Free some space, "
+                                "then run the same `cachedoctor repair` again: it resumes") from None
+
+
 class Journal:
     def __init__(self, root: str, rank: int | None = None) -> None:
         self.path = journal_path(root, rank)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA busy_timeout=60000")
-        self.db.executescript(_SCHEMA)
+        with _disk_full(self.path):
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA busy_timeout=60000")
+            self.db.executescript(_SCHEMA)
         self.run_id: str | None = None
 
     def close(self) -> None:
         self.db.close()
 
     def interrupted(self) -> Interrupted | None:
-        """The newest run that is marked running but whose process is gone."""
+        """The newest run that is marked running (or interrupted) but whose process is gone."""
         rows = self.db.execute("SELECT run_id, host, pid, pid_start, encoder, fingerprint FROM runs "
-                               "WHERE status = 'running' ORDER BY started DESC").fetchall()
+                               "WHERE status IN ('running', 'interrupted') ORDER BY started DESC").fetchall()
         for run_id, host, pid, pid_start, encoder, fingerprint in rows:
             if _alive(host, pid, pid_start):
                 continue
@@ -115,29 +132,28 @@ class Journal:
               resumed: bool) -> None:
         self.run_id = run_id
         pid = os.getpid()
-        with self.db:
-            if resumed:
-                self.db.execute("UPDATE runs SET status='running', host=?, pid=?, pid_start=? WHERE run_id=?",
-                                (socket.gethostname(), pid, _process_start(pid), run_id))
-            else:
-                self.db.execute("INSERT INTO runs (run_id, started, status, host, pid, pid_start, argv, encoder, fingerprint) "
-                                "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                                (run_id, time.time(), socket.gethostname(), pid, _process_start(pid),
-                                 json.dumps(argv), encoder, fingerprint))
+        with _disk_full(self.path), self.db:
+            self.db.execute("INSERT OR IGNORE INTO runs (run_id, started, status, host, pid, pid_start, argv, encoder, fingerprint) "
+                            "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                            (run_id, time.time(), socket.gethostname(), pid, _process_start(pid),
+                             json.dumps(argv), encoder, fingerprint))
+            if resumed:  # the run goes on under this process (another root may not know it yet: inserted above)
+                self.db.execute("UPDATE runs SET status='running', host=?, pid=?, pid_start=?, encoder=?, fingerprint=? "
+                                "WHERE run_id=?", (socket.gethostname(), pid, _process_start(pid), encoder, fingerprint, run_id))
 
     def plan(self, actions: list[Action]) -> None:
         """Record every action before the first change (an existing row keeps its state)."""
         now = time.time()
-        with self.db:
+        with _disk_full(self.path), self.db:
             self.db.executemany("INSERT OR IGNORE INTO items (run_id, path, action, state, updated) VALUES (?, ?, ?, ?, ?)",
                                 [(self.run_id, a.path, a.to_json(), ItemState.PLANNED.value, now) for a in actions])
 
     def record(self, result: ItemResult) -> None:
-        with self.db:
+        with _disk_full(self.path), self.db:
             self.db.execute("UPDATE items SET state=?, message=?, quarantined=COALESCE(?, quarantined), updated=? "
                             "WHERE run_id=? AND path=?",
                             (result.state.value, result.message, result.quarantined, time.time(), self.run_id, result.path))
 
     def finish(self, status: str = "done") -> None:
-        with self.db:
+        with _disk_full(self.path), self.db:
             self.db.execute("UPDATE runs SET status=?, finished=? WHERE run_id=?", (status, time.time(), self.run_id))

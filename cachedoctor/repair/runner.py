@@ -15,7 +15,7 @@ from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair import distributed
 from cachedoctor.repair.interface import Action, ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
-from cachedoctor.repair.journal import Journal, interrupted_run, new_run_id
+from cachedoctor.repair.journal import Interrupted, Journal, interrupted_run, new_run_id
 from cachedoctor.repair.planner import plan_repair
 from cachedoctor.scan import ScanOptions, ScanResult, scan
 
@@ -40,6 +40,7 @@ class RepairOutcome:
     layout_line: str | None
     run_id: str | None = None
     resumed: bool = False
+    interrupted: Interrupted | None = None  # the crashed run this one finishes
     results: list[ItemResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     after: ScanResult | None = None
@@ -84,6 +85,7 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     journals: dict[str, Journal] = {}
     outcome.run_id = interrupted.run_id if interrupted else new_run_id()
     outcome.resumed = interrupted is not None
+    outcome.interrupted = interrupted
     if rank.leader:
         show_plan(outcome)
     if options.dry_run or not plan.runnable():
