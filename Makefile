@@ -23,9 +23,10 @@ $(STAMP): pyproject.toml constraints-dev.txt
 
 install: $(STAMP)
 
-# The main job on the shipped fixtures: a deep scan of the caches, then a SimpleTuner cache
-# compared with its dataset through its multidatabackend.json (exit 1 is expected: defects are
-# planted). git keeps no file times, so touch.py first sets the recorded ones.
+# The main job on the shipped fixtures: a deep scan of the caches, a SimpleTuner cache compared
+# with its dataset through its multidatabackend.json, and a repair of a copy of the caches (exit 1
+# is expected each time: defects are planted). git keeps no file times, so touch.py first sets
+# the recorded ones.
 demo: $(STAMP)
 	@$(VENV)/bin/cachedoctor scan --deep $(DEMO); code=$$?; \
 	  echo; echo "cachedoctor exited with $$code (0 clean, 1 findings at or above --fail-on, 2 could not run)"; \
@@ -33,6 +34,11 @@ demo: $(STAMP)
 	@echo; $(PY) fixtures/touch.py >/dev/null
 	@$(VENV)/bin/cachedoctor scan --config fixtures/datasets/simpletuner/config/multidatabackend.json; code=$$?; \
 	  echo; echo "cachedoctor exited with $$code"; test $$code -le 1
+	@# Then repair a copy of the caches (the shipped fixtures stay as they are): lossless fixes and
+	@# quarantine; the corrupt files have no dataset to be recomputed from, so exit 1 is expected.
+	@echo; demo=$$(mktemp -d); cp -r $(DEMO) $$demo/caches; \
+	  $(VENV)/bin/cachedoctor repair --deep $$demo/caches --yes; code=$$?; \
+	  echo; echo "cachedoctor repair exited with $$code; the repaired copy is in $$demo/caches"; test $$code -le 1
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -85,9 +85,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run one of the two measurements only")
     p.add_argument("--repeat", type=int, default=3, metavar="K",
                    help="time every method K times and report the best (default 3)")
-    p.add_argument("--budget", type=float, default=75.0, metavar="SECONDS",
+    p.add_argument("--budget", type=float, default=80.0, metavar="SECONDS",
                    help="stop repeating once another round would end past this many seconds of "
-                        "timing (default 75; at least one round always runs)")
+                        "timing (default 80; at least one round always runs)")
     p.add_argument("--dir", type=Path, metavar="DIR",
                    help="make the sets in a temp folder under DIR (the file system matters: repair "
                         "fsyncs); default the system temp folder. Deleted at the end")
@@ -355,8 +355,10 @@ def encode_loop(api, torch, rs: RecomputeSet, args: argparse.Namespace) -> dict:
     load_s = time.perf_counter() - t0
     side = rs.size // 8 * enc.downscale  # SimpleTuner records latent = target / 8; the VAE sees latent * downscale
     images = rs.ds.images
+    prep_s = encode_s = save_s = 0.0
     for i in range(0, len(images), args.batch_size):
         chunk = images[i:i + args.batch_size]
+        t0 = time.perf_counter()
         pixels = []
         for path in chunk:
             with Image.open(path) as opened:
@@ -364,11 +366,17 @@ def encode_loop(api, torch, rs: RecomputeSet, args: argparse.Namespace) -> dict:
             image = image.resize((side, side), Image.Resampling.LANCZOS)
             array = np.asarray(image, dtype=np.uint8).copy()
             pixels.append(torch.from_numpy(array).permute(2, 0, 1).float() / 127.5 - 1.0)
-        latents = enc.scaling.apply(enc.encode(torch.stack(pixels))["latent"]).to(torch.bfloat16)
+        batch = torch.stack(pixels)
+        t1 = time.perf_counter()
+        latents = enc.scaling.apply(enc.encode(batch)["latent"]).to(torch.bfloat16)
+        t2 = time.perf_counter()
         for path, latent in zip(chunk, latents):
             with open(rs.out / rs.ds.latent_path(path).name, "wb") as out:
                 torch.save(latent.clone(), out)
-    return {"encoder_load_seconds": load_s, "encoder_input": [side, side]}
+        t3 = time.perf_counter()
+        prep_s, encode_s, save_s = prep_s + t1 - t0, encode_s + t2 - t1, save_s + t3 - t2
+    return {"encoder_load_seconds": load_s, "prepare_seconds": prep_s, "encode_seconds": encode_s,
+            "save_seconds": save_s, "encoder_input": [side, side]}
 
 
 def same_latents(torch, rs: RecomputeSet) -> tuple[int, int]:  # type: ignore[no-untyped-def]
@@ -383,6 +391,19 @@ def same_latents(torch, rs: RecomputeSet) -> tuple[int, int]:  # type: ignore[no
 
 
 # --------------------------------------------------------------------------- main
+
+
+def cpu_snapshot() -> tuple[float, float] | None:
+    """(CPU-seconds the whole machine was busy, CPU-seconds of this process and its reaped
+    children) since boot, to tell how much other processes ran during the timing."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)  # all but idle and iowait
+    t = os.times()
+    return busy / os.sysconf("SC_CLK_TCK"), t.user + t.system + t.children_user + t.children_system
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -518,6 +539,7 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
     times: dict[str, list[float]] = {key: [] for key, *_ in methods}
     extras: dict[str, dict] = {}
     t_timing = time.perf_counter()
+    cpu0 = cpu_snapshot()
     rounds = 0
     stopped_early = False
     for r in range(args.repeat):
@@ -541,6 +563,16 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
             print(f"     stopping after {rounds} round(s): another would pass --budget {args.budget:.0f} s")
             break
 
+    timing_s = time.perf_counter() - t_timing
+    cpu1 = cpu_snapshot()
+    others = None
+    if cpu0 is not None and cpu1 is not None:
+        others = max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1]))
+        share = others / (timing_s * (os.cpu_count() or 1))
+        print(f"other processes used {others:.1f} CPU-s of the {timing_s * (os.cpu_count() or 1):.0f} the machine "
+              f"had during the rounds ({share:.0%}; kernel writeback included)"
+              + ("; WARNING: the figures are disturbed by other work on this machine" if share > 0.10 else ""))
+
     notes: list[str] = []
     if rs is not None:
         # The bare loop ran last, after a reset that emptied the cache: one more repair, untimed,
@@ -556,22 +588,26 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
         best = min(times[key])
         figures[key] = {"part": part, "label": label, "items": items, "bytes": nbytes, "seconds_best": best,
                         "seconds_all": times[key], "items_per_s": items / best, "ms_per_item": best / items * 1e3,
-                        "mb_per_s": nbytes / best / MB, **extras[key]}
+                        "mb_per_s": nbytes / best / MB if part == "lossless" else None, **extras[key]}
 
     # ---- the table
     print()
-    print(f"figures: best of {rounds} round(s); lossless MB/s = 10^6 bytes of input file size per second, "
-          f"recompute MB/s = PNG bytes")
+    print(f"figures: best of {rounds} round(s); MB/s = 10^6 bytes of input file size (as found, leaked batches "
+          f"included) per second")
     head = f"{'part':<10} {'method':<50} {'items':>6} {'best s':>8} {'items/s':>9} {'ms/item':>8} {'MB/s':>7}"
     print(head)
     print("-" * len(head))
     for key, part, label, *_ in methods:
         f = figures[key]
+        mbs = f"{f['mb_per_s']:>7,.1f}" if part == "lossless" else f"{'-':>7}"
         print(f"{part:<10} {label:<50} {f['items']:>6,} {f['seconds_best']:>8.2f} {f['items_per_s']:>9,.1f} "
-              f"{f['ms_per_item']:>8.2f} {f['mb_per_s']:>7,.1f}")
+              f"{f['ms_per_item']:>8.2f} {mbs}")
     if "encode_loop" in figures:
-        notes.append(f"bare encode loop: loading the encoder took {figures['encode_loop']['encoder_load_seconds']:.2f} s "
-                     f"of its best time (repair loads it too)")
+        f = figures["encode_loop"]
+        notes.append(f"bare encode loop, its last round: encoder load {f['encoder_load_seconds']:.2f} s, PIL open + "
+                     f"resize + to tensor {f['prepare_seconds']:.2f} s, encode {f['encode_seconds']:.2f} s, "
+                     f"torch.save {f['save_seconds']:.2f} s (repair loads the encoder too, and prepares images on "
+                     f"2 threads while the encoder runs)")
     if do_lossless:
         notes.append("per file, the rewrite does what the bare loop does not: the restricted reader's pass over "
                      "the zip and pickle, a safe torch.load of the bytes read, an in-memory reload and bitwise "
@@ -616,6 +652,7 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
                         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                         "platform": platform.platform()},
             "setup": setup, "repeat": args.repeat, "rounds": rounds, "stopped_early": stopped_early,
+            "other_processes_cpu_seconds": others,
             "figures": figures, "goals": goal_rows, "info_ratios": info_rows, "notes": notes,
             "total_seconds": total_s,
         }

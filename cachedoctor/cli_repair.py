@@ -31,7 +31,8 @@ def repair(
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Items per encoder batch.")] = 8,
     only: Annotated[Optional[str], typer.Option("--only", help="Repair only findings of these kinds (comma-separated).")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing anything.")] = False,
-    resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted repair (also automatic).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted repair (the default whenever one is found).")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Give up an interrupted repair and start a new run (its quarantine stays).")] = False,
     deep: Annotated[bool, typer.Option("--deep", help="Scan deep first: also repair bad CRCs and NaN/Inf.")] = False,
     layout: LayoutOption = LayoutName.AUTO,
     config: ConfigOption = None,
@@ -60,7 +61,7 @@ def repair(
             env.error(f"{target}: no such file or folder; check the path (and that its disk is mounted)")
             return EXIT_COULD_NOT_RUN
     options = RepairOptions(deep=deep, encoders=tuple(encoder or ()), gpus=gpus, device=device, workers=workers,
-                            batch_size=batch_size, only=kinds, dry_run=dry_run)
+                            batch_size=batch_size, only=kinds, dry_run=dry_run, fresh=fresh and not resume)
     out = env.stdout
 
     def show_plan(outcome) -> None:  # type: ignore[no-untyped-def]

@@ -99,6 +99,18 @@ def _disk_full(path: str) -> Iterator[None]:
                                 "then run the same `cachedoctor repair` again: it resumes") from None
 
 
+def abandon(root: str, rank: int | None, run_id: str) -> None:
+    """Mark an interrupted run as given up (``repair --fresh``); its quarantine stays."""
+    if not os.path.exists(journal_path(root, rank)):
+        return
+    journal = Journal(root, rank)
+    try:
+        journal.run_id = run_id
+        journal.finish("abandoned")
+    finally:
+        journal.close()
+
+
 class Journal:
     def __init__(self, root: str, rank: int | None = None) -> None:
         self.path = journal_path(root, rank)

@@ -15,7 +15,7 @@ from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair import distributed
 from cachedoctor.repair.interface import Action, ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
-from cachedoctor.repair.journal import Interrupted, Journal, interrupted_run, new_run_id
+from cachedoctor.repair.journal import Interrupted, Journal, abandon, interrupted_run, new_run_id
 from cachedoctor.repair.planner import plan_repair
 from cachedoctor.scan import ScanOptions, ScanResult, scan
 
@@ -31,6 +31,7 @@ class RepairOptions:
     batch_size: int = 8
     only: frozenset[str] | None = None
     dry_run: bool = False
+    fresh: bool = False  # abandon an interrupted run instead of finishing it
 
 
 @dataclass
@@ -82,6 +83,16 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     journal_rank = rank.rank if rank.distributed else None
     roots_acted = sorted({a.root for a in plan.actions})
     interrupted = next((i for root in roots_acted if (i := interrupted_run(root, journal_rank)) is not None), None)
+    fingerprints = ",".join(e.fingerprint() for e in encoders) or None
+    if interrupted is not None and options.fresh and not options.dry_run:
+        for root in roots_acted:
+            abandon(root, journal_rank, interrupted.run_id)
+        interrupted = None
+    if (interrupted is not None and interrupted.fingerprint and fingerprints != interrupted.fingerprint
+            and any(a.kind is ActionKind.RECOMPUTE and not a.blocked for a in plan.actions)):
+        raise RepairError(interrupted.encoder or "--encoder",
+                          f"interrupted run {interrupted.run_id} was recomputing with another encoder; pass the same "
+                          "--encoder to finish it (one cache, one model), or --fresh to start a new run")
     journals: dict[str, Journal] = {}
     outcome.run_id = interrupted.run_id if interrupted else new_run_id()
     outcome.resumed = interrupted is not None
@@ -99,7 +110,6 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
         _close(journals)
         distributed.finish(rank)
         raise Declined()
-    fingerprints = ",".join(e.fingerprint() for e in encoders) or None
     journals = {root: Journal(root, journal_rank) for root in roots_acted}
     for root, journal in journals.items():
         journal.start(outcome.run_id, argv, ",".join(options.encoders) or None, fingerprints, outcome.resumed)
