@@ -187,17 +187,26 @@ def quarantine_list(root: RootArg = ".") -> int:
     return 0
 
 
+def _find_run(root: str, run_id: str):  # type: ignore[no-untyped-def]
+    """``(absolute root, the run)``, or ``(root, None)`` after saying so on stderr."""
+    from cachedoctor.repair.quarantine import find_run
+
+    base = os.path.abspath(root)
+    run = find_run(base, run_id)
+    if run is None:
+        _ENV.get().error(f"{base}: no quarantine run {run_id!r}; see `cachedoctor quarantine list {root}`")
+    return base, run
+
+
 @quarantine_app.command("restore")
 def quarantine_restore(run_id: Annotated[str, typer.Argument(metavar="RUN")], root: RootArg = ".") -> int:
     """Put RUN's files back; what is there now is quarantined first, so nothing is lost."""
     from cachedoctor.repair.journal import new_run_id
-    from cachedoctor.repair.quarantine import find_run, restore
+    from cachedoctor.repair.quarantine import restore
 
     env = _ENV.get()
-    base = os.path.abspath(root)
-    run = find_run(base, run_id)
+    base, run = _find_run(root, run_id)
     if run is None:
-        env.error(f"{base}: no quarantine run {run_id!r}; see `cachedoctor quarantine list {root}`")
         return EXIT_COULD_NOT_RUN
     aside = f"restore-{new_run_id()}"
     done = restore(base, run, aside)
@@ -209,13 +218,11 @@ def quarantine_restore(run_id: Annotated[str, typer.Argument(metavar="RUN")], ro
 def quarantine_purge(run_id: Annotated[str, typer.Argument(metavar="RUN")], root: RootArg = ".",
                      yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False) -> int:
     """Delete RUN's quarantine for good (the only command that deletes data)."""
-    from cachedoctor.repair.quarantine import find_run, purge
+    from cachedoctor.repair.quarantine import purge
 
     env = _ENV.get()
-    base = os.path.abspath(root)
-    run = find_run(base, run_id)
+    _base, run = _find_run(root, run_id)
     if run is None:
-        env.error(f"{base}: no quarantine run {run_id!r}; see `cachedoctor quarantine list {root}`")
         return EXIT_COULD_NOT_RUN
     if not yes and not (env.stdin_isatty and typer.confirm(f"Delete {len(run.files)} file(s), {_size(run.size)}, for good?")):
         env.error(f"{run.folder}: not purged; pass --yes to delete it without asking")

@@ -83,6 +83,8 @@ class ScanReport:
             return deep_hint
         fixes = ", ".join(f"{n} to {fix}" for fix, n in self.by_fix().items() if fix != "none")
         hint = f"Files to fix: {fixes}." if fixes else ""
+        if fixes:
+            hint += " `cachedoctor repair` with the same arguments shows the plan (--dry-run) and carries it out."
         if not self.result.options.deep:
             hint += f" {deep_hint}"
         return hint.strip()
