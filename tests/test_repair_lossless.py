@@ -182,3 +182,22 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
         assert code == 2, (argv, out, err)
         assert err.count("\n") == 1 and needle in err and "Traceback" not in err
     assert not (tmp_path / ".cachedoctor").exists()
+
+
+def test_journal_records_the_run_and_each_item(tmp_path: Path) -> None:
+    """The SQLite journal holds the run (done) and one row per action with its final state."""
+    import sqlite3
+
+    peers(tmp_path)
+    with saved_on("cuda:1"):
+        save_pt(tmp_path / "gpu.pt", latent(seed=5))
+    (tmp_path / "tmpAbCdEfGh").write_bytes(b"x")
+    (tmp_path / "bad.pt").write_bytes(b"PK\x03\x04 not really")
+    assert cli("repair", str(tmp_path), "--yes")[0] == 1  # bad.pt has no known source: blocked
+    db = sqlite3.connect(tmp_path / ".cachedoctor" / "journal.sqlite")
+    (run, status), = db.execute("SELECT run_id, status FROM runs").fetchall()
+    assert status == "done" and run == run_id(tmp_path)
+    rows = {Path(p).name: (json.loads(a)["kind"], s) for p, a, s in db.execute("SELECT path, action, state FROM items")}
+    assert rows == {"gpu.pt": ("rewrite-cpu", "verified"), "tmpAbCdEfGh": ("quarantine", "verified"),
+                    "bad.pt": ("recompute", "blocked")}
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -69,15 +69,16 @@ def replace_file(path: str, data: bytes, quarantine: Quarantine, action: Action)
 
 
 def run_action(action: Action, quarantine: Quarantine, make_bytes: Callable[[Action], bytes] | None = None,
-               verify: Callable[[Action], str | None] | None = None) -> ItemResult:
+               verify: Callable[[Action], str | None] | None = None,
+               on_done: Callable[[ItemResult], None] | None = None) -> ItemResult:
     """Do ``action`` if the file is still as planned. ``make_bytes`` produces the new content
     (lossless and recompute actions); ``verify`` returns a problem with the written file or None.
     Raises :class:`RepairError` on a full disk (the run must stop), never for one bad file."""
     path = action.path
+    if action.kind is ActionKind.CLEANUP:
+        return _cleanup(action)
     with file_lock(path):
         now = Stat.of(path)
-        if action.kind is ActionKind.CLEANUP:
-            return _cleanup(action)
         if now != action.before:
             return ItemResult(path, action.kind, ItemState.SKIPPED, "changed since the scan; left for the final scan to judge")
         try:
@@ -100,6 +101,8 @@ def run_action(action: Action, quarantine: Quarantine, make_bytes: Callable[[Act
 
             state = ItemState.BLOCKED if isinstance(exc, NotRewritable) else ItemState.FAILED
             return ItemResult(path, action.kind, state, str(exc) or type(exc).__name__)
+        if on_done is not None:  # journaled as "done" before the read-back, which may take a while
+            on_done(ItemResult(path, action.kind, ItemState.DONE, "written; reading it back", dest, action.bytes, len(data)))
         problem = verify(action) if verify is not None else None
         if problem:
             return ItemResult(path, action.kind, ItemState.FAILED, f"written, but reading it back: {problem}", dest,

@@ -116,7 +116,8 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
         journal.plan([a for a in plan.actions if a.root == root])
 
     def record(result: ItemResult) -> None:
-        outcome.results.append(result)
+        if result.state is not ItemState.DONE:  # "done" is a journal state on the way to verified
+            outcome.results.append(result)
         action = by_path.get(result.path)
         if action is not None:
             journals[action.root].record(result)
@@ -129,7 +130,7 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     try:
         for action in mine:
             if action.kind is not ActionKind.RECOMPUTE:
-                record(_run_local(action, outcome.run_id))
+                record(_run_local(action, outcome.run_id, record))
         recompute = [a for a in mine if a.kind is ActionKind.RECOMPUTE]
         if recompute:
             _recompute(recompute, options, outcome, record, rank, devices_for)
@@ -158,7 +159,7 @@ def _share(actions: list[Action], rank) -> list[Action]:  # type: ignore[no-unty
     return local + [a for a in actions if a.kind is ActionKind.RECOMPUTE]
 
 
-def _run_local(action: Action, run_id: str) -> ItemResult:
+def _run_local(action: Action, run_id: str, on_done: Callable[[ItemResult], None] | None = None) -> ItemResult:
     from cachedoctor.repair.execute import run_action, verify_written
     from cachedoctor.repair.lossless import rewrite_bytes
     from cachedoctor.repair.quarantine import Quarantine
@@ -166,7 +167,7 @@ def _run_local(action: Action, run_id: str) -> ItemResult:
     quarantine = Quarantine(action.root, run_id)
     if action.kind.lossless:
         clone = action.kind is ActionKind.CLONE_STORAGE
-        return run_action(action, quarantine, lambda a: rewrite_bytes(a.path, clone), verify_written)
+        return run_action(action, quarantine, lambda a: rewrite_bytes(a.path, clone), verify_written, on_done)
     return run_action(action, quarantine)
 
 

@@ -114,7 +114,7 @@ def work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: st
             def make(a: Action, latent=latent, flip=flip, prep=prep) -> bytes:
                 return build_file(a.spec, a.spec.template, latent=latent, flipped=flip, prepared=prep)
 
-            on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written))
+            on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
 
 
 def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None:  # type: ignore[no-untyped-def]
@@ -129,7 +129,7 @@ def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None: 
         def make(a: Action, item=item) -> bytes:
             return build_file(a.spec, a.spec.template, texts=item)
 
-        on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written))
+        on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
 
 
 def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, queue) -> None:  # type: ignore[no-untyped-def]
