@@ -29,9 +29,9 @@ def cli(*argv: str, stdin_tty: bool = False) -> tuple[int, str, str]:
 
 
 def quarantined(root: Path) -> dict[str, bytes]:
-    """relative path -> bytes of every file in every quarantine run under ``root``."""
+    """Path relative to the cache root -> bytes, for every file in every quarantine run."""
     base = root / ".cachedoctor" / "quarantine"
-    return {str(p.relative_to(base).parts[1:][0] if len(p.relative_to(base).parts) == 2 else Path(*p.relative_to(base).parts[1:])): p.read_bytes()
+    return {str(Path(*p.relative_to(base).parts[1:])): p.read_bytes()
             for p in base.rglob("*") if p.is_file() and p.name != ".records.jsonl"}
 
 

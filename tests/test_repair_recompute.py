@@ -264,3 +264,14 @@ def test_torchrun_two_ranks(tmp_path: Path) -> None:
     assert sorted(p.name for p in state.glob("journal-rank*.sqlite")) == ["journal-rank0.sqlite", "journal-rank1.sqlite"]
     assert len(list((state / "quarantine").iterdir())) == 1
     assert scan_json("--config", str(ds.config))["findings"] == []
+
+
+def test_orphan_with_another_dtype_is_quarantined(tmp_path: Path) -> None:
+    """An orphan is also a dtype-mismatch; nothing can recompute it (no item wants it), so it
+    is quarantined rather than left blocked."""
+    ds = simpletuner(tmp_path, 4)
+    orphan = ds.vae / ("0" * 64 + ".pt")
+    save_pt(orphan, torch.zeros(3, 3, 4))
+    code, out, _ = cli("repair", "--config", str(ds.config), "--yes")
+    assert code == 0 and "quarantine     1 file(s)" in out and "cannot fix" not in out
+    assert not orphan.exists()

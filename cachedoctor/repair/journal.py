@@ -101,12 +101,17 @@ def _disk_full(path: str) -> Iterator[None]:
 
 def abandon(root: str, rank: int | None, run_id: str) -> None:
     """Mark an interrupted run as given up (``repair --fresh``); its quarantine stays."""
+    finish_run(root, rank, run_id, "abandoned")
+
+
+def finish_run(root: str, rank: int | None, run_id: str, status: str) -> None:
+    """Close ``run_id`` in ``root``'s journal, if there is one, with ``status``."""
     if not os.path.exists(journal_path(root, rank)):
         return
     journal = Journal(root, rank)
     try:
         journal.run_id = run_id
-        journal.finish("abandoned")
+        journal.finish(status)
     finally:
         journal.close()
 

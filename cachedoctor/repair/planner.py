@@ -60,6 +60,8 @@ def plan_repair(findings: Iterable[Finding], roots: list[str], expected: dict[st
         if "name-collision" in kinds:
             plan.needs_person.append(path)
             continue
+        if "orphan-entry" in kinds:
+            fixes = {Fix.QUARANTINE}  # no item wants it: whatever else is wrong with it, it goes
         entries = expected.get(path) or []
         if entries and fixes & {Fix.QUARANTINE} and "orphan-entry" not in kinds and "partial-write" not in kinds:
             fixes = {Fix.RECOMPUTE}  # an unsafe pickle the dataset expects: quarantined and made again

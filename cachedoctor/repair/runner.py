@@ -8,6 +8,7 @@ exit code says whether what was repaired is now clean.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -15,7 +16,7 @@ from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair import distributed
 from cachedoctor.repair.interface import Action, ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
-from cachedoctor.repair.journal import Interrupted, Journal, abandon, interrupted_run, new_run_id
+from cachedoctor.repair.journal import Interrupted, Journal, abandon, finish_run, interrupted_run, new_run_id
 from cachedoctor.repair.planner import plan_repair
 from cachedoctor.scan import ScanOptions, ScanResult, scan
 
@@ -82,7 +83,10 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     outcome = RepairOutcome(before, plan, line, leader=rank.leader)
     journal_rank = rank.rank if rank.distributed else None
     roots_acted = sorted({a.root for a in plan.actions})
-    interrupted = next((i for root in roots_acted if (i := interrupted_run(root, journal_rank)) is not None), None)
+    # Every scanned root, not only those with work left: a run killed after its last write left
+    # its journal in a root that is clean now, and must be closed there.
+    roots_seen = sorted(set(roots_acted) | {r if os.path.isdir(r) else os.path.dirname(r) for r in roots})
+    interrupted = next((i for root in roots_seen if (i := interrupted_run(root, journal_rank)) is not None), None)
     fingerprints = ",".join(e.fingerprint() for e in encoders) or None
     if interrupted is not None and options.fresh and not options.dry_run:
         for root in roots_acted:
@@ -100,6 +104,9 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     if rank.leader:
         show_plan(outcome)
     if options.dry_run or not plan.runnable():
+        if interrupted is not None and not options.dry_run and not plan.actions:
+            for root in roots_seen:  # nothing of it is left to do: it is finished
+                finish_run(root, journal_rank, interrupted.run_id, "done")
         _close(journals)
         distributed.finish(rank)
         outcome.after = before if not plan.runnable() else None
