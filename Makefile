@@ -46,6 +46,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/scan_bench.py
 	$(PY) bench/dataset_bench.py
+	$(PY) bench/repair_bench.py
 
 # Rebuild the shipped fixtures (deterministic); commit the result.
 fixtures: $(STAMP)

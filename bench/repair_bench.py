@@ -398,6 +398,20 @@ def same_latents(torch, rs: RecomputeSet) -> tuple[int, int]:  # type: ignore[no
 # --------------------------------------------------------------------------- main
 
 
+def revision() -> str | None:
+    """The checkout's git commit (``+dirty`` with local changes), for the record: repair changes fast."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no", "--",
+                                "cachedoctor"], capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
 def cpu_snapshot() -> tuple[float, float] | None:
     """(CPU-seconds the whole machine was busy, CPU-seconds of this process and its reaped
     children) since boot, to tell how much other processes ran during the timing."""
@@ -435,6 +449,10 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
         do_recompute: bool, argv: list[str] | None) -> int:
     print(f"cachedoctor repair benchmark  (python {platform.python_version()}, torch {torch.__version__}, "
           f"Pillow {PIL.__version__}, {os.cpu_count()} CPUs, {platform.system()} {platform.machine()})")
+    import cachedoctor
+
+    rev = revision()
+    print(f"cachedoctor from {Path(cachedoctor.__file__).parent}" + (f" (git {rev})" if rev else ""))
     how = f"set by --threads {args.threads}" if args.threads is not None else "torch's default, left alone"
     print(f"torch threads: {torch.get_num_threads()} intra-op, {torch.get_num_interop_threads()} inter-op "
           f"({how}, for repair and the loops alike); work folder {work}")
@@ -470,13 +488,14 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
         t0 = time.perf_counter()
         small = work / "warm"
         small.mkdir()
-        for p in sorted(master.iterdir())[:20]:
+        warm_files = sorted(master.iterdir())[:20]
+        for p in warm_files:
             os.link(p, small / p.name)
-        lossless_repair(api, small, 20)
+        lossless_repair(api, small, len(warm_files))
         discard(small)
         total = sum(len(p.read_bytes()) for p in master.iterdir())
         warm_s = time.perf_counter() - t0
-        print(f"warm-up: one untimed repair of 20 files, then every file read once ({total / 1e9:.2f} GB) "
+        print(f"warm-up: one untimed repair of {len(warm_files)} files, then every file read once ({total / 1e9:.2f} GB) "
               f"in {warm_s:.1f} s")
 
         def prep_copy() -> tuple[Path, list[Path]]:
@@ -629,7 +648,8 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
                      "the zip and pickle, a safe torch.load of the bytes read, an in-memory reload and bitwise "
                      "compare, a file lock, a temp file fsynced, a hard link into the quarantine with a folder "
                      "fsync and an fsynced record, a rename and a folder fsync, and a deep read-back verify; "
-                     "the full repair adds the scan, a journal row per file (SQLite, synchronous=FULL) and the rescan")
+                     "the full repair adds the scan, the journal's commits per file (SQLite WAL, synchronous=FULL) "
+                     "and the rescan")
     for note in notes:
         print(f"note: {note}")
 
@@ -666,7 +686,7 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
             "argv": sys.argv[1:] if argv is None else argv,
             "machine": {"python": platform.python_version(), "torch": torch.__version__, "pillow": PIL.__version__,
                         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                        "platform": platform.platform()},
+                        "platform": platform.platform(), "cachedoctor_git": revision()},
             "setup": setup, "repeat": args.repeat, "rounds": rounds, "stopped_early": stopped_early,
             "other_processes_cpu_seconds": others,
             "figures": figures, "goals": goal_rows, "info_ratios": info_rows, "notes": notes,
