@@ -642,13 +642,13 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
         notes.append(f"bare encode loop, its last round: encoder load {f['encoder_load_seconds']:.2f} s, PIL open + "
                      f"resize + to tensor {f['prepare_seconds']:.2f} s, encode {f['encode_seconds']:.2f} s, "
                      f"torch.save {f['save_seconds']:.2f} s (repair loads the encoder too, and prepares images on "
-                     f"2 threads while the encoder runs)")
+                     f"a thread while the encoder runs)")
     if do_lossless:
         notes.append("per file, the rewrite does what the bare loop does not: the restricted reader's pass over "
                      "the zip and pickle, a safe torch.load of the bytes read, an in-memory reload and bitwise "
                      "compare, a file lock, a temp file fsynced, a hard link into the quarantine with a folder "
-                     "fsync and an fsynced record, a rename and a folder fsync, and a deep read-back verify; "
-                     "the full repair adds the scan, the journal's commits per file (SQLite WAL, synchronous=FULL) "
+                     "fsync and a record line, a rename and a folder fsync, and a deep read-back verify; "
+                     "the full repair adds the scan, the journal's commits per file (SQLite WAL, synchronous=NORMAL) "
                      "and the rescan")
     for note in notes:
         print(f"note: {note}")

@@ -66,6 +66,7 @@ def simpletuner(root: Path, n: int = 6, *, encoder: str = POOL, dtype: str = "bf
     from cachedoctor.encoders import load_encoder
     from cachedoctor.repair.interface import RecomputeSpec
     from cachedoctor.repair.recompute import prepare_image
+    from cachedoctor.repair.workers import cpu_threads
 
     data, vae = root / "data", root / "cache" / "vae"
     data.mkdir(parents=True)
@@ -92,6 +93,8 @@ def simpletuner(root: Path, n: int = 6, *, encoder: str = POOL, dtype: str = "bf
     config.write_text(json.dumps(backends))
     enc = load_encoder(encoder)
     enc.load("cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cpu_threads(1))  # as a repair on one CPU worker: results depend on the thread count
     for path in images:
         spec = RecomputeSpec("latent", str(path), "bare-tensor", latent_hw=(target[1] // 8, target[0] // 8),
                              resize=resized, crop=(top, left))
@@ -99,16 +102,19 @@ def simpletuner(root: Path, n: int = 6, *, encoder: str = POOL, dtype: str = "bf
         latent = enc.scaling.apply(enc.encode(pixels[None])["latent"][0]).to(getattr(torch, dtype))
         with open(vae / (hashlib.sha256(path.stem.encode()).hexdigest() + ".pt"), "wb") as out:
             torch.save(latent.clone(), out)
+    torch.set_num_threads(threads)
     ds = Dataset(root, config, data, vae, images, text)
     if text_encoder is not None:
         te = load_encoder(text_encoder)
         te.load("cpu")
+        torch.set_num_threads(cpu_threads(1))
         for caption in [p.stem.replace("_", " ") for p in images]:
             outputs = te.encode([caption])  # one at a time: a batch of other sizes rounds differently
             embed = {"prompt_embeds": outputs["prompt_embeds"][0:1].clone(),
                      "pooled_prompt_embeds": outputs["pooled_prompt_embeds"][0].clone()}
             with open(ds.embed_path(caption), "wb") as out:
                 torch.save(embed, out)
+        torch.set_num_threads(threads)
     return ds
 
 

@@ -120,10 +120,13 @@ class Journal:
     def __init__(self, root: str, rank: int | None = None) -> None:
         self.path = journal_path(root, rank)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+        # Used by one thread at a time (the main thread, then recompute's writer thread).
+        self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
         with _disk_full(self.path):
             self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")
+            # NORMAL in WAL mode survives any process crash (SIGKILL, OOM) with the database
+            # consistent; a power cut may lose the last rows, which the next run's fresh scan makes up for.
+            self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA busy_timeout=60000")
             self.db.executescript(_SCHEMA)
         self.run_id: str | None = None
@@ -162,6 +165,7 @@ class Journal:
         """Record every action before the first change (an existing row keeps its state)."""
         now = time.time()
         with _disk_full(self.path), self.db:
+            self.db.execute("BEGIN")  # one transaction for the whole plan (autocommit would commit per row)
             self.db.executemany("INSERT OR IGNORE INTO items (run_id, path, action, state, updated) VALUES (?, ?, ?, ?, ?)",
                                 [(self.run_id, a.path, a.to_json(), ItemState.PLANNED.value, now) for a in actions])
 

@@ -88,7 +88,7 @@ def same(a: Any, b: Any) -> bool:
             return False
         if a.dtype != b.dtype or a.shape != b.shape:
             return False
-        return bool(torch.equal(_bits(a), _bits(b)))
+        return _bits(a) == _bits(b)
     if isinstance(a, dict):
         return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
@@ -96,9 +96,12 @@ def same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def _bits(t: Any) -> Any:
+def _bits(t: Any) -> bytes:
+    """The tensor's bytes (plain ``bytes ==`` beats ``torch.equal``, which spins up threads)."""
+    import torch
+
     flat = t.detach().cpu().contiguous().reshape(-1)
-    return flat.view(__import__("torch").uint8) if flat.element_size() and flat.numel() else flat
+    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
 
 def rewrite_bytes(path: str, clone: bool) -> bytes:

@@ -10,6 +10,7 @@ SIGKILLed repair leaves no orphan writing behind the next one's back.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
@@ -66,7 +67,9 @@ def _prepared(batches: list[Batch], downscale: int) -> Iterator[tuple[Batch, lis
                 out.append(exc)
         return out
 
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="cachedoctor-prefetch") as pool:
+    # One thread: it runs two batches ahead, and PIL's decode and resize release the GIL, so it
+    # overlaps with encoding without taking a second core from torch's own threads.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cachedoctor-prefetch") as pool:
         futures = [pool.submit(prepare, b) for b in batches[:2]]
         for i, batch in enumerate(batches):
             if i + 2 < len(batches):
@@ -74,14 +77,29 @@ def _prepared(batches: list[Batch], downscale: int) -> Iterator[tuple[Batch, lis
             yield batch, futures[i].result()
 
 
-def work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, on_result: OnResult) -> None:
+def cpu_threads(workers_on_cpu: int) -> int:
+    """torch threads for one CPU worker: its share of the cores, less one for the prefetch
+    thread (on 2 cores, 1 thread encodes while 1 decodes: 1.04x a bare 2-thread loop, against
+    0.70x when both compete; see bench/README.md)."""
+    return max(1, (os.cpu_count() or 1) // max(1, workers_on_cpu) - 1)
+
+
+def work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, on_result: OnResult,
+         workers_on_cpu: int = 1) -> None:
     """Encode and write every item of ``batches`` on ``device`` (runs in a worker or in-process)."""
     import torch
 
+    threads = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(cpu_threads(workers_on_cpu))
+    try:
+        _work(batches, encoder_specs, device, run_id, on_result)
+    finally:
+        torch.set_num_threads(threads)  # in-process callers (tests, the API) get theirs back
+
+
+def _work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, on_result: OnResult) -> None:
     from cachedoctor.encoders import load_encoder
-    from cachedoctor.repair.execute import run_action, verify_written
-    from cachedoctor.repair.quarantine import Quarantine
-    from cachedoctor.repair.recompute import build_file
 
     encoders = {}
     for spec in encoder_specs:
@@ -95,26 +113,51 @@ def work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: st
         _run_text(batch, encoders["text"], run_id, on_result)
     if not images:
         return
-    for batch, prepared in _prepared(images, image.downscale):
-        ok = [(a, p) for a, p in zip(batch, prepared) if not isinstance(p, Exception)]
-        for action, problem in zip(batch, prepared):
-            if isinstance(problem, Exception):
-                on_result(ItemResult(action.path, action.kind, ItemState.FAILED, f"cannot read its source: {problem}"))
-        if not ok:
-            continue
-        pixels = torch.stack([p.pixels for _a, p in ok])
-        latents = image.encode(pixels)["latent"]
-        flipped = image.encode(torch.flip(pixels, dims=[3]))["latent"] if any(a.spec.flipped for a, _p in ok) else None
-        for i, (action, prep) in enumerate(ok):
-            latent = latents[i]
-            if action.spec.scaled:
-                latent = image.scaling.apply(latent)
-            flip = flipped[i] if flipped is not None else None
+    # Writes (lock, temp file, fsyncs, quarantine link, read-back) wait on the disk more than they
+    # use a core: one writer thread keeps them off the encoder's path. A full disk raised there
+    # stops the loop at the next batch.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cachedoctor-writer") as writer:
+        pending: list = []
+        for batch, prepared in _prepared(images, image.downscale):
+            for future in [f for f in pending if f.done()]:
+                future.result()
+            pending = [f for f in pending if not f.done()]
+            _encode_batch(batch, prepared, image, run_id, on_result, writer, pending)
+        for future in pending:
+            future.result()
 
-            def make(a: Action, latent=latent, flip=flip, prep=prep) -> bytes:
-                return build_file(a.spec, a.spec.template, latent=latent, flipped=flip, prepared=prep)
 
+def _encode_batch(batch: Batch, prepared: list, image, run_id: str, on_result: OnResult,  # type: ignore[no-untyped-def]
+                  writer: ThreadPoolExecutor, pending: list) -> None:
+    import torch
+
+    from cachedoctor.repair.execute import run_action, verify_written
+    from cachedoctor.repair.quarantine import Quarantine
+    from cachedoctor.repair.recompute import build_file
+
+    ok = [(a, p) for a, p in zip(batch, prepared) if not isinstance(p, Exception)]
+    for action, problem in zip(batch, prepared):
+        if isinstance(problem, Exception):
+            failed = ItemResult(action.path, action.kind, ItemState.FAILED, f"cannot read its source: {problem}")
+            pending.append(writer.submit(on_result, failed))  # results reach the journal from one thread only
+    if not ok:
+        return
+    pixels = torch.stack([p.pixels for _a, p in ok])
+    latents = image.encode(pixels)["latent"]
+    flipped = image.encode(torch.flip(pixels, dims=[3]))["latent"] if any(a.spec.flipped for a, _p in ok) else None
+    for i, (action, prep) in enumerate(ok):
+        latent = latents[i]
+        if action.spec.scaled:
+            latent = image.scaling.apply(latent)
+        flip = flipped[i] if flipped is not None else None
+
+        def make(a: Action, latent=latent, flip=flip, prep=prep) -> bytes:
+            return build_file(a.spec, a.spec.template, latent=latent, flipped=flip, prepared=prep)
+
+        def write(action: Action = action, make=make) -> None:
             on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
+
+        pending.append(writer.submit(write))
 
 
 def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None:  # type: ignore[no-untyped-def]
@@ -132,10 +175,11 @@ def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None: 
         on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
 
 
-def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, queue) -> None:  # type: ignore[no-untyped-def]
+def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, queue,  # type: ignore[no-untyped-def]
+                 workers_on_cpu: int) -> None:
     _die_with_parent()
     try:
-        work(batches, encoder_specs, device, run_id, queue.put)
+        work(batches, encoder_specs, device, run_id, queue.put, workers_on_cpu)
     except BaseException as exc:  # reported by the parent; the items stay unfinished in the journal
         queue.put(("error", f"{type(exc).__name__}: {exc}"))
         raise SystemExit(1)
@@ -153,7 +197,8 @@ def run_pool(shares: list[list[Batch]], encoder_specs: list[str], devices: list[
     procs = []
     for share, device in zip(shares, devices):
         if share:
-            proc = ctx.Process(target=_worker_main, args=(share, encoder_specs, device, run_id, queue), daemon=True)
+            proc = ctx.Process(target=_worker_main, daemon=True,
+                               args=(share, encoder_specs, device, run_id, queue, devices.count("cpu")))
             proc.start()
             procs.append(proc)
     problems: list[str] = []
