@@ -9,6 +9,7 @@ exit code says whether what was repaired is now clean.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -122,12 +123,15 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
         journal.start(outcome.run_id, argv, ",".join(options.encoders) or None, fingerprints, outcome.resumed)
         journal.plan([a for a in plan.actions if a.root == root])
 
+    lock = threading.Lock()  # results arrive from the lossless threads and the writer thread
+
     def record(result: ItemResult) -> None:
-        if result.state is not ItemState.DONE:  # "done" is a journal state on the way to verified
-            outcome.results.append(result)
-        action = by_path.get(result.path)
-        if action is not None:
-            journals[action.root].record(result)
+        with lock:
+            if result.state is not ItemState.DONE:  # "done" is a journal state on the way to verified
+                outcome.results.append(result)
+            action = by_path.get(result.path)
+            if action is not None:
+                journals[action.root].record(result)
 
     by_path = {a.path: a for a in plan.actions}
     for action in plan.actions:
@@ -135,9 +139,7 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
             record(ItemResult(action.path, action.kind, ItemState.BLOCKED, action.blocked))
     mine = _share(plan.runnable(), rank)
     try:
-        for action in mine:
-            if action.kind is not ActionKind.RECOMPUTE:
-                record(_run_local(action, outcome.run_id, record))
+        _run_lossless([a for a in mine if a.kind is not ActionKind.RECOMPUTE], outcome.run_id or "", record)
         recompute = [a for a in mine if a.kind is ActionKind.RECOMPUTE]
         if recompute:
             _recompute(recompute, options, outcome, record, rank, devices_for)
@@ -164,6 +166,13 @@ def _share(actions: list[Action], rank) -> list[Action]:  # type: ignore[no-unty
         return actions
     local = [a for i, a in enumerate(a for a in actions if a.kind is not ActionKind.RECOMPUTE) if i % rank.world == rank.rank]
     return local + [a for a in actions if a.kind is ActionKind.RECOMPUTE]
+
+
+def _run_lossless(actions: list[Action], run_id: str, record: Callable[[ItemResult], None]) -> None:
+    """Lossless rewrites, moves and clean-ups, one after another in this process. (Threads were
+    measured and lost: the per-file work is mostly Python holding the GIL; bench/README.md.)"""
+    for action in actions:
+        record(_run_local(action, run_id, record))
 
 
 def _run_local(action: Action, run_id: str, on_done: Callable[[ItemResult], None] | None = None) -> ItemResult:
