@@ -645,7 +645,7 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
                      f"a thread while the encoder runs)")
     if do_lossless:
         notes.append("per file, the rewrite does what the bare loop does not: the restricted reader's pass over "
-                     "the zip and pickle, a safe torch.load of the bytes read, an in-memory reload and bitwise "
+                     "the zip and pickle, a safe torch.load of the bytes read, a bitwise "
                      "compare, a file lock, a temp file fsynced, a hard link into the quarantine with a folder "
                      "fsync and a record line, a rename and a folder fsync, and a deep read-back verify; "
                      "the full repair adds the scan, the journal's commits per file (SQLite WAL, synchronous=NORMAL) "
