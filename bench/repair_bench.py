@@ -141,51 +141,30 @@ def load_api() -> dict[str, Any]:
 
 
 def load_test_helpers() -> tuple[Callable[..., Any], Callable[[Path], Path], str]:
-    """``repair_factories.simpletuner`` and a tiny-VAE builder from tests/ (the VAE falls back to
-    the same model built here when tests/tiny_models.py is absent)."""
+    """``repair_factories.simpletuner`` and ``tiny_models.build_tiny_vae`` from tests/: the
+    benchmark builds its sets with the same code the tests trust."""
+    add_tests_to_path()
+    try:
+        from repair_factories import simpletuner
+        from tiny_models import build_tiny_vae
+    except ImportError as exc:
+        fail(f"cannot import tests/repair_factories.py and tests/tiny_models.py, which build the recompute set: "
+             f"{exc}; run with --only lossless to skip the recompute measurement")
+    return simpletuner, build_tiny_vae, "tests/tiny_models.py build_tiny_vae"
+
+
+def add_tests_to_path() -> None:
     tests = str(REPO / "tests")
     if tests not in sys.path:
         sys.path.insert(0, tests)
-    try:
-        from repair_factories import simpletuner
-    except ImportError as exc:
-        fail(f"cannot import tests/repair_factories.py (simpletuner), which builds the recompute set: {exc}; "
-             f"run with --only lossless to skip the recompute measurement")
-    try:
-        from tiny_models import build_tiny_vae
-        return simpletuner, build_tiny_vae, "tests/tiny_models.py build_tiny_vae"
-    except ImportError:
-        return simpletuner, _build_tiny_vae, "built here (tests/tiny_models.py not found)"
-
-
-def _build_tiny_vae(folder: Path) -> Path:
-    import torch
-    from diffusers import AutoencoderKL
-
-    torch.manual_seed(0)
-    AutoencoderKL(block_out_channels=(8, 16), down_block_types=("DownEncoderBlock2D",) * 2,
-                  up_block_types=("UpDecoderBlock2D",) * 2, layers_per_block=1, norm_num_groups=4,
-                  latent_channels=4, sample_size=32).save_pretrained(folder)
-    return folder
 
 
 def saved_on(location: str):  # type: ignore[no-untyped-def]
-    """tests/factories.py's trick: torch.save tags every storage with ``location`` (as a save on
-    that GPU would), on a CPU-only machine; undone on exit."""
-    import contextlib
+    """tests/factories.py's ``saved_on``: torch.save tags every storage with ``location``."""
+    add_tests_to_path()
+    from factories import saved_on as tagged
 
-    from torch import serialization
-
-    @contextlib.contextmanager
-    def tagged():  # type: ignore[no-untyped-def]
-        registry = list(serialization._package_registry)
-        serialization.register_package(0, lambda obj: location, lambda obj, loc: None)
-        try:
-            yield
-        finally:
-            serialization._package_registry[:] = registry
-
-    return tagged()
+    return tagged(location)
 
 
 def recompute_device(args: argparse.Namespace) -> str:
