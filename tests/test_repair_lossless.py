@@ -177,6 +177,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
         (("repair", str(tmp_path), "--gpus", "2", "--yes"), "GPU(s) are visible here"),
         (("repair", str(tmp_path), "--encoder", f"diffusers-vae:{tmp_path / 'novae'}"), "novae"),
         (("repair", str(tmp_path), "--only", "nonsense"), "unknown kind"),
+        (("repair", str(tmp_path), "--device", "cuda", "--yes"), "no GPU is visible here"),
     ]:
         code, out, err = cli(*argv)
         assert code == 2, (argv, out, err)

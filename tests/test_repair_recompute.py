@@ -281,3 +281,22 @@ def test_orphan_with_another_dtype_is_quarantined(tmp_path: Path) -> None:
     code, out, _ = cli("repair", "--config", str(ds.config), "--yes")
     assert code == 0 and "quarantine     1 file(s)" in out and "cannot fix" not in out
     assert not orphan.exists()
+
+
+def test_encoder_that_fails_to_load_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model that cannot be loaded (here: out of memory) stops the run before any write."""
+    (tmp_path / "oom_adapter.py").write_text(
+        "from cachedoctor.encoders.example_adapter import PoolEncoder\n"
+        "class Oom(PoolEncoder):\n"
+        "    def load(self, device):\n"
+        "        raise RuntimeError('CUDA out of memory. Tried to allocate 20.00 GiB')\n"
+        "def factory(arg):\n"
+        "    return Oom(8)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ds = simpletuner(tmp_path / "st", 3)
+    ds.latent_path(ds.images[0]).unlink()
+    before = tree_bytes(ds.vae)
+    code, out, err = cli("repair", "--config", str(ds.config), "--encoder", "oom_adapter:factory", "--yes")
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert "oom_adapter:factory: cannot load it on cpu (RuntimeError: CUDA out of memory" in err
+    assert tree_bytes(ds.vae) == before

@@ -68,6 +68,8 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     encoders = [load_encoder(spec) for spec in options.encoders]  # cheap: validates paths, loads nothing
     modalities = {e.modality.value for e in encoders}
     rank = distributed.from_env()
+    if options.device.startswith("cuda") and not options.gpus and visible_gpus() == 0:
+        raise RepairError(f"--device {options.device}", "no GPU is visible here; use --device cpu")
     if options.gpus:
         have = visible_gpus()
         if options.gpus > have:

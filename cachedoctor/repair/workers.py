@@ -14,7 +14,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
-from cachedoctor.repair.interface import Action, ItemResult, ItemState
+from cachedoctor.errors import PathError
+from cachedoctor.repair.interface import Action, ItemResult, ItemState, RepairError
 
 Batch = list[Action]
 OnResult = Callable[[ItemResult], None]
@@ -104,7 +105,13 @@ def _work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: s
     encoders = {}
     for spec in encoder_specs:
         encoder = load_encoder(spec)
-        encoder.load(device)
+        try:
+            encoder.load(device)
+        except PathError:
+            raise
+        except Exception as exc:  # out of memory, a CUDA error, weights the library refuses
+            raise RepairError(spec, f"cannot load it on {device} ({type(exc).__name__}: {exc}); "
+                                    "nothing was recomputed. Check the model and the device, then run again") from None
         encoders["latent" if encoder.modality.value == "image" else "text"] = encoder
     image = encoders.get("latent")
     texts_first = [b for b in batches if b[0].spec.role == "text"]
