@@ -53,3 +53,15 @@ def time_once(fn: Callable[[], dict]) -> tuple[float, dict]:
     t0 = time.perf_counter()
     extra = fn()
     return time.perf_counter() - t0, extra
+
+
+def round_done(r: int, rounds: int, t_round: float, t_timing: float, repeat: int, budget: float) -> bool:
+    """Report round ``r`` and say whether to stop: another round would end past ``budget``
+    seconds of timing (at least one round always runs)."""
+    round_s = time.perf_counter() - t_round
+    spent = time.perf_counter() - t_timing
+    print(f"round {r + 1}/{repeat}: {round_s:.1f} s", flush=True)
+    if r + 1 < repeat and spent + round_s > budget:
+        print(f"     stopping after {rounds} round(s): another would pass --budget {budget:.0f} s")
+        return True
+    return False

@@ -569,12 +569,8 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
             if isinstance(state, tuple):
                 discard(state[0])
         rounds += 1
-        round_s = time.perf_counter() - t_round
-        spent = time.perf_counter() - t_timing
-        print(f"round {r + 1}/{args.repeat}: {round_s:.1f} s", flush=True)
-        if r + 1 < args.repeat and spent + round_s > args.budget:
+        if _common.round_done(r, rounds, t_round, t_timing, args.repeat, args.budget):
             stopped_early = True
-            print(f"     stopping after {rounds} round(s): another would pass --budget {args.budget:.0f} s")
             break
 
     timing_s = time.perf_counter() - t_timing

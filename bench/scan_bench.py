@@ -320,12 +320,8 @@ def main(argv: list[str] | None = None) -> int:
                 times[key].append(dt)
                 extras[key] = extra
             rounds += 1
-            round_s = time.perf_counter() - t_round
-            spent = time.perf_counter() - t_timing
-            print(f"round {r + 1}/{args.repeat}: {round_s:.1f} s", flush=True)
-            if r + 1 < args.repeat and spent + round_s > args.budget:
+            if _common.round_done(r, rounds, t_round, t_timing, args.repeat, args.budget):
                 stopped_early = True
-                print(f"     stopping after {rounds} round(s): another would pass --budget {args.budget:.0f} s")
                 break
 
         figures = {}
