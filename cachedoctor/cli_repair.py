@@ -229,3 +229,89 @@ def quarantine_purge(run_id: Annotated[str, typer.Argument(metavar="RUN")], root
         return EXIT_COULD_NOT_RUN
     print(f"purged {run_id}: {_size(purge(run))} freed", file=env.stdout)
     return 0
+
+
+@app.command()
+def recover(
+    paths: Annotated[Optional[list[str]], typer.Argument(help="Cache folders (kohya: the image folder).", show_default=False, metavar="PATH...")] = None,
+    apply: Annotated[bool, typer.Option("--apply", help="Quarantine what is partial and resume the interrupted repair.")] = False,
+    encoder: Annotated[Optional[list[str]], typer.Option("--encoder", help="For recomputes (default: the interrupted repair's own).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing anything.")] = False,
+    layout: LayoutOption = LayoutName.AUTO,
+    config: ConfigOption = None,
+    manifest: Annotated[Optional[str], typer.Option("--manifest", help="A manifest naming each cache file's source.")] = None,
+    model_family: ModelFamilyOption = None,
+    output_dir: OutputDirOption = None,
+) -> int:
+    """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
+    from cachedoctor.layouts import LayoutOptions
+    from cachedoctor.repair.interface import Declined
+    from cachedoctor.repair.recover import CRASH_KINDS, survey
+    from cachedoctor.repair.runner import RepairOptions, repair as run_repair, still_broken
+
+    env = _ENV.get()
+    out = env.stdout
+    targets = [os.path.abspath(p) for p in paths or []]
+    if not targets and not config and not manifest:
+        env.error("no PATH given; name a cache folder, or pass --config multidatabackend.json or --manifest FILE")
+        return EXIT_COULD_NOT_RUN
+    for target in targets:
+        if not os.path.exists(target):
+            env.error(f"{target}: no such file or folder; check the path (and that its disk is mounted)")
+            return EXIT_COULD_NOT_RUN
+    layout_options = LayoutOptions(config=config, manifest=manifest, model_family=model_family, output_dir=output_dir)
+    try:
+        found = survey(targets, layout, layout_options)
+    except PathError as exc:
+        env.error(f"{exc.path}: {exc.message}")
+        return EXIT_COULD_NOT_RUN
+    _print_survey(found, out, env.cwd)
+    if found.empty or not apply:
+        if not found.empty:
+            print("`cachedoctor recover --apply` with the same arguments quarantines what is partial"
+                  + (" and resumes the interrupted repair" if found.interrupted else ""), file=out)
+        return EXIT_REPAIRED if found.empty else EXIT_NOT_CLEAN
+    if found.held_locks:
+        env.error(f"{found.held_locks[0]}: a running process holds this lock (a writer is still active); "
+                  "stop it or let it finish, then recover")
+        return EXIT_COULD_NOT_RUN
+    resumed = found.interrupted[0][1] if found.interrupted else None
+    encoders = tuple(encoder or ()) or (resumed.encoders if resumed else ())
+    options = RepairOptions(deep=True, encoders=encoders, only=None if resumed else CRASH_KINDS)
+    print("", file=out)
+    try:
+        outcome = run_repair(targets, layout, layout_options, options, list(env.argv),
+                             lambda o: yes or not env.stdin_isatty or _ask("Go ahead? [y/N] ", out),
+                             lambda o: _print_plan(o, out))
+    except PathError as exc:
+        env.error(f"{exc.path}: {exc.message}")
+        return EXIT_COULD_NOT_RUN
+    except Declined:
+        print("nothing was changed", file=out)
+        return EXIT_NOT_CLEAN
+    return _print_result(outcome, still_broken(outcome), out, env)
+
+
+def _print_survey(found, out, cwd: str) -> None:  # type: ignore[no-untyped-def]
+    def rel(path: str) -> str:
+        return os.path.relpath(path, cwd)
+
+    print(f"cachedoctor recover: {found.layout_line}" if found.layout_line else "cachedoctor recover", file=out)
+    if found.empty:
+        print("nothing to recover: no temp files, no damaged recent writes, no held locks, no interrupted repair",
+              file=out)
+        return
+    if found.temp_files:
+        print(f"temp files of interrupted writes: {len(found.temp_files)}", file=out)
+        for f in found.temp_files:
+            print(f"  {rel(f.path)} ({f.details.get('size', 0)} bytes)", file=out)
+    if found.suspects:
+        print(f"written around the crash, read deep: {found.suspects} file(s); damaged: {len(found.damaged)}", file=out)
+        for f in found.damaged:
+            print(f"  {rel(f.path)}: {f.kind}: {f.message}", file=out)
+    for lock in found.held_locks:
+        print(f"lock held by a live process (a writer is active): {rel(lock)}", file=out)
+    for root, run in found.interrupted:
+        specs = " ".join(run.encoders) or "none"
+        print(f"interrupted repair in {rel(root)}: run {run.run_id}, {len(run.verified)} item(s) finished, "
+              f"{len(run.unfinished)} not; encoder(s): {specs}", file=out)

@@ -66,10 +66,22 @@ def _alive(host: str, pid: int, pid_start: str | None) -> bool:
 @dataclass(frozen=True, slots=True)
 class Interrupted:
     run_id: str
-    encoder: str | None
+    encoder: str | None  # the --encoder specs as a JSON list
     fingerprint: str | None
     verified: frozenset[str]
     unfinished: tuple[Action, ...]
+    last_update: float = 0.0  # when the journal last heard from it: files newer than this are suspects
+
+    @property
+    def encoders(self) -> tuple[str, ...]:
+        """The run's ``--encoder`` specs, so a resume can use the same ones."""
+        if not self.encoder:
+            return ()
+        try:
+            specs = json.loads(self.encoder)
+        except ValueError:
+            return ()
+        return tuple(str(s) for s in specs) if isinstance(specs, list) else ()
 
 
 def journal_path(root: str, rank: int | None = None) -> str:
@@ -142,10 +154,11 @@ class Journal:
             if _alive(host, pid, pid_start):
                 continue
             items = self.db.execute("SELECT path, action, state FROM items WHERE run_id = ?", (run_id,)).fetchall()
+            (last,) = self.db.execute("SELECT MAX(updated) FROM items WHERE run_id = ?", (run_id,)).fetchone()
             verified = frozenset(p for p, _a, s in items if s in (ItemState.VERIFIED.value, ItemState.SKIPPED.value))
             unfinished = tuple(Action.from_json(a) for _p, a, s in items
                                if s in (ItemState.PLANNED.value, ItemState.DONE.value))
-            return Interrupted(run_id, encoder, fingerprint, verified, unfinished)
+            return Interrupted(run_id, encoder, fingerprint, verified, unfinished, float(last or 0.0))
         return None
 
     def start(self, run_id: str, argv: list[str], encoder: str | None, fingerprint: str | None,

@@ -8,6 +8,7 @@ exit code says whether what was repaired is now clean.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -97,7 +98,7 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
         interrupted = None
     if (interrupted is not None and interrupted.fingerprint and fingerprints != interrupted.fingerprint
             and any(a.kind is ActionKind.RECOMPUTE and not a.blocked for a in plan.actions)):
-        raise RepairError(interrupted.encoder or "--encoder",
+        raise RepairError(" ".join(interrupted.encoders) or "--encoder",
                           f"interrupted run {interrupted.run_id} was recomputing with another encoder; pass the same "
                           "--encoder to finish it (one cache, one model), or --fresh to start a new run")
     journals: dict[str, Journal] = {}
@@ -122,7 +123,8 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
         raise Declined()
     journals = {root: Journal(root, journal_rank) for root in roots_acted}
     for root, journal in journals.items():
-        journal.start(outcome.run_id, argv, ",".join(options.encoders) or None, fingerprints, outcome.resumed)
+        journal.start(outcome.run_id, argv, json.dumps(list(options.encoders)) if options.encoders else None,
+                      fingerprints, outcome.resumed)
         journal.plan([a for a in plan.actions if a.root == root])
 
     lock = threading.Lock()  # results arrive from the lossless threads and the writer thread

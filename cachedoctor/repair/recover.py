@@ -1,0 +1,118 @@
+"""``cachedoctor recover``: what a crash left behind, and (with ``--apply``) the way back.
+
+After a trainer or a repair dies mid-write, four things can be left: temp files of writes that
+never reached their rename (the trainer's ``tmpXXXXXXXX`` or cachedoctor's own), files written
+just before the crash that may be damaged, lock files still held (a writer is alive: hands
+off), and a repair journal whose run never finished. ``survey`` finds them; applying quarantines
+what is partial and resumes the interrupted repair through the same ``repair`` machinery.
+
+"Written just before the crash" is judged from the journal's last checkpoint when a repair was
+interrupted (files newer than its last recorded item), and otherwise from the temp files: a
+folder holding one was being written when its writer died, so all its files are read deep.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass, field
+
+from cachedoctor.findings import Finding
+from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
+from cachedoctor.repair.journal import Interrupted, interrupted_run
+from cachedoctor.repair.locks import is_lock_name
+from cachedoctor.scan import ScanOptions, scan
+
+#: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).
+CRASH_KINDS = frozenset({"partial-write", "corrupt-archive", "non-finite"})
+
+
+@dataclass
+class Survey:
+    layout_line: str | None
+    temp_files: list[Finding] = field(default_factory=list)
+    damaged: list[Finding] = field(default_factory=list)  # deep-read suspects with crash findings
+    suspects: int = 0  # files read deep because they were written around the crash
+    held_locks: list[str] = field(default_factory=list)  # a live process holds these: a writer is active
+    interrupted: list[tuple[str, Interrupted]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.temp_files or self.damaged or self.held_locks or self.interrupted)
+
+
+def survey(targets: list[str], layout: LayoutName, options: LayoutOptions, workers: int | None = None) -> Survey:
+    plan, line = plan_for(layout, targets, options)
+    roots = plan.roots if plan is not None else targets
+    folders = [r if os.path.isdir(r) else os.path.dirname(r) for r in roots]
+    result = scan(roots, ScanOptions(workers=workers), dataset=plan)
+    out = Survey(line, temp_files=[f for f in result.findings if f.kind == "partial-write"])
+    for root in folders:
+        run = interrupted_run(root)
+        if run is not None:
+            out.interrupted.append((root, run))
+    checkpoint = max((run.last_update for _r, run in out.interrupted), default=None)
+    suspects = _written_after(folders, checkpoint) if checkpoint else _beside_temps(out.temp_files)
+    out.suspects = len(suspects)
+    if suspects:
+        deep = scan(sorted(suspects), ScanOptions(deep=True, workers=workers))
+        out.damaged = [f for f in deep.findings if f.kind in CRASH_KINDS - {"partial-write"}]
+    out.held_locks = _held_locks(folders)
+    return out
+
+
+def _beside_temps(temps: list[Finding]) -> set[str]:
+    paths: set[str] = set()
+    for folder in {os.path.dirname(f.path) for f in temps}:
+        try:
+            with os.scandir(folder) as it:
+                paths.update(e.path for e in it if e.is_file() and not e.name.startswith(".") and e.path not in
+                             {f.path for f in temps})
+        except OSError:
+            continue
+    return paths
+
+
+def _written_after(folders: list[str], checkpoint: float) -> set[str]:
+    paths: set[str] = set()
+    for folder in folders:
+        for dirpath, dirs, names in os.walk(folder):
+            dirs[:] = [d for d in dirs if d != ".cachedoctor"]
+            for name in names:
+                path = os.path.join(dirpath, name)
+                try:
+                    if not name.startswith(".") and os.stat(path).st_mtime > checkpoint:
+                        paths.add(path)
+                except OSError:
+                    continue
+    return paths
+
+
+def _held_locks(folders: list[str]) -> list[str]:
+    """Lock files (repair's ``.<name>.lock`` convention) that some live process holds now."""
+    held = []
+    for folder in folders:
+        for dirpath, dirs, names in os.walk(folder):
+            dirs[:] = [d for d in dirs if d != ".cachedoctor"]
+            for name in names:
+                if is_lock_name(name) and _is_held(os.path.join(dirpath, name)):
+                    held.append(os.path.join(dirpath, name))
+    return sorted(held)
+
+
+def _is_held(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
