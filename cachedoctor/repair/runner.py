@@ -43,8 +43,11 @@ class RepairOutcome:
     plan: RepairPlan
     layout_line: str | None
     run_id: str | None = None
-    resumed: bool = False
     interrupted: Interrupted | None = None  # the crashed run this one finishes
+
+    @property
+    def resumed(self) -> bool:
+        return self.interrupted is not None
     results: list[ItemResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     after: ScanResult | None = None
@@ -101,9 +104,7 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
         raise RepairError(" ".join(interrupted.encoders) or "--encoder",
                           f"interrupted run {interrupted.run_id} was recomputing with another encoder; pass the same "
                           "--encoder to finish it (one cache, one model), or --fresh to start a new run")
-    journals: dict[str, Journal] = {}
     outcome.run_id = interrupted.run_id if interrupted else new_run_id()
-    outcome.resumed = interrupted is not None
     outcome.interrupted = interrupted
     if rank.leader:
         show_plan(outcome)
@@ -111,14 +112,12 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
         if interrupted is not None and not options.dry_run and not plan.actions:
             for root in roots_seen:  # nothing of it is left to do: it is finished
                 finish_run(root, journal_rank, interrupted.run_id, "done")
-        _close(journals)
         distributed.finish(rank)
         outcome.after = before if not plan.runnable() else None
         return outcome
     distributed.barrier(rank)  # every rank has scanned before any rank changes a file
     go, outcome.run_id = distributed.agree(rank, (confirm(outcome) if rank.leader else None, outcome.run_id))
     if not go:
-        _close(journals)
         distributed.finish(rank)
         raise Declined()
     journals = {root: Journal(root, journal_rank) for root in roots_acted}
@@ -127,7 +126,7 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
                       fingerprints, outcome.resumed)
         journal.plan([a for a in plan.actions if a.root == root])
 
-    lock = threading.Lock()  # results arrive from the lossless threads and the writer thread
+    lock = threading.Lock()  # recompute results arrive from the writer thread
 
     def record(result: ItemResult) -> None:
         with lock:
@@ -155,6 +154,9 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     for journal in journals.values():
         journal.finish("done" if not outcome.problems else "interrupted")
     _close(journals)
+    if interrupted is not None:  # roots where the crashed run had left nothing to do
+        for root in sorted(set(roots_seen) - set(roots_acted)):
+            finish_run(root, journal_rank, interrupted.run_id, "done")
     gathered = distributed.gather(rank, outcome.results if rank.distributed else None)
     if rank.distributed and gathered is not None:
         outcome.results = [r for part in gathered for r in (part or [])]
