@@ -155,6 +155,27 @@ def manifest_build(
     return EXIT_COULD_NOT_RUN if result.unreadable else 0
 
 
+@app.command()
+def explain(
+    kind: Annotated[Optional[str], typer.Argument(help="A finding kind (batch-leak or batch_leak); none lists them all.", show_default=False, metavar="KIND")] = None,
+) -> int:
+    """What a finding kind means, why it breaks training, what repair does and how to find it."""
+    from cachedoctor.explain import UnknownKind, listing
+    from cachedoctor.explain import explain as render
+
+    env = _ENV.get()
+    if kind is None:
+        print(listing(), file=env.stdout)
+        return 0
+    try:
+        text = render(kind)
+    except UnknownKind as exc:
+        env.error(str(exc))
+        return EXIT_COULD_NOT_RUN
+    print(text, file=env.stdout)
+    return 0
+
+
 def _write_report(path: str, write) -> str | None:  # type: ignore[no-untyped-def]
     """Write atomically (temp file beside it, then rename); an error message or ``None``."""
     from cachedoctor.atomic import atomic_text

@@ -25,6 +25,20 @@ class BatchLeak(Check):
     fix = Fix.CLONE_STORAGE
     summary = ("a record holds more bytes than its tensor spans (a saved view of a batch), or a "
                "per-item tensor has a leading batch dimension its peers lack")
+    why = ("torch.save(batch[i]) keeps the view, so each file carries the whole batch's "
+           "storage: a view of a 7-item batch makes every file 7x larger (7,226,836 bytes "
+           "instead of 1,033,684 for a 16x96x168 fp32 latent), and every load reads the whole "
+           "batch and keeps it in memory, multiplying disk use, I/O and the data loader's RAM. "
+           "Nothing errors, so it goes unnoticed until the disk fills. The older form, a "
+           "per-item file that holds the batch itself ([7,4,128,128] where its peers are "
+           "[4,128,128]), fails torch.stack in the collate function (\"stack expects each "
+           "tensor to be equal size\") or trains seven latents against one caption.")
+    repair = ("clone-storage (view form), lossless: the file is read through the safe path only "
+              "(the restricted reader, then torch.load(weights_only=True, "
+              "map_location=\"cpu\")), each tensor is saved again as a clone of its own view, "
+              "on cpu; the tensors to be saved are compared bit for bit with those read, the "
+              "written file is read back deep, and the old file goes to the quarantine. The "
+              "leading-batch form is recomputed: which slice belongs to the item is unknown.")
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         meta = item.meta

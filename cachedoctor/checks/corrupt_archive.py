@@ -19,6 +19,15 @@ class CorruptArchive(Check):
     fix = Fix.RECOMPUTE
     summary = ("zero bytes, truncated, not the zip/gzip/safetensors/npz it claims to be, missing "
                "data.pkl, a record whose size does not match its storage, or a bad CRC (deep)")
+    why = ("torch.load stops on it: a truncated file raises \"PytorchStreamReader failed "
+           "reading zip archive: failed finding central directory\", an empty one EOFError, a "
+           "save that died part way \"failed locating file data.pkl\"; np.load raises "
+           "zipfile.BadZipFile. kohya aborts the whole run on the first such file, and a "
+           "trainer that loads lazily crashes only when the batch that holds it comes up, "
+           "possibly hours in. A flipped byte is worse: torch.load never checks the CRC-32, so "
+           "the file loads and the model trains on wrong values without a word.")
+    repair = ("recompute: nothing in the file can be trusted, so the item is encoded again from "
+              "its source and the damaged file goes to the quarantine.")
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         if item.error is not None:

@@ -17,6 +17,15 @@ class DtypeMismatch(Check):
     severity = Severity.WARNING
     fix = Fix.RECOMPUTE
     summary = "a file's dtype differs from the majority of its folder's cache"
+    why = ("torch.stack promotes a batch that holds one float32 latent among bfloat16 peers to "
+           "float32, so that batch alone reaches the model in another dtype: outside autocast "
+           "it fails with \"Input type (float) and bias type (c10::BFloat16) should be the "
+           "same\", inside it trains on inputs of another precision. The odd file usually comes "
+           "from another caching run (another VAE dtype, another machine or VAE), so its values "
+           "may not match its peers' either.")
+    repair = ("recompute: the item is encoded again and saved in its peers' dtype (a healthy "
+              "file of the folder is the template for container, keys and dtypes), and the odd "
+              "file goes to the quarantine. It is not cast in place.")
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
         majority = {key: group.majority(key, lambda t: t.dtype) for key in group.keys()}

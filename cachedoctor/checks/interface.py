@@ -88,6 +88,8 @@ class Check(abc.ABC):
     severity: ClassVar[Severity]
     fix: ClassVar[Fix]
     summary: ClassVar[str]  # one line: what it means (README table, ``explain``)
+    why: ClassVar[str] = ""  # ``explain``: why it breaks training (the error the trainer shows, or the silent damage)
+    repair: ClassVar[str] = ""  # ``explain``: what ``cachedoctor repair`` does about it, and when it cannot
     deep_only: ClassVar[bool] = False
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:

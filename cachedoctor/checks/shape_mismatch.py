@@ -32,6 +32,17 @@ class ShapeMismatch(Check):
     severity = Severity.ERROR
     fix = Fix.RECOMPUTE
     summary = "a latent's shape differs from its bucket's size, from the size in its key, or from its peers' rank or channels"
+    why = ("Latents of one batch must share a shape: a wrong-size latent fails torch.stack in "
+           "the collate function (\"stack expects each tensor to be equal size, but got [4, 8, "
+           "8] at entry 0 and [4, 8, 9] at entry 1\"), but only once it shares a batch with a "
+           "right one, possibly hours in. Alone in its bucket it trains at the wrong size "
+           "against the bucket's crop and size conditioning; a wrong channel count (4 for SDXL, "
+           "16 for Flux and SD3: a cache made by another VAE) fails the first layer (\"expected "
+           "input to have 16 channels, but got 4 channels instead\").")
+    repair = ("recompute: the image is resized and cropped to the size the layout records "
+              "(SimpleTuner's bucket metadata target_size, OneTrainer's crop_resolution, "
+              "kohya's latents_<h>x<w> key, a manifest's shape or latent_hw), encoded again, "
+              "and the wrong file goes to the quarantine.")
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         if item.meta is None:

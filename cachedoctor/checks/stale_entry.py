@@ -24,6 +24,13 @@ class StaleEntry(Check):
     severity = Severity.WARNING
     fix = Fix.RECOMPUTE
     summary = "the image or caption changed after its cache entry was written"
+    why = ("A cache file is named after the image (or the caption's hash), not its content, so "
+           "an edited image, a new crop or a corrected caption keeps the old file: the model "
+           "trains on the old image or caption without a word, and SimpleTuner checks nothing "
+           "of the kind before training. (A caption change under a hash-named embed shows "
+           "instead as a missing-entry plus an orphan-entry.)")
+    repair = ("recompute: the item is encoded again from its current source, and the stale file "
+              "goes to the quarantine (restore it if the change to the source was the mistake).")
 
     def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
         if expected is None or found is None or not expected.source_exists or not expected.in_index:

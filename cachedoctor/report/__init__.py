@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from cachedoctor.report.interface import OutputFormat, Renderer
 from cachedoctor.report.outcome import (EXIT_CLEAN, EXIT_COULD_NOT_RUN, EXIT_FINDINGS, EXIT_INTERRUPTED, SCHEMA,
                                         FailOn, ScanReport)
@@ -16,6 +18,15 @@ def renderer_for(fmt: OutputFormat, cwd: str | None = None) -> Renderer:
         from cachedoctor.report.jsonl_format import JsonlRenderer
 
         return JsonlRenderer()
+    cwd = cwd or os.getcwd()
+    if fmt is OutputFormat.JUNIT:
+        from cachedoctor.report.junit_format import JunitRenderer
+
+        return JunitRenderer(cwd)
+    if fmt is OutputFormat.GITHUB:
+        from cachedoctor.report.github_format import GithubRenderer
+
+        return GithubRenderer(cwd)
     from cachedoctor.report.table import TableRenderer
 
     return TableRenderer(cwd)

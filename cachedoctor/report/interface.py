@@ -13,6 +13,8 @@ class OutputFormat(str, enum.Enum):
     TABLE = "table"
     JSON = "json"
     JSONL = "jsonl"
+    JUNIT = "junit"  # JUnit XML for CI test reporters (GitLab, Jenkins, GitHub actions)
+    GITHUB = "github"  # GitHub Actions workflow commands (annotations) and step summary
 
 
 class Renderer(abc.ABC):

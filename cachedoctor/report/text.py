@@ -1,0 +1,28 @@
+"""Text helpers the machine-read formats share: paths relative to the cwd, and strings any
+UTF-8 writer accepts.
+
+File names are bytes on POSIX; Python hands undecodable bytes over as lone surrogates
+(``surrogateescape``), which a strict UTF-8 writer (``--output`` uses one) refuses. The JSON
+formats escape them; the text formats show each such byte as U+FFFD instead of crashing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def displayable(text: str) -> str:
+    """``text`` with each lone surrogate (an undecodable file-name byte) shown as U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def relative(path: str, cwd: str) -> str:
+    """``path`` relative to ``cwd`` when it lies below it, else as given (as the table shows it)."""
+    try:
+        rel = os.path.relpath(path, cwd)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel
