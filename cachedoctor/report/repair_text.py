@@ -1,0 +1,104 @@
+"""What `repair` and `recover` print: the plan, the outcome, and what a crash left behind.
+
+The outcome's exit code is decided here, in one place, as the scan's is in ``outcome.py``:
+0 when everything planned was done, verified and the rescan is clean of it; 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+EXIT_REPAIRED, EXIT_NOT_CLEAN = 0, 1
+
+
+def size_text(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000  # type: ignore[assignment]
+    return str(n)
+
+
+def print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
+    from cachedoctor.repair.interface import ActionKind
+
+    result, plan = outcome.before, outcome.plan
+    mode = "deep" if result.options.deep else "quick"
+    files = len({f.path for f in result.findings})
+    print(f"cachedoctor repair: {result.stats.files_read} files scanned ({mode}), {len(result.findings)} finding(s) in {files} file(s)", file=out)
+    if outcome.layout_line:
+        print(outcome.layout_line, file=out)
+    if outcome.interrupted is not None:
+        gone = outcome.interrupted
+        print(f"resuming interrupted run {gone.run_id}: {len(gone.verified)} item(s) were finished before it stopped, "
+              f"{len(gone.unfinished)} were not; this scan shows what is still to do", file=out)
+    if not plan.actions and not plan.needs_person:
+        print("nothing to repair", file=out)
+        return
+    print("plan:", file=out)
+    for label, count in plan.counts().items():
+        if label == "blocked":
+            continue
+        extra = f" ({size_text(plan.rewrite_bytes(ActionKind(label)))} to rewrite)" if label in ("rewrite-cpu", "clone-storage") else ""
+        print(f"  {label:<14} {count} file(s){extra}", file=out)
+    blocked = Counter(a.blocked for a in plan.actions if a.blocked)
+    for why, count in blocked.most_common():
+        print(f"  {'cannot fix':<14} {count} file(s): {why}", file=out)
+    if plan.needs_person:
+        print(f"  {'needs a person':<14} {len(plan.needs_person)} file(s): two dataset items map to one file; rename all but one", file=out)
+
+
+def print_result(outcome, broken: list[str], out, env) -> int:  # type: ignore[no-untyped-def]
+    from cachedoctor.repair.interface import ItemState
+
+    states = Counter(r.state.value for r in outcome.results)
+    print("done: " + ", ".join(f"{states.get(s.value, 0)} {s.value}" for s in
+                               (ItemState.VERIFIED, ItemState.SKIPPED, ItemState.BLOCKED, ItemState.FAILED)), file=out)
+    for r in outcome.results:
+        if r.state in (ItemState.FAILED,):
+            print(f"  failed: {os.path.relpath(r.path, env.cwd)}: {r.message}", file=out)
+    for problem in outcome.problems:
+        print(f"  worker: {problem}", file=out)
+    moved = sorted({a.root for a in outcome.plan.actions} & {a.root for a in outcome.plan.actions if not a.blocked})
+    if any(r.quarantined for r in outcome.results):
+        for root in moved:
+            print(f"quarantine: {os.path.join(root, '.cachedoctor', 'quarantine', outcome.run_id)} "
+                  f"(undo: cachedoctor quarantine restore {outcome.run_id} {root})", file=out)
+    if outcome.after is not None:
+        before, after = Counter(f.kind for f in outcome.before.findings), Counter(f.kind for f in outcome.after.findings)
+        changes = [f"{k} {before.get(k, 0)} -> {after.get(k, 0)}" for k in sorted(set(before) | set(after))]
+        print("before -> after: " + (", ".join(changes) if changes else "clean"), file=out)
+    clean = (not broken and not states.get("failed") and not states.get("blocked") and not outcome.problems
+             and not outcome.plan.needs_person)
+    if clean:
+        print("repaired: the rescan is clean of what was repaired", file=out)
+    else:
+        left = len(set(broken) | set(outcome.plan.needs_person) | {r.path for r in outcome.results if r.state.value in ("failed", "blocked")})
+        print(f"not clean: {left} file(s) still need attention; see above", file=out)
+    return EXIT_REPAIRED if clean else EXIT_NOT_CLEAN
+
+
+def print_survey(found, out, cwd: str) -> None:  # type: ignore[no-untyped-def]
+    def rel(path: str) -> str:
+        return os.path.relpath(path, cwd)
+
+    print(f"cachedoctor recover: {found.layout_line}" if found.layout_line else "cachedoctor recover", file=out)
+    if found.empty:
+        print("nothing to recover: no temp files, no damaged recent writes, no held locks, no interrupted repair",
+              file=out)
+        return
+    if found.temp_files:
+        print(f"temp files of interrupted writes: {len(found.temp_files)}", file=out)
+        for f in found.temp_files:
+            print(f"  {rel(f.path)} ({f.details.get('size', 0)} bytes)", file=out)
+    if found.suspects:
+        print(f"written around the crash, read deep: {found.suspects} file(s); damaged: {len(found.damaged)}", file=out)
+        for f in found.damaged:
+            print(f"  {rel(f.path)}: {f.kind}: {f.message}", file=out)
+    for lock in found.held_locks:
+        print(f"lock held by a live process (a writer is active): {rel(lock)}", file=out)
+    for root, run in found.interrupted:
+        specs = " ".join(run.encoders) or "none"
+        print(f"interrupted repair in {rel(root)}: run {run.run_id}, {len(run.verified)} item(s) finished, "
+              f"{len(run.unfinished)} not; encoder(s): {specs}", file=out)
