@@ -79,6 +79,8 @@ def run_action(action: Action, quarantine: Quarantine, make_bytes: Callable[[Act
         return _cleanup(action)
     with file_lock(path):
         now = Stat.of(path)
+        if now is None and action.kind is not ActionKind.RECOMPUTE:
+            return ItemResult(path, action.kind, ItemState.SKIPPED, "gone since the scan (moved by another process)")
         if now != action.before:
             return ItemResult(path, action.kind, ItemState.SKIPPED, "changed since the scan; left for the final scan to judge")
         try:

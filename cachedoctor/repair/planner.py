@@ -55,6 +55,8 @@ def plan_repair(findings: Iterable[Finding], roots: list[str], expected: dict[st
         size = before.size if before else 0
         root = root_of(path, roots)
         if is_own_temp(os.path.basename(path)):
+            if before is None:
+                continue
             plan.actions.append(Action(ActionKind.CLEANUP, path, root, kinds, None, before, bytes=size))
             continue
         if "name-collision" in kinds:
@@ -69,6 +71,8 @@ def plan_repair(findings: Iterable[Finding], roots: list[str], expected: dict[st
         if fix is None:
             continue
         kind = _KIND_FOR_FIX[fix]
+        if before is None and kind is not ActionKind.RECOMPUTE:
+            continue  # gone since the scan (another repair or the trainer moved it): nothing to do
         spec: RecomputeSpec | None = None
         blocked = None
         if kind is ActionKind.RECOMPUTE:

@@ -49,10 +49,14 @@ def inspect_path(path: str, *, deep: bool, entry_facts: bool = False) -> Outcome
 
 def _inspect(path: str, deep: bool, mtime: int | None) -> Outcome:
     if is_temp_name(path):
+        if not os.path.lexists(path):  # its writer renamed it since the listing: nothing is left over
+            return Outcome(path, 0, "skipped", mtime_ns=mtime or 0)
         return _judge(Inspected(path, _size(path), temp=True), None, mtime)
     try:
         meta = read_file(path, deep=deep)
     except UnreadableFile as exc:
+        if not os.path.lexists(path):  # removed or renamed since the listing (a writer or a repair at work)
+            return Outcome(path, 0, "skipped", mtime_ns=mtime or 0)
         return Outcome(path, 0, "error", error=exc.message, mtime_ns=mtime or 0)
     except ReadError as exc:
         size = _size(path)
