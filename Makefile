@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(PY) bench/scan_bench.py
 	$(PY) bench/dataset_bench.py
 	$(PY) bench/repair_bench.py
+	$(PY) bench/memory_bench.py
 
 # Rebuild the shipped fixtures (deterministic); commit the result.
 fixtures: $(STAMP)
