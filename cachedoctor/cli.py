@@ -56,46 +56,104 @@ ModelFamilyOption = Annotated[Optional[str], typer.Option("--model-family", help
 OutputDirOption = Annotated[Optional[str], typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")]
 
 
+# `scan`'s settings that a config file or CACHEDOCTOR_* variables may also give. --fail-on and
+# --layout keep their defaults for the help; `_given` asks click whether they were typed.
+PathsArgument = Annotated[Optional[list[str]], typer.Argument(help="Cache folders or files to scan (kohya: the image folder).", show_default=False, metavar="PATH...")]
+DeepOption = Annotated[Optional[bool], typer.Option("--deep", help="Also read the data: CRC-32 of every zip member and NaN/Inf in every floating tensor.", show_default=False)]
+FailOnOption = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)]
+WorkersOption = Annotated[Optional[int], typer.Option("--workers", "-j", min=1, help="Reader processes (default: one per CPU).")]
+ManifestOption = Annotated[Optional[str], typer.Option("--manifest", help="A manifest (.jsonl or .csv) naming each cache file's source.")]
+ExcludeOption = Annotated[Optional[list[str]], typer.Option("--exclude", help="Skip files and folders matching this glob (relative to each PATH, or a name); repeatable.", show_default=False, metavar="GLOB")]
+
+
+def _given(ctx: typer.Context, name: str, value: object) -> object:
+    """``value`` if it came from the command line, else ``None`` (a file or variable may set it)."""
+    source = ctx.get_parameter_source(name)  # click's ParameterSource (typer may vendor click)
+    return value if source is not None and source.name == "COMMANDLINE" else None
+
+
+def _settings(env: Environment, **cli: object):  # type: ignore[no-untyped-def]
+    """The resolved settings, or ``None`` after reporting a broken config file or variable."""
+    from cachedoctor.config import ConfigError, resolve
+
+    try:
+        return resolve(cli, env.environ, env.cwd)
+    except ConfigError as exc:
+        env.error(f"{exc.path}: {exc.message}")
+        return None
+
+
 @app.command()
 def scan(
-    paths: Annotated[Optional[list[str]], typer.Argument(help="Cache folders or files to scan (kohya: the image folder).", show_default=False, metavar="PATH...")] = None,
-    deep: Annotated[bool, typer.Option("--deep", help="Also read the data: CRC-32 of every zip member and NaN/Inf in every floating tensor.")] = False,
+    ctx: typer.Context,
+    paths: PathsArgument = None,
+    deep: DeepOption = None,
     fmt: Annotated[OutputFormat, typer.Option("--format", help="Report format.", case_sensitive=False)] = OutputFormat.TABLE,
     output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")] = None,
-    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)] = FailOn.ERROR,
-    workers: Annotated[Optional[int], typer.Option("--workers", "-j", min=1, help="Reader processes (default: one per CPU).")] = None,
+    fail_on: FailOnOption = FailOn.ERROR,
+    workers: WorkersOption = None,
     layout: LayoutOption = LayoutName.AUTO,
     config: ConfigOption = None,
-    manifest: Annotated[Optional[str], typer.Option("--manifest", help="A manifest (.jsonl or .csv) naming each cache file's source.")] = None,
+    manifest: ManifestOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
+    exclude: ExcludeOption = None,
+    baseline: Annotated[Optional[str], typer.Option("--baseline", help="Leave out the findings recorded in this baseline file.", metavar="FILE")] = None,
+    write_baseline: Annotated[Optional[str], typer.Option("--write-baseline", help="Record today's findings in FILE, so later scans with --baseline FILE report only new ones.", metavar="FILE")] = None,
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
+    from dataclasses import replace
+
+    from cachedoctor import baseline as baselines
+    from cachedoctor.findings import Finding, Severity
     from cachedoctor.layouts import LayoutOptions, plan_for
     from cachedoctor.scan import ScanOptions, TargetError
     from cachedoctor.scan import scan as run_scan
 
     env = _ENV.get()
-    targets = list(paths or [])
+    settings = _settings(env, paths=paths, deep=deep, fail_on=_given(ctx, "fail_on", fail_on), workers=workers,
+                         layout=_given(ctx, "layout", layout), config=config,
+                         manifest=manifest, exclude=exclude)
+    if settings is None:
+        return EXIT_COULD_NOT_RUN
+    if baseline and write_baseline:
+        env.error("pass --baseline or --write-baseline, not both")
+        return EXIT_COULD_NOT_RUN
+    targets = list(settings.paths.value)
+    config, manifest = settings.config.value, settings.manifest.value
+    fail_on = FailOn(settings.fail_on.value)
     if not targets and not config and not manifest:
         env.error("no PATH given; name a cache folder, or pass --config multidatabackend.json or --manifest FILE")
         return EXIT_COULD_NOT_RUN
-    options = ScanOptions(deep=deep, workers=workers)
+    options = ScanOptions(deep=bool(settings.deep.value), workers=settings.workers.value, exclude=tuple(settings.exclude.value))
     layout_options = LayoutOptions(config=config, manifest=manifest, model_family=model_family, output_dir=output_dir)
     try:
         for target in targets:  # a missing target is the user's first problem, whatever the layout
             if not os.path.exists(target):
                 raise TargetError(os.path.abspath(target), "no such file or folder; check the path (and that its disk is mounted)")
-        plan, layout_line = plan_for(layout, [os.path.abspath(t) for t in targets], layout_options)
+        plan, layout_line = plan_for(LayoutName(settings.layout.value), [os.path.abspath(t) for t in targets], layout_options)
         roots = plan.roots if plan is not None else targets
         with _progress(env) as progress:
             result = run_scan(roots, options, progress=progress, dataset=plan)
+        overrides = settings.severity.value
+        if overrides:
+            result.findings = sorted((replace(f, severity=Severity(overrides[f.kind])) if f.kind in overrides else f
+                                      for f in result.findings), key=Finding.sort_key)
+        suppressed = None
+        if write_baseline:
+            baselines.write(write_baseline, result.findings)
+            baseline = write_baseline
+        if baseline:
+            result.findings, suppressed = baselines.suppress(baseline, result.findings)
     except PathError as exc:
         env.error(f"{exc.path}: {exc.message}")
         return EXIT_COULD_NOT_RUN
     report = ScanReport(result, fail_on, layout_line)
     renderer = renderer_for(fmt, env.cwd)
     if output is None:
+        if suppressed is not None and fmt is OutputFormat.TABLE:
+            verb = "recorded in" if write_baseline else "left out by"
+            print(f"{suppressed} finding(s) {verb} the baseline {baseline}", file=env.stdout)
         renderer.render(report, env.stdout, color=bool(env.stdout_isatty))
     else:
         error = _write_report(output, lambda out: renderer.render(report, out, color=False))
@@ -107,6 +165,41 @@ def scan(
     for problem in result.errors:
         env.error(f"{problem.path}: {problem.message}; fix its permissions or move it out of the cache, then scan again")
     return report.exit_code
+
+
+config_app = typer.Typer(help="The settings `scan` uses: command line, CACHEDOCTOR_* variables, [tool.cachedoctor].",
+                         no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(
+    ctx: typer.Context,
+    paths: PathsArgument = None,
+    deep: DeepOption = None,
+    fail_on: FailOnOption = FailOn.ERROR,
+    workers: WorkersOption = None,
+    layout: LayoutOption = LayoutName.AUTO,
+    config: ConfigOption = None,
+    manifest: ManifestOption = None,
+    exclude: ExcludeOption = None,
+) -> int:
+    """Print each scan setting, its value and where it came from (the same options as scan)."""
+    from cachedoctor.config import show_value
+
+    env = _ENV.get()
+    settings = _settings(env, paths=paths, deep=deep, fail_on=_given(ctx, "fail_on", fail_on), workers=workers,
+                         layout=_given(ctx, "layout", layout), config=config,
+                         manifest=manifest, exclude=exclude)
+    if settings is None:
+        return EXIT_COULD_NOT_RUN
+    print(f"config file: {settings.file or '(none found)'}", file=env.stdout)
+    rows = [(name.replace("_", "-"), show_value(s.value), s.source) for name, s in settings.items()]
+    width = max(len(r[0]) for r in rows)
+    value_width = max(len(r[1]) for r in rows)
+    for name, value, source in rows:
+        print(f"{name:<{width}}  {value:<{value_width}}  ({source})", file=env.stdout)
+    return 0
 
 
 manifest_app = typer.Typer(help="Build a manifest of a dataset: per item its size, mtime, xxh3 and cache path(s).",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Mapping, TextIO
 
 
 @dataclass
@@ -17,6 +17,8 @@ class Environment:
     stdin_isatty: bool | None = None  # repair asks before changing anything only on a terminal
     cwd: str = field(default_factory=os.getcwd)
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    #: The variables ``CACHEDOCTOR_*`` settings are read from (tests pass their own).
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     #: What Ctrl-C means for the running command (repair: resumable, not "nothing changed").
     interrupted: str = "interrupted; nothing was changed"
 

@@ -30,6 +30,7 @@ class ScanOptions:
     deep: bool = False
     workers: int | None = None  # None: one per CPU
     chunk_size: int = 64
+    exclude: tuple[str, ...] = ()  # globs on paths relative to each target, and on base names
 
 
 @dataclass(slots=True)
@@ -82,7 +83,7 @@ def scan(targets: list[str], options: ScanOptions = ScanOptions(), progress: Pro
     walk_errors: list[WalkError] = []
     matcher = DatasetMatcher(dataset) if dataset is not None else None
     collector = _Collector(progress, matcher)
-    chunks = _chunks(walk(roots, walk_errors), options.chunk_size, collector, dataset)
+    chunks = _chunks(walk(roots, walk_errors, options.exclude), options.chunk_size, collector, dataset)
     workers = options.workers or os.cpu_count() or 1
     with_facts = matcher is not None
     if workers <= 1:

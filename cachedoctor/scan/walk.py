@@ -6,6 +6,7 @@ with each other; memory is bounded by the largest folder, not by the cache.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -60,20 +61,32 @@ def check_targets(targets: list[str]) -> list[str]:
     return out
 
 
-def walk(targets: list[str], errors: list[WalkError]) -> Iterator[Folder]:
+def excluded(relative: str, patterns: tuple[str, ...]) -> bool:
+    """Whether a path (relative to its scan target, ``/``-separated) or its base name matches a glob."""
+    name = relative.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(relative, p) or fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] = ()) -> Iterator[Folder]:
     """Folders under ``targets`` (absolute, checked); unreadable subfolders go to ``errors``.
 
     Files named on their own are grouped by their folder, so they still have peers, and are
-    skipped when a folder target already covers them.
+    skipped when a folder target already covers them. Files and folders whose path relative
+    to their target, or whose name, matches an ``exclude`` glob are left out unseen.
     """
     folders = [t for t in targets if os.path.isdir(t)]
     named: dict[str, set[str]] = {}
     for target in targets:
         if not os.path.isdir(target) and not any(_under(target, f) for f in folders):
-            named.setdefault(os.path.dirname(target), set()).add(target)
+            if not excluded(os.path.basename(target), exclude):
+                named.setdefault(os.path.dirname(target), set()).add(target)
     for folder, files in named.items():
         yield Folder(folder, sorted(files))
     visited: set[tuple[int, int]] = set()
+
+    def skip(path: str, target: str) -> bool:
+        return bool(exclude) and excluded(os.path.relpath(path, target).replace(os.sep, "/"), exclude)
+
     for target in folders:
         stack = [target]
         while stack:
@@ -88,10 +101,10 @@ def walk(targets: list[str], errors: list[WalkError]) -> Iterator[Folder]:
                     for entry in it:
                         try:
                             if entry.is_dir():  # follows symlinks; loops stop at ``visited``
-                                if entry.name not in _SKIP_DIRS:
+                                if entry.name not in _SKIP_DIRS and not skip(entry.path, target):
                                     subdirs.append(entry.path)
                             elif entry.is_file():
-                                if not _is_lock_name(entry.name):
+                                if not _is_lock_name(entry.name) and not skip(entry.path, target):
                                     files.append(entry.path)
                         except OSError as exc:
                             errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))

@@ -1,0 +1,261 @@
+"""Settings for ``scan``: command line > environment > config file > defaults.
+
+The config file is ``[tool.cachedoctor]`` in the nearest ``pyproject.toml`` that has that table,
+or a ``cachedoctor.toml`` (the same keys at top level), found by walking up from the current
+folder as black and ruff do; whichever is nearer wins. Paths in it are relative to its folder.
+:func:`resolve` records, for every setting, its value and where it came from, so
+``cachedoctor config show`` can say why a scan behaves as it does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from cachedoctor.errors import PathError
+
+COMMAND_LINE = "command line"
+DEFAULT = "default"
+PYPROJECT = "pyproject.toml"
+OWN_FILE = "cachedoctor.toml"
+TABLE = "tool.cachedoctor"
+ENV_PREFIX = "CACHEDOCTOR_"
+
+FAIL_ON_VALUES = ("error", "warning", "never")
+SEVERITY_VALUES = ("error", "warning", "info")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+class ConfigError(PathError):
+    """A config file or environment variable that cannot be used (exit 2, one line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every ``scan`` setting the config file can hold, each with its source."""
+
+    paths: Setting
+    config: Setting
+    layout: Setting
+    manifest: Setting
+    fail_on: Setting
+    workers: Setting
+    deep: Setting
+    exclude: Setting
+    severity: Setting
+    file: str | None = None  # the config file used, if any
+
+    NAMES = ("paths", "config", "layout", "manifest", "fail_on", "workers", "deep", "exclude", "severity")
+
+    def items(self) -> list[tuple[str, Setting]]:
+        return [(name, getattr(self, name)) for name in self.NAMES]
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    path: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> str:
+        return os.path.dirname(self.path)
+
+    @property
+    def source(self) -> str:
+        return f"{self.path}:{TABLE}" if os.path.basename(self.path) == PYPROJECT else self.path
+
+
+def _load(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, f"not valid TOML ({exc}); fix the file") from None
+    except OSError as exc:
+        raise ConfigError(path, f"cannot read ({exc.strerror or exc})") from None
+
+
+def find(cwd: str) -> ConfigFile | None:
+    """The nearest config: a ``cachedoctor.toml``, or a ``pyproject.toml`` with the table."""
+    folder = os.path.abspath(cwd)
+    while True:
+        own = os.path.join(folder, OWN_FILE)
+        if os.path.isfile(own):
+            return ConfigFile(own, _load(own))
+        project = os.path.join(folder, PYPROJECT)
+        if os.path.isfile(project):
+            table = _load(project).get("tool", {})
+            table = table.get("cachedoctor") if isinstance(table, dict) else None
+            if table is not None:
+                if not isinstance(table, dict):
+                    raise ConfigError(project, f"{TABLE}: must be a table")
+                return ConfigFile(project, table)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+# --- value checks: each returns the clean value or raises ValueError with what was expected ---
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError("expected a non-empty string")
+    return value
+
+
+def _str_list(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError("expected a list of non-empty strings")
+    return tuple(value)
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value.lower() not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return value.lower()
+    return check
+
+
+def _workers(value: Any) -> int:
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError("expected a whole number of at least 1") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("expected a whole number of at least 1")
+    return value
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError("expected true or false")
+
+
+def _layouts() -> tuple[str, ...]:
+    from cachedoctor.layouts import LayoutName
+
+    return tuple(n.value for n in LayoutName)
+
+
+def _severity(value: Any) -> dict[str, str]:
+    from cachedoctor.checks import KINDS
+
+    if not isinstance(value, dict):
+        raise ValueError("expected a table of kind = severity")
+    out = {}
+    for kind, severity in value.items():
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+        if not isinstance(severity, str) or severity.lower() not in SEVERITY_VALUES:
+            raise ValueError(f"{kind}: expected one of {', '.join(SEVERITY_VALUES)}")
+        out[kind] = severity.lower()
+    return out
+
+
+#: setting name -> (file key, value check, environment variable or None)
+_KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
+    "paths": ("paths", _str_list, None),
+    "config": ("config", _str, "CONFIG"),
+    "layout": ("layout", lambda v: _choice(_layouts())(v), "LAYOUT"),
+    "manifest": ("manifest", _str, "MANIFEST"),
+    "fail_on": ("fail-on", _choice(FAIL_ON_VALUES), "FAIL_ON"),
+    "workers": ("workers", _workers, "WORKERS"),
+    "deep": ("deep", _bool, "DEEP"),
+    "exclude": ("exclude", _str_list, "EXCLUDE"),
+    "severity": ("severity", _severity, None),
+}
+_DEFAULTS: dict[str, Any] = {"paths": (), "config": None, "layout": "auto", "manifest": None, "fail_on": "error",
+                             "workers": None, "deep": False, "exclude": (), "severity": {}}
+_RELATIVE = ("config", "manifest")  # file paths, relative to the config file's folder
+
+
+def _from_file(file: ConfigFile) -> dict[str, Any]:
+    by_key = {key: name for name, (key, _, _) in _KEYS.items()}
+    prefix = TABLE + "." if os.path.basename(file.path) == PYPROJECT else ""
+    out: dict[str, Any] = {}
+    for key, raw in file.values.items():
+        name = by_key.get(key)
+        if name is None:
+            raise ConfigError(file.path, f"{prefix}{key}: unknown key (keys: {', '.join(by_key)})")
+        try:
+            value = _KEYS[name][1](raw)
+        except ValueError as exc:
+            raise ConfigError(file.path, f"{prefix}{key}: {exc}") from None
+        if name == "paths":
+            value = tuple(os.path.normpath(os.path.join(file.folder, p)) for p in value)
+        elif name in _RELATIVE:
+            value = os.path.normpath(os.path.join(file.folder, value))
+        out[name] = value
+    return out
+
+
+def _from_environ(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    out: dict[str, tuple[Any, str]] = {}
+    for name, (_, check, var) in _KEYS.items():
+        if var is None:
+            continue
+        raw = environ.get(ENV_PREFIX + var)
+        if raw is None or raw.strip() == "":
+            continue
+        if name == "exclude":
+            raw = [p.strip() for p in raw.split(",") if p.strip()]  # type: ignore[assignment]
+        try:
+            value = check(raw)
+        except ValueError as exc:
+            raise ConfigError(f"environment {ENV_PREFIX}{var}", f"{raw!r}: {exc}") from None
+        out[name] = (value, f"environment {ENV_PREFIX}{var}")
+    return out
+
+
+def resolve(cli: Mapping[str, Any], environ: Mapping[str, str], cwd: str) -> Settings:
+    """Settings from the command line (``None`` or empty: not given), environment, file, defaults.
+
+    Raises :class:`ConfigError` for a config file or environment variable that cannot be used.
+    """
+    file = find(cwd)
+    from_file = _from_file(file) if file is not None else {}
+    from_env = _from_environ(environ)
+    resolved: dict[str, Setting] = {}
+    for name in Settings.NAMES:
+        given = cli.get(name)
+        if given is not None and given != () and given != []:
+            resolved[name] = Setting(tuple(given) if isinstance(given, list) else given, COMMAND_LINE)
+        elif name in from_env:
+            resolved[name] = Setting(*from_env[name])
+        elif name in from_file:
+            resolved[name] = Setting(from_file[name], file.source)  # type: ignore[union-attr]
+        else:
+            resolved[name] = Setting(_DEFAULTS[name], DEFAULT)
+    return Settings(**resolved, file=file.path if file is not None else None)
+
+
+def show_value(value: Any) -> str:
+    """A setting's value as ``config show`` prints it."""
+    if value is None:
+        return "(none)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return ", ".join(value) if value else "(none)"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} = {v}" for k, v in value.items()) if value else "(none)"
+    return str(getattr(value, "value", value))
