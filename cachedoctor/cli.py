@@ -72,10 +72,13 @@ def _given(ctx: typer.Context, name: str, value: object) -> object:
     return value if source is not None and source.name == "COMMANDLINE" else None
 
 
-def _settings(env: Environment, **cli: object):  # type: ignore[no-untyped-def]
-    """The resolved settings, or ``None`` after reporting a broken config file or variable."""
+def _settings(env: Environment, ctx: typer.Context, **cli: object):  # type: ignore[no-untyped-def]
+    """The resolved settings, or ``None`` after reporting a broken config file or variable.
+    ``fail_on`` and ``layout`` count only when typed (their defaults show in the help)."""
     from cachedoctor.config import ConfigError, resolve
 
+    for name in ("fail_on", "layout"):
+        cli[name] = _given(ctx, name, cli[name])
     try:
         return resolve(cli, env.environ, env.cwd)
     except ConfigError as exc:
@@ -111,9 +114,8 @@ def scan(
     from cachedoctor.scan import scan as run_scan
 
     env = _ENV.get()
-    settings = _settings(env, paths=paths, deep=deep, fail_on=_given(ctx, "fail_on", fail_on), workers=workers,
-                         layout=_given(ctx, "layout", layout), config=config,
-                         manifest=manifest, exclude=exclude)
+    settings = _settings(env, ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout,
+                         config=config, manifest=manifest, exclude=exclude)
     if settings is None:
         return EXIT_COULD_NOT_RUN
     if baseline and write_baseline:
@@ -188,9 +190,8 @@ def config_show(
     from cachedoctor.config import show_value
 
     env = _ENV.get()
-    settings = _settings(env, paths=paths, deep=deep, fail_on=_given(ctx, "fail_on", fail_on), workers=workers,
-                         layout=_given(ctx, "layout", layout), config=config,
-                         manifest=manifest, exclude=exclude)
+    settings = _settings(env, ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout,
+                         config=config, manifest=manifest, exclude=exclude)
     if settings is None:
         return EXIT_COULD_NOT_RUN
     print(f"config file: {settings.file or '(none found)'}", file=env.stdout)
