@@ -15,7 +15,8 @@ from cachedoctor.cli import ConfigOption, LayoutOption, ModelFamilyOption, Outpu
 from cachedoctor.errors import PathError
 from cachedoctor.layouts import LayoutName
 from cachedoctor.report import EXIT_COULD_NOT_RUN
-from cachedoctor.report.repair_text import EXIT_NOT_CLEAN, EXIT_REPAIRED, print_plan, print_result, print_survey, size_text
+from cachedoctor.report.text import human_size
+from cachedoctor.report.repair_text import EXIT_NOT_CLEAN, EXIT_REPAIRED, print_plan, print_result, print_survey
 
 
 # The options `repair` and `recover` share.
@@ -137,7 +138,7 @@ def quarantine_list(root: RootArg = ".") -> int:
         print(f"no quarantine under {root}", file=env.stdout)
         return 0
     for run in runs:
-        print(f"{run.run_id}: {len(run.files)} file(s), {size_text(run.size)}", file=env.stdout)
+        print(f"{run.run_id}: {len(run.files)} file(s), {human_size(run.size)}", file=env.stdout)
         for item in run.files:
             why = ",".join(item.reasons) or "no record"
             print(f"  {item.relpath}  [{item.action}: {why}]", file=env.stdout)
@@ -181,10 +182,10 @@ def quarantine_purge(run_id: Annotated[str, typer.Argument(metavar="RUN")], root
     _base, run = _find_run(root, run_id)
     if run is None:
         return EXIT_COULD_NOT_RUN
-    if not yes and not (env.stdin_isatty and typer.confirm(f"Delete {len(run.files)} file(s), {size_text(run.size)}, for good?")):
+    if not yes and not (env.stdin_isatty and typer.confirm(f"Delete {len(run.files)} file(s), {human_size(run.size)}, for good?")):
         env.error(f"{run.folder}: not purged; pass --yes to delete it without asking")
         return EXIT_COULD_NOT_RUN
-    print(f"purged {run_id}: {size_text(purge(run))} freed", file=env.stdout)
+    print(f"purged {run_id}: {human_size(purge(run))} freed", file=env.stdout)
     return 0
 
 

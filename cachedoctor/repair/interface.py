@@ -114,7 +114,11 @@ class Action:
     before: Stat | None = None  # None: the path did not exist (a missing entry)
     spec: RecomputeSpec | None = None
     blocked: str | None = None  # why it cannot be carried out here
-    bytes: int = 0  # size of the file today
+
+    @property
+    def bytes(self) -> int:
+        """The file's size when planned (0 for a missing entry)."""
+        return self.before.size if self.before else 0
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -52,12 +52,11 @@ def plan_repair(findings: Iterable[Finding], roots: list[str], expected: dict[st
         fixes = {f.fix for f in group}
         source = next((f.source for f in group if f.source), None)
         before = Stat.of(path)
-        size = before.size if before else 0
         root = root_of(path, roots)
         if is_own_temp(os.path.basename(path)):
             if before is None:
                 continue
-            plan.actions.append(Action(ActionKind.CLEANUP, path, root, kinds, None, before, bytes=size))
+            plan.actions.append(Action(ActionKind.CLEANUP, path, root, kinds, None, before))
             continue
         if "name-collision" in kinds:
             plan.needs_person.append(path)
@@ -79,7 +78,7 @@ def plan_repair(findings: Iterable[Finding], roots: list[str], expected: dict[st
             spec, blocked = spec_for(path, entries[0] if entries else None, layout, templates)
             if spec is not None and spec.role not in _roles(modalities):
                 blocked = f"needs an encoder for {'captions' if spec.role == 'text' else 'images'} (--encoder)"
-        plan.actions.append(Action(kind, path, root, kinds, source, before, spec, blocked, size))
+        plan.actions.append(Action(kind, path, root, kinds, source, before, spec, blocked))
     return plan
 
 

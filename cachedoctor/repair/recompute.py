@@ -88,13 +88,13 @@ def load_template(path: str) -> tuple[str, Any]:
     return fmt, obj
 
 
-def build_file(spec: RecomputeSpec, template: str | None, latent: Any = None, flipped: Any = None,
+def build_file(spec: RecomputeSpec, latent: Any = None, flipped: Any = None,
                prepared: Prepared | None = None, texts: dict[str, Any] | None = None) -> bytes:
     """The new file's bytes. ``latent`` is ``[C, h, w]`` (already scaled when the layout wants
     it); ``texts`` maps the text encoder's keys to one item's tensors (batch dim dropped)."""
     import torch
 
-    fmt, shape = (load_template(template) if template else (spec.container_format, None))
+    fmt, shape = (load_template(spec.template) if spec.template else (spec.container_format, None))
     if spec.writer == "bare-tensor" or (shape is not None and isinstance(shape, torch.Tensor)):
         if latent is None:
             raise NotRewritable("a bare-tensor entry needs a latent")

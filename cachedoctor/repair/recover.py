@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from cachedoctor.findings import Finding
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
@@ -73,31 +74,29 @@ def _beside_temps(temps: list[Finding]) -> set[str]:
     return paths
 
 
-def _written_after(folders: list[str], checkpoint: float) -> set[str]:
-    paths: set[str] = set()
+def _walk(folders: list[str]) -> Iterator[tuple[str, str]]:
+    """``(path, name)`` of every file under ``folders``, outside cachedoctor's own state."""
     for folder in folders:
         for dirpath, dirs, names in os.walk(folder):
             dirs[:] = [d for d in dirs if d != ".cachedoctor"]
             for name in names:
-                path = os.path.join(dirpath, name)
-                try:
-                    if not name.startswith(".") and os.stat(path).st_mtime > checkpoint:
-                        paths.add(path)
-                except OSError:
-                    continue
+                yield os.path.join(dirpath, name), name
+
+
+def _written_after(folders: list[str], checkpoint: float) -> set[str]:
+    paths: set[str] = set()
+    for path, name in _walk(folders):
+        try:
+            if not name.startswith(".") and os.stat(path).st_mtime > checkpoint:
+                paths.add(path)
+        except OSError:
+            continue
     return paths
 
 
 def _held_locks(folders: list[str]) -> list[str]:
     """Lock files (repair's ``.<name>.lock`` convention) that some live process holds now."""
-    held = []
-    for folder in folders:
-        for dirpath, dirs, names in os.walk(folder):
-            dirs[:] = [d for d in dirs if d != ".cachedoctor"]
-            for name in names:
-                if is_lock_name(name) and _is_held(os.path.join(dirpath, name)):
-                    held.append(os.path.join(dirpath, name))
-    return sorted(held)
+    return sorted(path for path, name in _walk(folders) if is_lock_name(name) and _is_held(path))
 
 
 def _is_held(path: str) -> bool:

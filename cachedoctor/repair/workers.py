@@ -159,7 +159,7 @@ def _encode_batch(batch: Batch, prepared: list, image, run_id: str, on_result: O
         flip = flipped[i] if flipped is not None else None
 
         def make(a: Action, latent=latent, flip=flip, prep=prep) -> bytes:
-            return build_file(a.spec, a.spec.template, latent=latent, flipped=flip, prepared=prep)
+            return build_file(a.spec, latent=latent, flipped=flip, prepared=prep)
 
         def write(action: Action = action, make=make) -> None:
             on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
@@ -177,7 +177,7 @@ def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None: 
         item = {k: v[i] for k, v in outputs.items()}
 
         def make(a: Action, item=item) -> bytes:
-            return build_file(a.spec, a.spec.template, texts=item)
+            return build_file(a.spec, texts=item)
 
         on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
 

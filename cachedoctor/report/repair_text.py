@@ -9,15 +9,10 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from cachedoctor.report.text import human_size
+
 EXIT_REPAIRED, EXIT_NOT_CLEAN = 0, 1
 
-
-def size_text(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return str(n)
 
 
 def print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
@@ -40,7 +35,7 @@ def print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
     for label, count in plan.counts().items():
         if label == "blocked":
             continue
-        extra = f" ({size_text(plan.rewrite_bytes(ActionKind(label)))} to rewrite)" if label in ("rewrite-cpu", "clone-storage") else ""
+        extra = f" ({human_size(plan.rewrite_bytes(ActionKind(label)))} to rewrite)" if label in ("rewrite-cpu", "clone-storage") else ""
         print(f"  {label:<14} {count} file(s){extra}", file=out)
     blocked = Counter(a.blocked for a in plan.actions if a.blocked)
     for why, count in blocked.most_common():

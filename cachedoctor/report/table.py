@@ -9,6 +9,7 @@ from typing import TextIO
 from cachedoctor.findings import Finding
 from cachedoctor.report.interface import Renderer
 from cachedoctor.report.outcome import ScanReport
+from cachedoctor.report.text import human_size
 
 _PER_KIND = 8
 _WORST = 10
@@ -30,7 +31,7 @@ class TableRenderer(Renderer):
         mode = "deep" if report.result.options.deep else "quick"
         console.print(Text(
             f"cachedoctor scan ({mode}): {_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}, "
-            f"{_size(stats.bytes_read)}, {stats.files_skipped} skipped, {report.result.elapsed:.2f}s", style="bold"))
+            f"{human_size(stats.bytes_read)}, {stats.files_skipped} skipped, {report.result.elapsed:.2f}s", style="bold"))
         if report.layout_line:
             console.print(Text(report.layout_line))
         for note in report.notes:
@@ -86,11 +87,3 @@ class TableRenderer(Renderer):
 
 def _n(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1024 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"

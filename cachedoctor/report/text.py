@@ -26,3 +26,12 @@ def relative(path: str, cwd: str) -> str:
     except ValueError:  # another drive on Windows
         return path
     return path if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
+def human_size(n: float) -> str:
+    """Bytes for people, in binary units (what the scan table and repair's plan print)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

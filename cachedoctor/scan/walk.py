@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from cachedoctor.errors import PathError
+from cachedoctor.repair.locks import is_lock_name
 
 #: cachedoctor's own state (quarantine, journal) lives here inside a cache root.
 STATE_DIR = ".cachedoctor"
@@ -32,11 +33,6 @@ class Folder:
 class WalkError:
     path: str
     message: str
-
-
-def _is_lock_name(name: str) -> bool:
-    """repair's per-file locks (``.<name>.lock``, see ``repair/locks.py``): not cache files."""
-    return name.startswith(".") and name.endswith(".lock")
 
 
 def _under(path: str, folder: str) -> bool:
@@ -104,7 +100,7 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
                                 if entry.name not in _SKIP_DIRS and not skip(entry.path, target):
                                     subdirs.append(entry.path)
                             elif entry.is_file():
-                                if not _is_lock_name(entry.name) and not skip(entry.path, target):
+                                if not is_lock_name(entry.name) and not skip(entry.path, target):  # lock files: repair/locks.py
                                     files.append(entry.path)
                         except OSError as exc:
                             errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))
