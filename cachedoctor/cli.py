@@ -63,6 +63,9 @@ DeepOption = Annotated[Optional[bool], typer.Option("--deep", help="Also read th
 FailOnOption = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)]
 WorkersOption = Annotated[Optional[int], typer.Option("--workers", "-j", min=1, help="Reader processes (default: one per CPU).")]
 ManifestOption = Annotated[Optional[str], typer.Option("--manifest", help="A manifest (.jsonl or .csv) naming each cache file's source.")]
+StateOption = Annotated[Optional[str], typer.Option("--state", help="The state database that lets a rescan read only changed files (default: .cachedoctor/state.sqlite in each cache folder).", metavar="PATH")]
+NoStateOption = Annotated[bool, typer.Option("--no-state", help="Read every file; neither use nor write the state database.")]
+SampleOption = Annotated[Optional[str], typer.Option("--sample", help="Deep-read this share of the files, rotating through the cache run by run (never-checked files first): 5% or 3/10.", metavar="SHARE")]
 ExcludeOption = Annotated[Optional[list[str]], typer.Option("--exclude", help="Skip files and folders matching this glob (relative to each PATH, or a name); repeatable.", show_default=False, metavar="GLOB")]
 
 
@@ -79,6 +82,19 @@ def _settings(env: Environment, ctx: typer.Context, **cli: object):  # type: ign
 
     for name in ("fail_on", "layout"):
         cli[name] = _given(ctx, name, cli[name])
+    if cli.pop("no_state", False):
+        if cli.get("state"):
+            env.error("pass --state PATH or --no-state, not both")
+            return None
+        cli["state"] = False
+    if cli.get("sample") is not None:
+        from cachedoctor.scan.sample import Sample
+
+        try:
+            cli["sample"] = Sample.parse(str(cli["sample"])).text
+        except ValueError as exc:
+            env.error(f"--sample {exc}")
+            return None
     try:
         return resolve(cli, env.environ, env.cwd)
     except ConfigError as exc:
@@ -101,6 +117,9 @@ def scan(
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
     exclude: ExcludeOption = None,
+    state: StateOption = None,
+    no_state: NoStateOption = False,
+    sample: SampleOption = None,
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="Leave out the findings recorded in this baseline file.", metavar="FILE")] = None,
     write_baseline: Annotated[Optional[str], typer.Option("--write-baseline", help="Record today's findings in FILE, so later scans with --baseline FILE report only new ones.", metavar="FILE")] = None,
 ) -> int:
@@ -112,11 +131,16 @@ def scan(
     from cachedoctor.layouts import LayoutOptions, plan_for
     from cachedoctor.scan import ScanOptions, TargetError
     from cachedoctor.scan import scan as run_scan
+    from cachedoctor.scan.sample import Sample
 
     env = _ENV.get()
     settings = _settings(env, ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout,
-                         config=config, manifest=manifest, exclude=exclude)
+                         config=config, manifest=manifest, exclude=exclude, state=state, no_state=no_state,
+                         sample=sample)
     if settings is None:
+        return EXIT_COULD_NOT_RUN
+    if settings.sample.value and settings.state.value is False:
+        env.error("--sample chooses its files through the state database; drop --no-state (or pass --state PATH)")
         return EXIT_COULD_NOT_RUN
     if baseline and write_baseline:
         env.error("pass --baseline or --write-baseline, not both")
@@ -127,7 +151,9 @@ def scan(
     if not targets and not config and not manifest:
         env.error("no PATH given; name a cache folder, or pass --config multidatabackend.json or --manifest FILE")
         return EXIT_COULD_NOT_RUN
-    options = ScanOptions(deep=bool(settings.deep.value), workers=settings.workers.value, exclude=tuple(settings.exclude.value))
+    options = ScanOptions(deep=bool(settings.deep.value), workers=settings.workers.value,
+                          exclude=tuple(settings.exclude.value), state=_state_choice(settings.state.value),
+                          sample=Sample.parse(settings.sample.value) if settings.sample.value else None)
     layout_options = LayoutOptions(config=config, manifest=manifest, model_family=model_family, output_dir=output_dir)
     try:
         for target in targets:  # a missing target is the user's first problem, whatever the layout
@@ -185,17 +211,19 @@ def config_show(
     config: ConfigOption = None,
     manifest: ManifestOption = None,
     exclude: ExcludeOption = None,
+    state: StateOption = None,
+    no_state: NoStateOption = False,
+    sample: SampleOption = None,
 ) -> int:
     """Print each scan setting, its value and where it came from (the same options as scan)."""
-    from cachedoctor.config import show_value
-
     env = _ENV.get()
     settings = _settings(env, ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout,
-                         config=config, manifest=manifest, exclude=exclude)
+                         config=config, manifest=manifest, exclude=exclude, state=state, no_state=no_state,
+                         sample=sample)
     if settings is None:
         return EXIT_COULD_NOT_RUN
     print(f"config file: {settings.file or '(none found)'}", file=env.stdout)
-    rows = [(name.replace("_", "-"), show_value(s.value), s.source) for name, s in settings.items()]
+    rows = [(name.replace("_", "-"), _shown(name, s.value), s.source) for name, s in settings.items()]
     width = max(len(r[0]) for r in rows)
     value_width = max(len(r[1]) for r in rows)
     for name, value, source in rows:
@@ -268,6 +296,23 @@ def explain(
         return EXIT_COULD_NOT_RUN
     print(text, file=env.stdout)
     return 0
+
+
+def _shown(name: str, value: object) -> str:
+    from cachedoctor.config import show_value
+
+    if name == "state" and (value is None or value is False):
+        return "off" if value is False else "<each folder PATH>/.cachedoctor/state.sqlite"
+    return show_value(value)
+
+
+def _state_choice(value: str | bool | None) -> str | None:
+    """``ScanOptions.state`` from the setting: the default per-target database, none, or a path."""
+    from cachedoctor.scan.incremental import AUTO
+
+    if value is None:
+        return AUTO
+    return None if value is False else str(value)
 
 
 def _write_report(path: str, write) -> str | None:  # type: ignore[no-untyped-def]

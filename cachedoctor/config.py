@@ -56,9 +56,12 @@ class Settings:
     deep: Setting
     exclude: Setting
     severity: Setting
+    state: Setting  # None: <target>/.cachedoctor/state.sqlite; False: none; else a path
+    sample: Setting
     file: str | None = None  # the config file used, if any
 
-    NAMES = ("paths", "config", "layout", "manifest", "fail_on", "workers", "deep", "exclude", "severity")
+    NAMES = ("paths", "config", "layout", "manifest", "fail_on", "workers", "deep", "exclude", "severity",
+             "state", "sample")
 
     def items(self) -> list[tuple[str, Setting]]:
         return [(name, getattr(self, name)) for name in self.NAMES]
@@ -171,6 +174,23 @@ def _severity(value: Any) -> dict[str, str]:
     return out
 
 
+def _state(value: Any) -> str | bool:
+    """A path, or false (no state database)."""
+    if value is False or (isinstance(value, str) and value.strip().lower() in _FALSE):
+        return False
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise ValueError("expected a path for the state database, or false for none")
+
+
+def _sample(value: Any) -> str:
+    from cachedoctor.scan.sample import Sample
+
+    if not isinstance(value, str):
+        raise ValueError("expected a share such as \"5%\" or \"3/10\"")
+    return Sample.parse(value).text
+
+
 #: setting name -> (file key, value check, environment variable or None)
 _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "paths": ("paths", _str_list, None),
@@ -182,10 +202,13 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "deep": ("deep", _bool, "DEEP"),
     "exclude": ("exclude", _str_list, "EXCLUDE"),
     "severity": ("severity", _severity, None),
+    "state": ("state", _state, "STATE"),
+    "sample": ("sample", _sample, "SAMPLE"),
 }
 _DEFAULTS: dict[str, Any] = {"paths": (), "config": None, "layout": "auto", "manifest": None, "fail_on": "error",
-                             "workers": None, "deep": False, "exclude": (), "severity": {}}
-_RELATIVE = ("config", "manifest")  # file paths, relative to the config file's folder
+                             "workers": None, "deep": False, "exclude": (), "severity": {},
+                             "state": None, "sample": None}
+_RELATIVE = ("config", "manifest", "state")  # file paths, relative to the config file's folder
 
 
 def _from_file(file: ConfigFile) -> dict[str, Any]:
@@ -202,7 +225,7 @@ def _from_file(file: ConfigFile) -> dict[str, Any]:
             raise ConfigError(file.path, f"{prefix}{key}: {exc}") from None
         if name == "paths":
             value = tuple(os.path.normpath(os.path.join(file.folder, p)) for p in value)
-        elif name in _RELATIVE:
+        elif name in _RELATIVE and isinstance(value, str):
             value = os.path.normpath(os.path.join(file.folder, value))
         out[name] = value
     return out

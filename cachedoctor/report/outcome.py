@@ -42,7 +42,8 @@ class ScanReport:
 
     @property
     def notes(self) -> list[str]:
-        return list(self.result.dataset.notes) if self.result.dataset is not None else []
+        dataset = list(self.result.dataset.notes) if self.result.dataset is not None else []
+        return dataset + list(self.result.notes)
 
     @property
     def findings(self) -> list[Finding]:
@@ -105,6 +106,9 @@ class ScanReport:
             "by_fix": self.by_fix(),
             "errors": [{"path": e.path, "message": e.message} for e in self.result.errors],
             "deep": self.result.options.deep,
+            "sample": self.result.options.sample.text if self.result.options.sample else None,
+            "files_reused": stats.files_reused,
+            "files_deep": stats.files_deep,
             "fail_on": self.fail_on.value,
             "exit_code": self.exit_code,
             "elapsed_s": round(self.result.elapsed, 3),

@@ -28,10 +28,13 @@ class TableRenderer(Renderer):
         console = Console(file=out, force_terminal=color, no_color=not color, highlight=False,
                           width=None if color else 120, soft_wrap=not color)
         stats = report.result.stats
-        mode = "deep" if report.result.options.deep else "quick"
+        files = f"{_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}"
+        if stats.files_reused:  # the state database vouched for these: their stat is as recorded
+            files = (f"{_n(stats.files_read, 'file')} in {_n(stats.folders, 'folder')} ({stats.files_reused} unchanged "
+                     f"since the last scan, {stats.files_seen - stats.files_reused} read)")
         console.print(Text(
-            f"cachedoctor scan ({mode}): {_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}, "
-            f"{human_size(stats.bytes_read)}, {stats.files_skipped} skipped, {report.result.elapsed:.2f}s", style="bold"))
+            f"cachedoctor scan ({report.result.options.mode}): {files}, {human_size(stats.bytes_read)}, "
+            f"{stats.files_skipped} skipped, {report.result.elapsed:.2f}s", style="bold"))
         if report.layout_line:
             console.print(Text(report.layout_line))
         for note in report.notes:

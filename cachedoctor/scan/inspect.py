@@ -33,18 +33,39 @@ class Outcome:
     mtime_ns: int = 0  # dataset scans only, like ``shapes``
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     values: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    deep: bool = False  # the data was read (CRCs, NaN/Inf), not only the metadata
+    xxh3: str | None = None  # of the whole file, when read deep for the state database
 
 
-def inspect_path(path: str, *, deep: bool, entry_facts: bool = False) -> Outcome:
+def inspect_path(path: str, *, deep: bool, entry_facts: bool = False, digest: bool = False) -> Outcome:
     """Everything a scan learns about one file on its own; with ``entry_facts``, also what the
-    dataset comparison needs (the file's mtime, its tensors' raw shapes, tiny values)."""
+    dataset comparison needs (the file's mtime, its tensors' raw shapes, tiny values); with
+    ``digest`` and ``deep``, the file's xxh3 for the state database."""
     mtime = 0
     if entry_facts:
         try:
             mtime = os.stat(path).st_mtime_ns
         except OSError:
             pass
-    return _inspect(path, deep, mtime if entry_facts else None)
+    outcome = _inspect(path, deep, mtime if entry_facts else None)
+    if digest and outcome.deep:
+        from dataclasses import replace
+
+        outcome = replace(outcome, xxh3=_xxh3(path))
+    return outcome
+
+
+def _xxh3(path: str) -> str | None:
+    import xxhash
+
+    hasher = xxhash.xxh3_64()
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                hasher.update(block)
+    except OSError:
+        return None
+    return hasher.hexdigest()
 
 
 def _inspect(path: str, deep: bool, mtime: int | None) -> Outcome:
@@ -89,9 +110,9 @@ def _judge(item: Inspected, fmt: str | None, mtime: int | None) -> Outcome:
     findings = tuple(f for check in FILE_CHECKS if deep or not check.deep_only for f in check.check_file(item))
     group, peer = peer_record(meta) if meta is not None and not meta.foreign_globals else (None, None)
     if mtime is None or meta is None:
-        return Outcome(item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime or 0)
+        return Outcome(item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime or 0, deep=deep)
     return Outcome(item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime,
-                   shapes=tuple((t.key, t.shape) for t in meta.tensors), values=meta.values)
+                   shapes=tuple((t.key, t.shape) for t in meta.tensors), values=meta.values, deep=deep)
 
 
 def peer_record(meta: FileMeta) -> tuple[str | None, PeerEntry | None]:
@@ -110,5 +131,6 @@ def _peer_key(key: str) -> str:
     return _RESOLUTION.sub("HxW", key)
 
 
-def inspect_chunk(paths: list[str], deep: bool, dataset: bool = False) -> list[Outcome]:
-    return [inspect_path(p, deep=deep, entry_facts=dataset) for p in paths]
+def inspect_chunk(items: list[tuple[str, bool]], facts: bool = False, digest: bool = False) -> list[Outcome]:
+    """Inspect ``(path, deep)`` items; ``facts`` for dataset scans and the state database."""
+    return [inspect_path(p, deep=deep, entry_facts=facts, digest=digest) for p, deep in items]

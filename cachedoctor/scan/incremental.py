@@ -1,0 +1,144 @@
+"""Which files of a folder a scan must read, and which it can take from the state database.
+
+A file is read again when its stat changed since the recorded read, when it was recorded as
+racy, when this scan reads it deep (``--deep``, the ``--sample`` share, or ``deep_changed``
+for a file that changed), or when its row does not decode. A folder whose every file is
+unchanged, with no deep read due, is settled by its recorded result alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+from cachedoctor.findings import Finding
+from cachedoctor.scan.codec import finding_from_json, finding_to_json, outcome_from_text
+from cachedoctor.scan.inspect import Outcome
+from cachedoctor.scan.state import Row, Sig, StateStore, default_path, sig_of
+
+#: ``ScanOptions.state``: no state; a store in every folder target (created); only where one exists.
+NO_STATE: None = None
+AUTO = "auto"
+EXISTING = "existing"
+
+
+class StateSet:
+    """The stores of one scan: one per folder target, or the single one ``--state`` names."""
+
+    def __init__(self, stores: list[StateStore], notes: list[str]) -> None:
+        self.stores = sorted(stores, key=lambda s: len(s.base), reverse=True)  # nested targets: nearest first
+        self.notes = notes
+
+    @classmethod
+    def open(cls, roots: list[str], state: str | None) -> "StateSet":
+        stores: list[StateStore] = []
+        notes: list[str] = []
+        if state is None:
+            return cls(stores, notes)
+        if state in (AUTO, EXISTING):
+            folders = sorted({r for r in roots if os.path.isdir(r)})
+            places = [(default_path(r), r) for r in folders if state == AUTO or os.path.isfile(default_path(r))]
+        else:
+            places = [(os.path.abspath(state), "")]
+        try:
+            for path, base in places:
+                store, note = StateStore.open(path, base, explicit=state not in (AUTO, EXISTING))
+                if note:
+                    notes.append(note)
+                if store is not None:
+                    stores.append(store)
+        except BaseException:
+            for store in stores:
+                store.close()
+            raise
+        return cls(stores, notes)
+
+    def store_for(self, folder: str) -> StateStore | None:
+        return next((s for s in self.stores if s.covers(folder)), None)
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+
+
+@dataclass(slots=True)
+class FolderPlan:
+    """What to do with one folder's files."""
+
+    sigs: dict[str, Sig] = field(default_factory=dict)  # path -> stat before reading
+    reused: list[Outcome] = field(default_factory=list)
+    to_read: list[tuple[str, bool]] = field(default_factory=list)  # (path, deep)
+    gone: list[str] = field(default_factory=list)  # names recorded here that are no longer listed
+    digest: str | None = None  # the listing's digest, when every file is settled (not racy)
+
+
+def plan_folder(store: StateStore, folder: str, files: list[str], *, deep: bool, deep_changed: bool,
+                chosen: set[str], whole: bool = True) -> tuple[FolderPlan, str | None]:
+    """The folder's plan, or (with ``whole``) its recorded result as JSON text when nothing in
+    it needs reading. Dataset scans pass ``whole=False``: they need each file's facts."""
+    plan = FolderPlan()
+    settled = True
+    parts = []
+    for path in files:
+        try:
+            sig = sig_of(os.stat(path))
+        except OSError:
+            settled = False  # gone or unreadable: the read reports it
+            continue
+        plan.sigs[path] = sig
+        if store.is_racy(sig):
+            settled = False
+        parts.append(f"{os.path.basename(path)}\0{sig.size}\0{sig.mtime_ns}\0{sig.ctime_ns}\0{sig.ino}")
+    if settled:
+        import xxhash
+
+        plan.digest = xxhash.xxh3_128_hexdigest("\n".join(parts).encode("utf-8", "surrogateescape"))
+    if whole and settled and not deep and not chosen:
+        result = store.folder_result(folder, plan.digest or "")
+        if result is not None:
+            return plan, result
+    rows = store.rows(folder)
+    for path in files:
+        name = os.path.basename(path)
+        row: Row | None = rows.pop(name, None)
+        sig = plan.sigs.get(path)
+        unchanged = row is not None and sig is not None and row.sig == sig and not row.racy
+        read_deep = deep or name in chosen or (deep_changed and not unchanged)
+        outcome = outcome_from_text(path, sig.size, sig.mtime_ns, row.outcome) if unchanged and not read_deep else None  # type: ignore[union-attr]
+        if outcome is not None:
+            plan.reused.append(outcome)
+        else:
+            plan.to_read.append((path, read_deep))
+    plan.gone = list(rows)
+    return plan, None
+
+
+def folder_result(outcomes_read: int, skipped: int, nbytes: int, formats: Counter, findings: list[Finding],
+                  folder: str) -> str:
+    """A settled folder's result as recorded: what its stats and findings add to a scan."""
+    return json.dumps({"r": outcomes_read, "k": skipped, "b": nbytes, "fmt": dict(formats),
+                       "f": [finding_to_json(f, folder) for f in findings]}, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class FolderResult:
+    read: int
+    skipped: int
+    bytes: int
+    formats: dict[str, int]
+    findings: list[Finding]
+
+
+def decode_result(text: str, folder: str) -> FolderResult | None:
+    try:
+        d = json.loads(text)
+        return FolderResult(int(d["r"]), int(d["k"]), int(d["b"]), {str(k): int(v) for k, v in d["fmt"].items()},
+                            [finding_from_json(f, folder) for f in d["f"]])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+__all__ = ["AUTO", "EXISTING", "NO_STATE", "FolderPlan", "FolderResult", "StateSet", "decode_result",
+           "folder_result", "plan_folder"]

@@ -1,0 +1,296 @@
+"""The incremental state: what each file looked like when it was last read, and what the read found.
+
+A rescan stats every file and reads again only those whose size, mtime, ctime or inode changed
+(restic's change test; ctime catches a tool that writes and then restores the mtime). A folder
+whose whole listing is unchanged is not even decoded file by file: its recorded result (every
+file's findings plus the peer checks) comes back with one query, which is what makes a rescan
+of an unchanged cache cost about one ``stat`` walk.
+
+SQLite in WAL mode with a busy timeout, written in short ``BEGIN IMMEDIATE`` batches, so two
+scans of one cache at once neither corrupt it nor starve each other. The database sits inside
+the cache, so it is as untrusted as the cache files: JSON only, never pickles; a database that
+does not open is moved aside and rebuilt; one written by another cachedoctor is emptied.
+
+Racy entries (git's "racy git"): a file changed in the same clock tick as its recorded mtime
+cannot be told from the recorded version by its stat. Each scan first touches a clock file
+beside the database; a file whose mtime is not older than that tick is recorded as racy and
+read again by the next scan.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from typing import Iterable, NamedTuple
+
+from cachedoctor import __version__
+from cachedoctor.errors import PathError
+
+SCHEMA_VERSION = 1
+STATE_FILE = "state.sqlite"
+_CLOCK_FILE = "state.clock"
+_FLUSH_ROWS = 2000
+_FLUSH_SECONDS = 0.25
+_BUSY_MS = 60_000
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS scans (id INTEGER PRIMARY KEY, started REAL, finished REAL, deep INTEGER,
+    sample TEXT, files INTEGER, reread INTEGER, findings INTEGER);
+CREATE TABLE IF NOT EXISTS files (folder BLOB, name BLOB, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER,
+    ino INTEGER, racy INTEGER, scan INTEGER, deep_scan INTEGER, xxh3 TEXT, outcome TEXT,
+    PRIMARY KEY (folder, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS folders (folder BLOB PRIMARY KEY, digest TEXT, result TEXT, scan INTEGER) WITHOUT ROWID;
+"""
+
+
+class StateError(PathError):
+    """A state database named with ``--state`` that cannot be used (exit 2)."""
+
+
+class Sig(NamedTuple):
+    """What a file looked like: any change to its bytes changes one of these."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+
+
+def sig_of(st: os.stat_result) -> Sig:
+    return Sig(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+class Row(NamedTuple):
+    sig: Sig
+    racy: bool
+    deep_scan: int | None  # the scan that last read it deep (and found it as it is now)
+    xxh3: str | None
+    outcome: str
+
+
+class Upsert(NamedTuple):
+    name: str
+    sig: Sig
+    racy: bool
+    deep_scan: int | None
+    xxh3: str | None
+    outcome: str
+
+
+def default_path(root: str) -> str:
+    from cachedoctor.scan.walk import STATE_DIR
+
+    return os.path.join(root, STATE_DIR, STATE_FILE)
+
+
+def _producer() -> str:
+    from cachedoctor.checks import KINDS
+
+    return f"{SCHEMA_VERSION}|{__version__}|{','.join(sorted(KINDS))}"
+
+
+class StateStore:
+    """One state database; folders are keyed relative to ``base`` (absolute when ``base`` is empty)."""
+
+    def __init__(self, path: str, base: str, db: sqlite3.Connection, clock_ns: int) -> None:
+        self.path = path
+        self.base = base
+        self.db = db
+        self.clock_ns = clock_ns
+        self.scan_id = 0
+        self._pending: list[tuple[str, tuple]] = []
+        self._flushed = time.monotonic()
+        self._visited: set[str] = set()
+
+    @classmethod
+    def open(cls, path: str, base: str, *, explicit: bool) -> tuple["StateStore | None", str | None]:
+        """The store and a note for the report. ``explicit`` (``--state``) turns "cannot" into
+        :class:`StateError`; otherwise the scan goes on without state and says why."""
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            db, note = _connect(path)
+            clock = os.path.join(os.path.dirname(path), _CLOCK_FILE)
+            with open(clock, "a"):
+                pass
+            os.utime(clock)  # now, by the file system's own clock and granularity
+            clock_ns = os.stat(clock).st_mtime_ns
+        except (OSError, sqlite3.Error) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            if explicit:
+                raise StateError(path, f"cannot use as the state database ({reason}); pass another --state or --no-state") from None
+            return None, (f"no state kept: cannot write {path} ({reason}), so the next scan reads every file "
+                          "again; pass --state PATH on a writable disk, or --no-state")
+        return cls(path, base, db, clock_ns), note
+
+    # --- keys -------------------------------------------------------------------------------
+
+    def key(self, folder: str) -> bytes:
+        """A folder's key: bytes, as the file system has it (names need not be UTF-8)."""
+        return os.fsencode(os.path.relpath(folder, self.base) if self.base else folder)
+
+    def covers(self, folder: str) -> bool:
+        return not self.base or folder == self.base or folder.startswith(self.base.rstrip(os.sep) + os.sep)
+
+    # --- one scan ---------------------------------------------------------------------------
+
+    def begin(self, deep: bool, sample: str | None) -> None:
+        self.flush()
+        with _immediate(self.db):
+            cur = self.db.execute("INSERT INTO scans (started, deep, sample) VALUES (?, ?, ?)",
+                                  (time.time(), int(deep), sample))
+        self.scan_id = int(cur.lastrowid or 0)
+
+    def folder_result(self, folder: str, digest: str) -> str | None:
+        key = self.key(folder)
+        self._visited.add(key)
+        row = self.db.execute("SELECT result FROM folders WHERE folder = ? AND digest = ?", (key, digest)).fetchone()
+        return row[0] if row else None
+
+    def rows(self, folder: str) -> dict[str, Row]:
+        key = self.key(folder)
+        self._visited.add(key)
+        out = {}
+        for name, size, mtime, ctime, ino, racy, deep_scan, xxh3, outcome in self.db.execute(
+                "SELECT name, size, mtime_ns, ctime_ns, ino, racy, deep_scan, xxh3, outcome FROM files "
+                "WHERE folder = ?", (key,)):
+            out[os.fsdecode(name)] = Row(Sig(size, mtime, ctime, ino), bool(racy), deep_scan, xxh3, outcome)
+        return out
+
+    def is_racy(self, sig: Sig) -> bool:
+        return sig.mtime_ns >= self.clock_ns or sig.ctime_ns >= self.clock_ns
+
+    def save(self, folder: str, upserts: list[Upsert], gone: Iterable[str], digest: str | None,
+             result: str | None) -> None:
+        """Record a folder's fresh reads; ``digest``/``result`` when the whole folder is settled."""
+        key = self.key(folder)
+        self._visited.add(key)
+        pending = self._pending
+        for u in upserts:
+            pending.append(("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                            (key, os.fsencode(u.name), *u.sig, int(u.racy), self.scan_id, u.deep_scan, u.xxh3, u.outcome)))
+        for name in gone:
+            pending.append(("DELETE FROM files WHERE folder = ? AND name = ?", (key, os.fsencode(name))))
+        if digest is not None and result is not None:
+            pending.append(("INSERT OR REPLACE INTO folders VALUES (?,?,?,?)", (key, digest, result, self.scan_id)))
+        else:
+            pending.append(("DELETE FROM folders WHERE folder = ?", (key,)))
+        if len(pending) >= _FLUSH_ROWS or time.monotonic() - self._flushed > _FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            with _immediate(self.db):
+                for sql, params in self._pending:
+                    self.db.execute(sql, params)
+            self._pending.clear()
+        self._flushed = time.monotonic()
+
+    def finish(self, walked: list[str], files: int, reread: int, findings: int) -> None:
+        """Forget folders under the fully walked ``walked`` targets that this scan did not see."""
+        self.flush()
+        db = self.db
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS visited (folder BLOB PRIMARY KEY) WITHOUT ROWID")
+        db.execute("DELETE FROM temp.visited")
+        db.executemany("INSERT OR IGNORE INTO temp.visited VALUES (?)", ((k,) for k in self._visited))
+        with _immediate(db):
+            for target in walked:
+                key = self.key(target)
+                if key == b".":
+                    where, params = "1", ()
+                else:
+                    prefix = key.rstrip(b"/") + b"/"
+                    where, params = "(folder = ? OR substr(folder, 1, ?) = ?)", (key, len(prefix), prefix)
+                for table in ("files", "folders"):
+                    db.execute(f"DELETE FROM {table} WHERE {where} AND folder NOT IN temp.visited", params)
+            db.execute("UPDATE scans SET finished = ?, files = ?, reread = ?, findings = ? WHERE id = ?",
+                       (time.time(), files, reread, findings, self.scan_id))
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self.db.close()
+
+    # --- sampled deep reads -----------------------------------------------------------------
+
+    def choose(self, candidates: Iterable[tuple[str, str, int, int, int]], parts: int, of: int) -> int:
+        """Pick ``parts/of`` of the candidates ``(folder, name, tier, last_deep, order)`` to read deep:
+        tier 0 (never read deep, or changed since) first, then the longest ago, then a fixed
+        hash order. Each deep read moves a file to the back, so the sample rotates."""
+        db = self.db
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS candidates (folder BLOB, name BLOB, tier INTEGER, "
+                   "last_deep INTEGER, ord INTEGER)")
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS chosen (folder BLOB, name BLOB, PRIMARY KEY (folder, name)) "
+                   "WITHOUT ROWID")
+        db.execute("DELETE FROM temp.candidates")
+        db.execute("DELETE FROM temp.chosen")
+        db.executemany("INSERT INTO temp.candidates VALUES (?,?,?,?,?)",
+                       ((self.key(f), os.fsencode(n), t, d, o) for f, n, t, d, o in candidates))
+        total = db.execute("SELECT count(*) FROM temp.candidates").fetchone()[0]
+        budget = -(-total * parts // of)  # ceil: a 5% sample of 10 files reads one
+        db.execute("INSERT INTO temp.chosen SELECT folder, name FROM temp.candidates "
+                   "ORDER BY tier, last_deep, ord LIMIT ?", (budget,))
+        db.execute("DELETE FROM temp.candidates")
+        return budget
+
+    def chosen(self, folder: str) -> set[str]:
+        return {os.fsdecode(n) for (n,) in self.db.execute("SELECT name FROM temp.chosen WHERE folder = ?",
+                                                             (self.key(folder),))}
+
+
+class _immediate:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``: take the write lock up front, so a waiting writer
+    queues on the busy timeout instead of failing on a lock upgrade."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *rest: object) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def _connect(path: str) -> tuple[sqlite3.Connection, str | None]:
+    """Open (creating, or rebuilding one that is not a usable database) with WAL and our tables."""
+    note = None
+    try:
+        return _prepare(path), None
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            raise
+        aside = f"{path}.broken-{time.strftime('%Y%m%d-%H%M%S')}"
+        os.replace(path, aside)
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(path + suffix):
+                os.replace(path + suffix, aside + suffix)
+        note = f"the state database {path} could not be read ({exc}); moved it to {aside} and started a new one"
+    return _prepare(path), note
+
+
+def _prepare(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=_BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
+    try:
+        db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")
+        producer = _producer()
+        with _immediate(db):
+            for statement in _TABLES.strip().split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            row = db.execute("SELECT value FROM meta WHERE key = 'producer'").fetchone()
+            if row is None or row[0] != producer:  # another version's outcomes: start over
+                db.execute("DELETE FROM files")
+                db.execute("DELETE FROM folders")
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('producer', ?)", (producer,))
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+__all__ = ["Row", "STATE_FILE", "Sig", "StateError", "StateStore", "Upsert", "default_path", "sig_of"]
