@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(PY) bench/dataset_bench.py
 	$(PY) bench/repair_bench.py
 	$(PY) bench/memory_bench.py
+	$(PY) bench/rescan_bench.py
 
 # Rebuild the shipped fixtures (deterministic); commit the result.
 fixtures: $(STAMP)

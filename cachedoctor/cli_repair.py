@@ -27,6 +27,7 @@ ManifestOption = Annotated[Optional[str], typer.Option("--manifest", help="A man
 
 @app.command()
 def repair(
+    ctx: typer.Context,
     paths: PathsArg = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Scan and show the plan; change nothing.")] = False,
     encoder: Annotated[Optional[list[str]], typer.Option("--encoder", help="NAME[:ARG] or module:factory[:ARG]; give one for images and one for captions.")] = None,
@@ -51,9 +52,10 @@ def repair(
     from cachedoctor.repair.runner import RepairOptions, still_broken
 
     env = _ENV.get()
-    targets = _targets(paths, config, manifest)
-    if targets is None:
+    resolved = _resolved(ctx, paths, layout, config, manifest)
+    if resolved is None:
         return EXIT_COULD_NOT_RUN
+    targets, layout, config, manifest = resolved
     kinds = frozenset(k.strip() for k in only.split(",") if k.strip()) if only else None
     known = {c.kind for c in CHECKS}
     if kinds and kinds - known:
@@ -73,6 +75,23 @@ def repair(
     if not outcome.leader:
         return EXIT_REPAIRED
     return print_result(outcome, still_broken(outcome), out, env)
+
+
+def _resolved(ctx: typer.Context, paths: list[str] | None, layout: LayoutName, config: str | None,
+              manifest: str | None) -> tuple[list[str], LayoutName, str | None, str | None] | None:
+    """Targets, layout, config and manifest as ``scan`` resolves them (command line, then
+    ``CACHEDOCTOR_*``, then ``[tool.cachedoctor]``), so a project's config serves every command;
+    ``None`` after saying on stderr what is wrong."""
+    from cachedoctor.cli import _settings
+
+    settings = _settings(_ENV.get(), ctx, paths=paths, layout=layout, config=config, manifest=manifest, fail_on=None)
+    if settings is None:
+        return None
+    config, manifest = settings.config.value, settings.manifest.value
+    targets = _targets(list(settings.paths.value), config, manifest)
+    if targets is None:
+        return None
+    return targets, LayoutName(settings.layout.value), config, manifest
 
 
 def _targets(paths: list[str] | None, config: str | None, manifest: str | None) -> list[str] | None:
@@ -191,6 +210,7 @@ def quarantine_purge(run_id: Annotated[str, typer.Argument(metavar="RUN")], root
 
 @app.command()
 def recover(
+    ctx: typer.Context,
     paths: PathsArg = None,
     apply: Annotated[bool, typer.Option("--apply", help="Quarantine what is partial and resume the interrupted repair.")] = False,
     encoder: Annotated[Optional[list[str]], typer.Option("--encoder", help="For recomputes (default: the interrupted repair's own).")] = None,
@@ -208,9 +228,10 @@ def recover(
 
     env = _ENV.get()
     out = env.stdout
-    targets = _targets(paths, config, manifest)
-    if targets is None:
+    resolved = _resolved(ctx, paths, layout, config, manifest)
+    if resolved is None:
         return EXIT_COULD_NOT_RUN
+    targets, layout, config, manifest = resolved
     layout_options = LayoutOptions(config=config, manifest=manifest, model_family=model_family, output_dir=output_dir)
     try:
         found = survey(targets, layout, layout_options)

@@ -7,6 +7,7 @@ import contextlib
 import gzip
 import io
 import os
+import time
 import pickle
 import zipfile
 from pathlib import Path
@@ -104,3 +105,34 @@ def write_npz(path: Path, **arrays: np.ndarray) -> Path:
 def gzipped(data: bytes) -> bytes:
     """SimpleTuner --compress_disk_cache: the whole torch.save output, gzipped."""
     return gzip.compress(data, mtime=0)
+
+
+def settle(folder: Path) -> None:
+    """Wait until the file system's clock has moved past every file's mtime and ctime, so the
+    next scan records them as settled, not racy (a test writes and scans in one tick)."""
+    newest = max(max(p.stat().st_mtime_ns, p.stat().st_ctime_ns) for p in folder.rglob("*") if p.is_file())
+    probe = folder.parent / f".{folder.name}-clock"
+    deadline = time.monotonic() + 5
+    while True:
+        probe.write_bytes(b"")
+        if probe.stat().st_mtime_ns > newest:
+            return
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+def data_offset(path: Path) -> int:
+    """Where the tensor bytes of a torch.save zip start (its ``data/0`` member)."""
+    with zipfile.ZipFile(path) as z:
+        info = next(i for i in z.infolist() if i.filename.endswith("/data/0"))
+    raw = path.read_bytes()
+    name_len, extra_len = int.from_bytes(raw[info.header_offset + 26:info.header_offset + 28], "little"), \
+        int.from_bytes(raw[info.header_offset + 28:info.header_offset + 30], "little")
+    return info.header_offset + 30 + name_len + extra_len
+
+
+def flip_data_byte(path: Path) -> None:
+    """Damage the tensor data in place (size unchanged): only a deep read's CRC sees it."""
+    raw = bytearray(path.read_bytes())
+    raw[data_offset(path) + 5] ^= 0xFF
+    path.write_bytes(bytes(raw))

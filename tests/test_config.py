@@ -159,3 +159,16 @@ def test_no_config_keeps_the_defaults(tmp_path: Path) -> None:
     assert all(source == "default" for _, source in rows.values())
     code, out, err = cli("scan", cwd=tmp_path)
     assert code == 2 and "no PATH given" in err
+
+
+def test_repair_and_recover_take_their_targets_from_the_config_file(tmp_path: Path) -> None:
+    peers(tmp_path / "cache")
+    (tmp_path / "cache" / "tmpAbCdEfGh").write_bytes(b"half a latent")
+    (tmp_path / "cachedoctor.toml").write_text('paths = ["cache"]\n')
+    code, out, err = cli("repair", "--dry-run", cwd=tmp_path)
+    assert (code, err) == (1, "") and "quarantine     1 file(s)" in out
+    code, out, err = cli("recover", cwd=tmp_path)
+    assert (code, err) == (1, "") and "temp files of interrupted writes: 1" in out
+    (tmp_path / "cachedoctor.toml").write_text('paths = ["missing"]\n')
+    code, _, err = cli("repair", "--dry-run", cwd=tmp_path)
+    assert code == 2 and err.count("\n") == 1 and str(tmp_path / "missing") in err

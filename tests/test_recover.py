@@ -18,24 +18,29 @@ from filelock import FileLock
 
 from cachedoctor.cli import run
 from cachedoctor.environment import Environment
-from factories import latent, peers, save_pt
+from factories import flip_data_byte, latent, peers, save_pt, settle
 from repair_factories import POOL, simpletuner
 
 #: Writes latents as SimpleTuner does: torch.save to memory, the bytes to ``tmp`` + 8 random
 #: characters in the cache folder (slowly, in chunks, so a kill lands mid-write), then rename.
+#: With ``direct`` it writes straight to the final name instead, as ``np.savez(path)`` and
+#: ``torch.save(obj, path)`` do: a kill leaves a torn file under its real name and no temp.
 WRITER = textwrap.dedent("""
     import io, os, random, sys, time
     import torch
-    folder, n = sys.argv[1], int(sys.argv[2])
+    folder, n, direct = sys.argv[1], int(sys.argv[2]), sys.argv[3:] == ["direct"]
     for i in range(n):
         buf = io.BytesIO()
         torch.save(torch.randn(4, 16, 16).to(torch.bfloat16), buf)
         data = buf.getvalue()
-        tmp = os.path.join(folder, "tmp" + "".join(random.choices("abcdefghijklmnopqrstuvwxyz0123456789_", k=8)))
+        final = os.path.join(folder, f"{i:04d}.pt")
+        tmp = final if direct else os.path.join(
+            folder, "tmp" + "".join(random.choices("abcdefghijklmnopqrstuvwxyz0123456789_", k=8)))
         with open(tmp, "wb") as out:
             for k in range(0, len(data), 256):
-                out.write(data[k:k + 256]); out.flush(); time.sleep(0.003)
-        os.rename(tmp, os.path.join(folder, f"{i:04d}.pt"))
+                out.write(data[k:k + 256]); out.flush(); time.sleep(0.01 if direct else 0.003)
+        if not direct:
+            os.rename(tmp, final)
         print(i, flush=True)
 """)
 
@@ -84,6 +89,36 @@ def test_writer_killed_mid_write(tmp_path: Path) -> None:
     assert kept.read_bytes() == partial
     assert deep_findings(str(cache)) == []
     assert cli("recover", str(cache))[0] == 0
+
+
+def test_trainer_crash_after_a_scan_reads_deep_only_what_was_written_since(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    old = peers(cache, 4, h=16, w=16)
+    settle(cache)
+    assert cli("scan", str(cache))[0] == 0  # the state database: the last healthy checkpoint
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    proc = subprocess.Popen([sys.executable, str(script), str(cache), "1000", "direct"], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        for _ in range(4):
+            assert proc.stdout is not None and proc.stdout.readline()
+        deadline = time.monotonic() + 30
+        while not (cache / "0004.pt").exists():  # the fifth file is being written
+            assert time.monotonic() < deadline
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    written = sorted(cache.glob("0*.pt"))
+    torn = written[-1]
+    flip_data_byte(written[1])  # pages that never reached the disk: the zip is whole, its data is not
+    code, out, _ = cli("recover", str(cache))
+    assert code == 1
+    assert f"written since the last scan (its state database), read deep: {len(written)} file(s); damaged: 2" in out
+    assert f"{os.path.relpath(written[1], '/')}: corrupt-archive" in out
+    assert f"{os.path.relpath(torn, '/')}: corrupt-archive" in out
+    assert not any(p.name in out for p in old)  # unchanged since the scan: not read again
+    assert "temp files" not in out
 
 
 def test_interrupted_repair_is_resumed_with_its_own_encoder(tmp_path: Path) -> None:

@@ -6,9 +6,12 @@ just before the crash that may be damaged, lock files still held (a writer is al
 off), and a repair journal whose run never finished. ``survey`` finds them; applying quarantines
 what is partial and resumes the interrupted repair through the same ``repair`` machinery.
 
-"Written just before the crash" is judged from the journal's last checkpoint when a repair was
-interrupted (files newer than its last recorded item), and otherwise from the temp files: a
-folder holding one was being written when its writer died, so all its files are read deep.
+"Written just before the crash" means written after the last healthy checkpoint. Where an
+earlier scan left its state database, that is the checkpoint: every file whose stat differs
+from the recorded one (or that is new) is read deep, in the same pass that finds the temp
+files. Elsewhere it is the journal's last checkpoint when a repair was interrupted (files newer
+than its last recorded item), or else the temp files: a folder holding one was being written
+when its writer died, so all its files are read deep.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.repair.locks import is_lock_name
 from cachedoctor.scan import ScanOptions, scan
+from cachedoctor.scan.incremental import EXISTING
+from cachedoctor.scan.state import default_path
 
 #: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).
 CRASH_KINDS = frozenset({"partial-write", "corrupt-archive", "non-finite"})
@@ -34,6 +39,7 @@ class Survey:
     temp_files: list[Finding] = field(default_factory=list)
     damaged: list[Finding] = field(default_factory=list)  # deep-read suspects with crash findings
     suspects: int = 0  # files read deep because they were written around the crash
+    since: str = "around the crash"  # what "recent" was judged against
     held_locks: list[str] = field(default_factory=list)  # a live process holds these: a writer is active
     interrupted: list[tuple[str, Interrupted]] = field(default_factory=list)
 
@@ -46,20 +52,32 @@ def survey(targets: list[str], layout: LayoutName, options: LayoutOptions, worke
     plan, line = plan_for(layout, targets, options)
     roots = plan.roots if plan is not None else targets
     folders = [r if os.path.isdir(r) else os.path.dirname(r) for r in roots]
-    result = scan(roots, ScanOptions(workers=workers), dataset=plan)
+    stateful = [f for f in folders if os.path.isdir(f) and os.path.isfile(default_path(f))]
+    result = scan(roots, ScanOptions(workers=workers, state=EXISTING, deep_changed=True), dataset=plan)
     out = Survey(line, temp_files=[f for f in result.findings if f.kind == "partial-write"])
+    damaged = CRASH_KINDS - {"partial-write"}
+    if stateful:  # the state's record is the checkpoint: what changed since was just read deep
+        out.since = "since the last scan (its state database)"
+        out.suspects = result.stats.files_deep
+        out.damaged = [f for f in result.findings if f.kind in damaged and _within(f.path, stateful)]
     for root in folders:
         run = interrupted_run(root)
         if run is not None:
             out.interrupted.append((root, run))
-    checkpoint = max((run.last_update for _r, run in out.interrupted), default=None)
-    suspects = _written_after(folders, checkpoint) if checkpoint else _beside_temps(out.temp_files)
-    out.suspects = len(suspects)
+    rest = [f for f in folders if f not in stateful]
+    checkpoint = max((run.last_update for r, run in out.interrupted if r in rest), default=None)
+    temps = [f for f in out.temp_files if not _within(f.path, stateful)]
+    suspects = _written_after(rest, checkpoint) if checkpoint else _beside_temps(temps)
     if suspects:
+        out.suspects += len(suspects)
         deep = scan(sorted(suspects), ScanOptions(deep=True, workers=workers))
-        out.damaged = [f for f in deep.findings if f.kind in CRASH_KINDS - {"partial-write"}]
+        out.damaged += [f for f in deep.findings if f.kind in damaged]
     out.held_locks = _held_locks(folders)
     return out
+
+
+def _within(path: str, folders: list[str]) -> bool:
+    return any(path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
 
 
 def _beside_temps(temps: list[Finding]) -> set[str]:

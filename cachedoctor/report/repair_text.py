@@ -88,7 +88,7 @@ def print_survey(found, out, cwd: str) -> None:  # type: ignore[no-untyped-def]
         for f in found.temp_files:
             print(f"  {rel(f.path)} ({f.details.get('size', 0)} bytes)", file=out)
     if found.suspects:
-        print(f"written around the crash, read deep: {found.suspects} file(s); damaged: {len(found.damaged)}", file=out)
+        print(f"written {found.since}, read deep: {found.suspects} file(s); damaged: {len(found.damaged)}", file=out)
         for f in found.damaged:
             print(f"  {rel(f.path)}: {f.kind}: {f.message}", file=out)
     for lock in found.held_locks:

@@ -58,7 +58,7 @@ class ScanStats:
     folders: int = 0
     formats: Counter = field(default_factory=Counter)
     files_reused: int = 0  # unchanged since the state's record: not read again
-    files_deep: int = 0  # read deep by this scan
+    files_deep: int = 0  # read deep (or tried to: a torn file counts) by this scan
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,7 @@ def _scan(roots: list[str], options: ScanOptions, progress: Progress | None, dat
             choose(store, walk([r for r in roots if store.covers(r)], [], options.exclude), options.sample,
                    keep or (lambda path: True))
     for store in states.stores:
-        store.begin(options.deep, options.sample.text if options.sample else None)
+        store.begin()
     walk_errors: list[WalkError] = []
     matcher = DatasetMatcher(dataset) if dataset is not None else None
     collector = _Collector(progress, matcher)
@@ -150,7 +150,8 @@ def _scan(roots: list[str], options: ScanOptions, progress: Progress | None, dat
     findings = sorted(collector.findings, key=Finding.sort_key)
     stats = collector.stats
     for store in states.stores:
-        store.finish([r for r in roots if os.path.isdir(r) and store.covers(r)], stats.files_seen,
+        store.finish([r for r in roots if os.path.isdir(r) and store.covers(r)], options.deep,
+                     options.sample.text if options.sample else None, stats.files_seen,
                      stats.files_seen - stats.files_reused, len(findings))
     return ScanResult(roots, options, findings, stats, errors, 0.0, dataset)
 
@@ -185,6 +186,7 @@ def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: "_Collec
                 plan, _ = plan_folder(store, folder.path, files, whole=False, **how)  # it did not decode
             items, reused = plan.to_read, plan.reused
             record = _Record(store, plan.sigs, {p for p, d in items if d}, plan.gone, plan.digest)
+        collector.stats.files_deep += sum(1 for _, deep in items if deep)  # attempted: a torn file counts too
         n = (len(items) + size - 1) // size + (1 if reused else 0)
         folder_id = collector.open_folder(folder.path, n, record)
         if reused:
@@ -273,8 +275,6 @@ class _Collector:
                 self._remember(record, o, fresh)
             if not fresh:
                 stats.files_reused += 1
-            elif o.deep:
-                stats.files_deep += 1
             if o.status == "error":
                 self.errors.append(ScanError(o.path, o.error or "unreadable"))
                 continue

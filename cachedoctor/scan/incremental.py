@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -77,36 +78,54 @@ class FolderPlan:
 def plan_folder(store: StateStore, folder: str, files: list[str], *, deep: bool, deep_changed: bool,
                 chosen: set[str], whole: bool = True) -> tuple[FolderPlan, str | None]:
     """The folder's plan, or (with ``whole``) its recorded result as JSON text when nothing in
-    it needs reading. Dataset scans pass ``whole=False``: they need each file's facts."""
-    plan = FolderPlan()
+    it needs reading. Dataset scans pass ``whole=False``: they need each file's facts.
+
+    The loop up to the folder lookup is the whole cost of a rescan of an unchanged folder, so
+    it keeps to one ``stat`` per file and builds no per-file objects.
+    """
+    cut = len(folder.rstrip(os.sep)) + 1
+    clock = store.clock_ns
+    stats: list[os.stat_result | None] = []
+    numbers = array("Q")
     settled = True
-    parts = []
     for path in files:
         try:
-            sig = sig_of(os.stat(path))
+            st = os.stat(path)
         except OSError:
             settled = False  # gone or unreadable: the read reports it
+            stats.append(None)
             continue
-        plan.sigs[path] = sig
-        if store.is_racy(sig):
-            settled = False
-        parts.append(f"{os.path.basename(path)}\0{sig.size}\0{sig.mtime_ns}\0{sig.ctime_ns}\0{sig.ino}")
+        stats.append(st)
+        mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
+        if mtime >= clock or ctime >= clock:
+            settled = False  # racy: changed in the tick this scan began
+        elif settled:
+            try:
+                numbers.extend((st.st_size, mtime, ctime, st.st_ino))
+            except OverflowError:  # a time before 1970: no digest, the files are still compared one by one
+                settled = False
+    plan = FolderPlan()
     if settled:
         import xxhash
 
-        plan.digest = xxhash.xxh3_128_hexdigest("\n".join(parts).encode("utf-8", "surrogateescape"))
-    if whole and settled and not deep and not chosen:
-        result = store.folder_result(folder, plan.digest or "")
-        if result is not None:
-            return plan, result
+        listing = "\0".join(p[cut:] for p in files).encode("utf-8", "surrogateescape")
+        plan.digest = xxhash.xxh3_128_hexdigest(listing + b"\0" + numbers.tobytes())
+        if whole and not deep and not chosen:
+            result = store.folder_result(folder, plan.digest)
+            if result is not None:
+                return plan, result
     rows = store.rows(folder)
-    for path in files:
-        name = os.path.basename(path)
+    for path, st in zip(files, stats):
+        name = path[cut:]
         row: Row | None = rows.pop(name, None)
-        sig = plan.sigs.get(path)
+        sig = sig_of(st) if st is not None else None
+        if sig is not None:
+            plan.sigs[path] = sig
         unchanged = row is not None and sig is not None and row.sig == sig and not row.racy
         read_deep = deep or name in chosen or (deep_changed and not unchanged)
-        outcome = outcome_from_text(path, sig.size, sig.mtime_ns, row.outcome) if unchanged and not read_deep else None  # type: ignore[union-attr]
+        outcome = None
+        if unchanged and not read_deep:
+            outcome = outcome_from_text(path, sig.size, sig.mtime_ns, row.outcome)  # type: ignore[union-attr]
         if outcome is not None:
             plan.reused.append(outcome)
         else:

@@ -102,7 +102,9 @@ class StateStore:
         self.scan_id = 0
         self._pending: list[tuple[str, tuple]] = []
         self._flushed = time.monotonic()
-        self._visited: set[str] = set()
+        self._visited: set[bytes] = set()
+        self._started = 0.0
+        self._wrote = False
 
     @classmethod
     def open(cls, path: str, base: str, *, explicit: bool) -> tuple["StateStore | None", str | None]:
@@ -135,12 +137,11 @@ class StateStore:
 
     # --- one scan ---------------------------------------------------------------------------
 
-    def begin(self, deep: bool, sample: str | None) -> None:
+    def begin(self) -> None:
+        """Number this scan (its deep reads are stamped with it; the sample order follows it)."""
         self.flush()
-        with _immediate(self.db):
-            cur = self.db.execute("INSERT INTO scans (started, deep, sample) VALUES (?, ?, ?)",
-                                  (time.time(), int(deep), sample))
-        self.scan_id = int(cur.lastrowid or 0)
+        self.scan_id = int(self.db.execute("SELECT coalesce(max(id), 0) + 1 FROM scans").fetchone()[0])
+        self._started = time.time()
 
     def folder_result(self, folder: str, digest: str) -> str | None:
         key = self.key(folder)
@@ -185,27 +186,31 @@ class StateStore:
                 for sql, params in self._pending:
                     self.db.execute(sql, params)
             self._pending.clear()
+            self._wrote = True
         self._flushed = time.monotonic()
 
-    def finish(self, walked: list[str], files: int, reread: int, findings: int) -> None:
-        """Forget folders under the fully walked ``walked`` targets that this scan did not see."""
+    def finish(self, walked: list[str], deep: bool, sample: str | None, files: int, reread: int,
+               findings: int) -> None:
+        """Forget folders under the fully walked ``walked`` targets that this scan did not see,
+        and record the scan in ``scans``; a scan that changed nothing writes nothing at all."""
         self.flush()
-        db = self.db
-        db.execute("CREATE TEMP TABLE IF NOT EXISTS visited (folder BLOB PRIMARY KEY) WITHOUT ROWID")
-        db.execute("DELETE FROM temp.visited")
-        db.executemany("INSERT OR IGNORE INTO temp.visited VALUES (?)", ((k,) for k in self._visited))
-        with _immediate(db):
-            for target in walked:
-                key = self.key(target)
-                if key == b".":
-                    where, params = "1", ()
-                else:
-                    prefix = key.rstrip(b"/") + b"/"
-                    where, params = "(folder = ? OR substr(folder, 1, ?) = ?)", (key, len(prefix), prefix)
-                for table in ("files", "folders"):
-                    db.execute(f"DELETE FROM {table} WHERE {where} AND folder NOT IN temp.visited", params)
-            db.execute("UPDATE scans SET finished = ?, files = ?, reread = ?, findings = ? WHERE id = ?",
-                       (time.time(), files, reread, findings, self.scan_id))
+        keys = [self.key(t) for t in walked]
+        gone = [f for f in self._recorded_folders() if f not in self._visited and any(_under(f, k) for k in keys)]
+        if not gone and not self._wrote:
+            return
+        with _immediate(self.db):
+            for folder in gone:
+                self.db.execute("DELETE FROM files WHERE folder = ?", (folder,))
+                self.db.execute("DELETE FROM folders WHERE folder = ?", (folder,))
+            self.db.execute("INSERT OR REPLACE INTO scans VALUES (?,?,?,?,?,?,?,?)",
+                            (self.scan_id, self._started, time.time(), int(deep), sample, files, reread, findings))
+
+    def _recorded_folders(self) -> list[bytes]:
+        """Every folder with rows, by a skip scan of the primary key (not a read of every row)."""
+        return [f for (f,) in self.db.execute(
+            "WITH RECURSIVE f(folder) AS (SELECT min(folder) FROM files UNION ALL "
+            "SELECT (SELECT min(folder) FROM files WHERE folder > f.folder) FROM f WHERE f.folder IS NOT NULL) "
+            "SELECT folder FROM f WHERE folder IS NOT NULL")]
 
     def close(self) -> None:
         try:
@@ -238,6 +243,10 @@ class StateStore:
     def chosen(self, folder: str) -> set[str]:
         return {os.fsdecode(n) for (n,) in self.db.execute("SELECT name FROM temp.chosen WHERE folder = ?",
                                                              (self.key(folder),))}
+
+
+def _under(folder: bytes, key: bytes) -> bool:
+    return key == b"." or folder == key or folder.startswith(key.rstrip(b"/") + b"/")
 
 
 class _immediate:
@@ -278,6 +287,12 @@ def _prepare(path: str) -> sqlite3.Connection:
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA synchronous = NORMAL")
         producer = _producer()
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = 'producer'").fetchone()
+        except sqlite3.OperationalError:  # no tables yet
+            row = None
+        if row is not None and row[0] == producer:
+            return db  # the common case: nothing to write
         with _immediate(db):
             for statement in _TABLES.strip().split(";"):
                 if statement.strip():

@@ -100,8 +100,8 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
                                 if entry.name not in _SKIP_DIRS and not skip(entry.path, target):
                                     subdirs.append(entry.path)
                             elif entry.is_file():
-                                if not is_lock_name(entry.name) and not skip(entry.path, target):  # lock files: repair/locks.py
-                                    files.append(entry.path)
+                                if not is_lock_name(entry.name) and not (exclude and skip(entry.path, target)):
+                                    files.append(entry.path)  # lock files: repair/locks.py
                         except OSError as exc:
                             errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))
             except OSError as exc:
