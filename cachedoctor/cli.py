@@ -56,8 +56,8 @@ ModelFamilyOption = Annotated[Optional[str], typer.Option("--model-family", help
 OutputDirOption = Annotated[Optional[str], typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")]
 
 
-# `scan`'s settings that a config file or CACHEDOCTOR_* variables may also give. --fail-on and
-# --layout keep their defaults for the help; `_given` asks click whether they were typed.
+# `scan`'s settings that a config file or CACHEDOCTOR_* variables may also give (resolved in
+# cli_settings.py, which also holds `config show`).
 PathsArgument = Annotated[Optional[list[str]], typer.Argument(help="Cache folders or files to scan (kohya: the image folder).", show_default=False, metavar="PATH...")]
 DeepOption = Annotated[Optional[bool], typer.Option("--deep", help="Also read the data: CRC-32 of every zip member and NaN/Inf in every floating tensor.", show_default=False)]
 FailOnOption = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)]
@@ -67,39 +67,6 @@ StateOption = Annotated[Optional[str], typer.Option("--state", help="The state d
 NoStateOption = Annotated[bool, typer.Option("--no-state", help="Read every file; neither use nor write the state database.")]
 SampleOption = Annotated[Optional[str], typer.Option("--sample", help="Deep-read this share of the files, rotating through the cache run by run (never-checked files first): 5% or 3/10.", metavar="SHARE")]
 ExcludeOption = Annotated[Optional[list[str]], typer.Option("--exclude", help="Skip files and folders matching this glob (relative to each PATH, or a name); repeatable.", show_default=False, metavar="GLOB")]
-
-
-def _given(ctx: typer.Context, name: str, value: object) -> object:
-    """``value`` if it came from the command line, else ``None`` (a file or variable may set it)."""
-    source = ctx.get_parameter_source(name)  # click's ParameterSource (typer may vendor click)
-    return value if source is not None and source.name == "COMMANDLINE" else None
-
-
-def _settings(env: Environment, ctx: typer.Context, **cli: object):  # type: ignore[no-untyped-def]
-    """The resolved settings, or ``None`` after reporting a broken config file or variable.
-    ``fail_on`` and ``layout`` count only when typed (their defaults show in the help)."""
-    from cachedoctor.config import ConfigError, resolve
-
-    for name in ("fail_on", "layout"):
-        cli[name] = _given(ctx, name, cli[name])
-    if cli.pop("no_state", False):
-        if cli.get("state"):
-            env.error("pass --state PATH or --no-state, not both")
-            return None
-        cli["state"] = False
-    if cli.get("sample") is not None:
-        from cachedoctor.scan.sample import Sample
-
-        try:
-            cli["sample"] = Sample.parse(str(cli["sample"])).text
-        except ValueError as exc:
-            env.error(f"--sample {exc}")
-            return None
-    try:
-        return resolve(cli, env.environ, env.cwd)
-    except ConfigError as exc:
-        env.error(f"{exc.path}: {exc.message}")
-        return None
 
 
 @app.command()
@@ -133,8 +100,10 @@ def scan(
     from cachedoctor.scan import scan as run_scan
     from cachedoctor.scan.sample import Sample
 
+    from cachedoctor.cli_settings import resolve_settings, state_choice
+
     env = _ENV.get()
-    settings = _settings(env, ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout,
+    settings = resolve_settings(env, ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout,
                          config=config, manifest=manifest, exclude=exclude, state=state, no_state=no_state,
                          sample=sample)
     if settings is None:
@@ -152,7 +121,7 @@ def scan(
         env.error("no PATH given; name a cache folder, or pass --config multidatabackend.json or --manifest FILE")
         return EXIT_COULD_NOT_RUN
     options = ScanOptions(deep=bool(settings.deep.value), workers=settings.workers.value,
-                          exclude=tuple(settings.exclude.value), state=_state_choice(settings.state.value),
+                          exclude=tuple(settings.exclude.value), state=state_choice(settings.state.value),
                           sample=Sample.parse(settings.sample.value) if settings.sample.value else None)
     layout_options = LayoutOptions(config=config, manifest=manifest, model_family=model_family, output_dir=output_dir)
     try:
@@ -193,42 +162,6 @@ def scan(
     for problem in result.errors:
         env.error(f"{problem.path}: {problem.message}; fix its permissions or move it out of the cache, then scan again")
     return report.exit_code
-
-
-config_app = typer.Typer(help="The settings `scan` uses: command line, CACHEDOCTOR_* variables, [tool.cachedoctor].",
-                         no_args_is_help=True)
-app.add_typer(config_app, name="config")
-
-
-@config_app.command("show")
-def config_show(
-    ctx: typer.Context,
-    paths: PathsArgument = None,
-    deep: DeepOption = None,
-    fail_on: FailOnOption = FailOn.ERROR,
-    workers: WorkersOption = None,
-    layout: LayoutOption = LayoutName.AUTO,
-    config: ConfigOption = None,
-    manifest: ManifestOption = None,
-    exclude: ExcludeOption = None,
-    state: StateOption = None,
-    no_state: NoStateOption = False,
-    sample: SampleOption = None,
-) -> int:
-    """Print each scan setting, its value and where it came from (the same options as scan)."""
-    env = _ENV.get()
-    settings = _settings(env, ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout,
-                         config=config, manifest=manifest, exclude=exclude, state=state, no_state=no_state,
-                         sample=sample)
-    if settings is None:
-        return EXIT_COULD_NOT_RUN
-    print(f"config file: {settings.file or '(none found)'}", file=env.stdout)
-    rows = [(name.replace("_", "-"), _shown(name, s.value), s.source) for name, s in settings.items()]
-    width = max(len(r[0]) for r in rows)
-    value_width = max(len(r[1]) for r in rows)
-    for name, value, source in rows:
-        print(f"{name:<{width}}  {value:<{value_width}}  ({source})", file=env.stdout)
-    return 0
 
 
 manifest_app = typer.Typer(help="Build a manifest of a dataset: per item its size, mtime, xxh3 and cache path(s).",
@@ -296,23 +229,6 @@ def explain(
         return EXIT_COULD_NOT_RUN
     print(text, file=env.stdout)
     return 0
-
-
-def _shown(name: str, value: object) -> str:
-    from cachedoctor.config import show_value
-
-    if name == "state" and (value is None or value is False):
-        return "off" if value is False else "<each folder PATH>/.cachedoctor/state.sqlite"
-    return show_value(value)
-
-
-def _state_choice(value: str | bool | None) -> str | None:
-    """``ScanOptions.state`` from the setting: the default per-target database, none, or a path."""
-    from cachedoctor.scan.incremental import AUTO
-
-    if value is None:
-        return AUTO
-    return None if value is False else str(value)
 
 
 def _write_report(path: str, write) -> str | None:  # type: ignore[no-untyped-def]
@@ -385,7 +301,7 @@ def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
     return code
 
 
-from cachedoctor import cli_repair  # noqa: E402,F401  (registers repair and quarantine)
+from cachedoctor import cli_repair, cli_settings  # noqa: E402,F401  (register repair, quarantine, recover, config)
 
-__all__ = ["app", "run", "cli_repair"]
+__all__ = ["app", "run", "cli_repair", "cli_settings"]
 

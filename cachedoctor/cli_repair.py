@@ -82,9 +82,9 @@ def _resolved(ctx: typer.Context, paths: list[str] | None, layout: LayoutName, c
     """Targets, layout, config and manifest as ``scan`` resolves them (command line, then
     ``CACHEDOCTOR_*``, then ``[tool.cachedoctor]``), so a project's config serves every command;
     ``None`` after saying on stderr what is wrong."""
-    from cachedoctor.cli import _settings
+    from cachedoctor.cli_settings import resolve_settings
 
-    settings = _settings(_ENV.get(), ctx, paths=paths, layout=layout, config=config, manifest=manifest, fail_on=None)
+    settings = resolve_settings(_ENV.get(), ctx, paths=paths, layout=layout, config=config, manifest=manifest, fail_on=None)
     if settings is None:
         return None
     config, manifest = settings.config.value, settings.manifest.value

@@ -1,8 +1,10 @@
-"""Drive a scan: walk folders, read files on N worker processes, run peer checks per folder.
+"""Drive a scan: walk folders, decide per folder what must be read, read it on N worker processes.
 
 Work goes out in chunks of a folder's files with a bounded number in flight, and a folder's
-peer checks run as soon as its last chunk is back, so memory stays flat however large the
-cache. ``workers=1`` runs in-process (no pool start-up, easy to profile).
+peer checks run (in ``collect.py``) as soon as its last chunk is back, so memory stays flat
+however large the cache. With a state database, a folder's unchanged files are taken from it
+(``incremental.py``) and only the rest go to the workers. ``workers=1`` runs in-process (no
+pool start-up, easy to profile).
 """
 
 from __future__ import annotations
@@ -10,23 +12,18 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from cachedoctor.checks import PEER_CHECKS, Found, PeerEntry, PeerGroup
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
-from cachedoctor.scan.codec import outcome_to_text
+from cachedoctor.scan.collect import Collector, Progress, Record, ScanError, ScanStats
 from cachedoctor.scan.dataset import DatasetMatcher
-from cachedoctor.scan.incremental import StateSet, decode_result, folder_result, plan_folder
-from cachedoctor.scan.inspect import Outcome, inspect_chunk
+from cachedoctor.scan.incremental import StateSet, plan_folder
+from cachedoctor.scan.inspect import inspect_chunk
 from cachedoctor.scan.sample import Sample, choose
-from cachedoctor.scan.state import Sig, StateStore, Upsert
 from cachedoctor.scan.walk import Folder, WalkError, check_targets, walk
-
-Progress = Callable[[int, int], None]  # (files done, bytes done)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,24 +47,6 @@ class ScanOptions:
 
 
 @dataclass(slots=True)
-class ScanStats:
-    files_seen: int = 0
-    files_read: int = 0
-    files_skipped: int = 0
-    bytes_read: int = 0
-    folders: int = 0
-    formats: Counter = field(default_factory=Counter)
-    files_reused: int = 0  # unchanged since the state's record: not read again
-    files_deep: int = 0  # read deep (or tried to: a torn file counts) by this scan
-
-
-@dataclass(frozen=True, slots=True)
-class ScanError:
-    path: str
-    message: str
-
-
-@dataclass(slots=True)
 class ScanResult:
     targets: list[str]
     options: ScanOptions
@@ -77,32 +56,6 @@ class ScanResult:
     elapsed: float
     dataset: DatasetPlan | None = None
     notes: list[str] = field(default_factory=list)  # about the scan itself (the state database)
-
-
-class _FolderState:
-    __slots__ = ("path", "pending", "groups", "found", "findings", "record")
-
-    def __init__(self, path: str, pending: int, record: "_Record | None" = None) -> None:
-        self.path = path
-        self.pending = pending
-        self.groups: dict[str, list[PeerEntry]] = defaultdict(list)
-        self.found: dict[str, Found] = {}
-        self.findings: list[Finding] = []  # dataset scans: held until the folder's sources are known
-        self.record = record
-
-
-class _Record:
-    """What the state database gets for a folder once its last chunk is in."""
-
-    __slots__ = ("store", "sigs", "deep", "gone", "digest", "fresh", "read", "skipped", "bytes", "formats", "settled")
-
-    def __init__(self, store: StateStore, sigs: dict[str, Sig], deep: set[str], gone: list[str],
-                 digest: str | None) -> None:
-        self.store, self.sigs, self.deep, self.gone, self.digest = store, sigs, deep, gone, digest
-        self.fresh: list[Upsert] = []
-        self.read = self.skipped = self.bytes = 0
-        self.formats: Counter = Counter()
-        self.settled = digest is not None
 
 
 def scan(targets: list[str], options: ScanOptions = ScanOptions(), progress: Progress | None = None,
@@ -136,7 +89,7 @@ def _scan(roots: list[str], options: ScanOptions, progress: Progress | None, dat
         store.begin()
     walk_errors: list[WalkError] = []
     matcher = DatasetMatcher(dataset) if dataset is not None else None
-    collector = _Collector(progress, matcher)
+    collector = Collector(progress, matcher)
     chunks = _chunks(walk(roots, walk_errors, options.exclude), options, collector, keep, states)
     workers = options.workers or os.cpu_count() or 1
     if workers <= 1:
@@ -159,7 +112,7 @@ def _scan(roots: list[str], options: ScanOptions, progress: Progress | None, dat
 Chunk = tuple[int, list[tuple[str, bool]], bool, bool]  # folder id, (path, deep) items, facts, digest
 
 
-def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: "_Collector",
+def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: Collector,
             keep: Callable[[str], bool] | None, states: StateSet) -> Iterator[Chunk]:
     size = options.chunk_size
     facts = collector.matcher is not None
@@ -185,7 +138,7 @@ def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: "_Collec
                     continue
                 plan, _ = plan_folder(store, folder.path, files, whole=False, **how)  # it did not decode
             items, reused = plan.to_read, plan.reused
-            record = _Record(store, plan.sigs, {p for p, d in items if d}, plan.gone, plan.digest)
+            record = Record(store, plan.sigs, {p for p, d in items if d}, plan.gone, plan.digest)
         collector.stats.files_deep += sum(1 for _, deep in items if deep)  # attempted: a torn file counts too
         n = (len(items) + size - 1) // size + (1 if reused else 0)
         folder_id = collector.open_folder(folder.path, n, record)
@@ -199,7 +152,7 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
 
 
-def _run_pool(chunks: Iterator[Chunk], workers: int, collector: "_Collector") -> None:
+def _run_pool(chunks: Iterator[Chunk], workers: int, collector: Collector) -> None:
     import multiprocessing
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
@@ -220,117 +173,9 @@ def _run_pool(chunks: Iterator[Chunk], workers: int, collector: "_Collector") ->
     pool.shutdown(wait=True)
 
 
-def _drain(in_flight: dict[Future, int], collector: "_Collector", when: str) -> None:
+def _drain(in_flight: dict[Future, int], collector: Collector, when: str) -> None:
     done, _ = wait(in_flight, return_when=when)
     for future in done:
         collector.add(in_flight.pop(future), future.result())
 
 
-class _Collector:
-    """Gathers outcomes in the parent; runs a folder's peer checks when its last chunk is in."""
-
-    def __init__(self, progress: Progress | None, matcher: DatasetMatcher | None = None) -> None:
-        self.progress = progress
-        self.matcher = matcher
-        self.stats = ScanStats()
-        self.findings: list[Finding] = []
-        self.errors: list[ScanError] = []
-        self.folders: dict[int, _FolderState] = {}
-        self._next_id = 0
-
-    def open_folder(self, path: str, chunks: int, record: _Record | None = None) -> int:
-        self._next_id += 1
-        self.folders[self._next_id] = _FolderState(path, chunks, record)
-        self.stats.folders += 1
-        return self._next_id
-
-    def reuse_folder(self, path: str, text: str) -> bool:
-        """Take an unchanged folder's recorded result (a cache-only scan); ``False`` if it does not decode."""
-        result = decode_result(text, path)
-        if result is None:
-            return False
-        stats = self.stats
-        stats.folders += 1
-        stats.files_seen += result.read + result.skipped
-        stats.files_read += result.read
-        stats.files_reused += result.read + result.skipped
-        stats.files_skipped += result.skipped
-        stats.bytes_read += result.bytes
-        stats.formats.update(result.formats)
-        self.findings.extend(result.findings)
-        if self.progress is not None:
-            self.progress(stats.files_seen, stats.bytes_read)
-        return True
-
-    def add(self, folder_id: int, outcomes: list[Outcome], fresh: bool = True) -> None:
-        state = self.folders[folder_id]
-        stats = self.stats
-        matcher = self.matcher
-        record = state.record
-        for o in outcomes:
-            stats.files_seen += 1
-            if matcher is not None:
-                state.found[o.path] = Found(o.path, o.mtime_ns, o.shapes, o.values)
-            if record is not None:
-                self._remember(record, o, fresh)
-            if not fresh:
-                stats.files_reused += 1
-            if o.status == "error":
-                self.errors.append(ScanError(o.path, o.error or "unreadable"))
-                continue
-            if o.status == "skipped":
-                stats.files_skipped += 1
-                continue
-            stats.files_read += 1
-            stats.bytes_read += o.size
-            if o.format:
-                stats.formats[o.format] += 1
-            (state.findings if matcher is not None or record is not None else self.findings).extend(o.findings)
-            if o.group is not None and o.peer is not None:
-                state.groups[o.group].append(o.peer)
-        state.pending -= 1
-        if state.pending == 0:
-            self._close(self.folders.pop(folder_id))
-        if self.progress is not None:
-            self.progress(stats.files_seen, stats.bytes_read)
-
-    @staticmethod
-    def _remember(record: _Record, o: Outcome, fresh: bool) -> None:
-        if o.status == "error":
-            record.settled = False
-            return
-        if o.status == "skipped":
-            record.skipped += 1
-        else:
-            record.read += 1
-            record.bytes += o.size
-            if o.format:
-                record.formats[o.format] += 1
-        sig = record.sigs.get(o.path)
-        if fresh and sig is not None:
-            deep_scan = record.store.scan_id if o.path in record.deep else None
-            record.fresh.append(Upsert(os.path.basename(o.path), sig, record.store.is_racy(sig), deep_scan, o.xxh3,
-                                       outcome_to_text(o)))
-
-    def close_empty(self, path: str) -> None:
-        """A folder with no cache files at all: every entry expected in it is missing."""
-        if self.matcher is not None:
-            self.matcher.close_folder(path, {}, [])
-
-    def _close(self, state: _FolderState) -> None:
-        found = state.findings
-        for entries in state.groups.values():
-            if len(entries) < 2:
-                continue
-            group = PeerGroup(state.path, tuple(entries))
-            for check in PEER_CHECKS:
-                found.extend(check.check_peers(group))
-        record = state.record
-        if record is not None:
-            result = None
-            if record.settled:
-                result = folder_result(record.read, record.skipped, record.bytes, record.formats, found, state.path)
-            record.store.save(state.path, record.fresh, record.gone, record.digest if record.settled else None, result)
-        if self.matcher is not None:
-            found = self.matcher.close_folder(state.path, state.found, found)
-        self.findings.extend(found)

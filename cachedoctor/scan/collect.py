@@ -1,0 +1,177 @@
+"""The parent's side of a scan: outcomes in, findings and statistics out, one folder at a time.
+
+A folder's peer checks run as soon as its last chunk is back, and, with a state database, its
+fresh reads are recorded then too (with the folder's whole result when every file in it is
+settled), so nothing is held beyond the folders still in flight.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Callable
+
+from cachedoctor.checks import PEER_CHECKS, Found, PeerEntry, PeerGroup
+from cachedoctor.findings import Finding
+from cachedoctor.scan.codec import outcome_to_text
+from cachedoctor.scan.dataset import DatasetMatcher
+from cachedoctor.scan.incremental import decode_result, folder_result
+from cachedoctor.scan.inspect import Outcome
+from cachedoctor.scan.state import Sig, StateStore, Upsert
+
+Progress = Callable[[int, int], None]  # (files done, bytes done)
+
+
+@dataclass(slots=True)
+class ScanStats:
+    files_seen: int = 0
+    files_read: int = 0
+    files_skipped: int = 0
+    bytes_read: int = 0
+    folders: int = 0
+    formats: Counter = field(default_factory=Counter)
+    files_reused: int = 0  # unchanged since the state's record: not read again
+    files_deep: int = 0  # read deep (or tried to: a torn file counts) by this scan
+
+
+@dataclass(frozen=True, slots=True)
+class ScanError:
+    path: str
+    message: str
+
+
+class _FolderState:
+    __slots__ = ("path", "pending", "groups", "found", "findings", "record")
+
+    def __init__(self, path: str, pending: int, record: "Record | None" = None) -> None:
+        self.path = path
+        self.pending = pending
+        self.groups: dict[str, list[PeerEntry]] = defaultdict(list)
+        self.found: dict[str, Found] = {}
+        self.findings: list[Finding] = []  # dataset scans: held until the folder's sources are known
+        self.record = record
+
+
+class Record:
+    """What the state database gets for a folder once its last chunk is in."""
+
+    __slots__ = ("store", "sigs", "deep", "gone", "digest", "fresh", "read", "skipped", "bytes", "formats", "settled")
+
+    def __init__(self, store: StateStore, sigs: dict[str, Sig], deep: set[str], gone: list[str],
+                 digest: str | None) -> None:
+        self.store, self.sigs, self.deep, self.gone, self.digest = store, sigs, deep, gone, digest
+        self.fresh: list[Upsert] = []
+        self.read = self.skipped = self.bytes = 0
+        self.formats: Counter = Counter()
+        self.settled = digest is not None
+
+
+class Collector:
+    """Gathers outcomes in the parent; runs a folder's peer checks when its last chunk is in."""
+
+    def __init__(self, progress: Progress | None, matcher: DatasetMatcher | None = None) -> None:
+        self.progress = progress
+        self.matcher = matcher
+        self.stats = ScanStats()
+        self.findings: list[Finding] = []
+        self.errors: list[ScanError] = []
+        self.folders: dict[int, _FolderState] = {}
+        self._next_id = 0
+
+    def open_folder(self, path: str, chunks: int, record: Record | None = None) -> int:
+        self._next_id += 1
+        self.folders[self._next_id] = _FolderState(path, chunks, record)
+        self.stats.folders += 1
+        return self._next_id
+
+    def reuse_folder(self, path: str, text: str) -> bool:
+        """Take an unchanged folder's recorded result (a cache-only scan); ``False`` if it does not decode."""
+        result = decode_result(text, path)
+        if result is None:
+            return False
+        stats = self.stats
+        stats.folders += 1
+        stats.files_seen += result.read + result.skipped
+        stats.files_read += result.read
+        stats.files_reused += result.read + result.skipped
+        stats.files_skipped += result.skipped
+        stats.bytes_read += result.bytes
+        stats.formats.update(result.formats)
+        self.findings.extend(result.findings)
+        if self.progress is not None:
+            self.progress(stats.files_seen, stats.bytes_read)
+        return True
+
+    def add(self, folder_id: int, outcomes: list[Outcome], fresh: bool = True) -> None:
+        state = self.folders[folder_id]
+        stats = self.stats
+        matcher = self.matcher
+        record = state.record
+        for o in outcomes:
+            stats.files_seen += 1
+            if matcher is not None:
+                state.found[o.path] = Found(o.path, o.mtime_ns, o.shapes, o.values)
+            if record is not None:
+                self._remember(record, o, fresh)
+            if not fresh:
+                stats.files_reused += 1
+            if o.status == "error":
+                self.errors.append(ScanError(o.path, o.error or "unreadable"))
+                continue
+            if o.status == "skipped":
+                stats.files_skipped += 1
+                continue
+            stats.files_read += 1
+            stats.bytes_read += o.size
+            if o.format:
+                stats.formats[o.format] += 1
+            (state.findings if matcher is not None or record is not None else self.findings).extend(o.findings)
+            if o.group is not None and o.peer is not None:
+                state.groups[o.group].append(o.peer)
+        state.pending -= 1
+        if state.pending == 0:
+            self._close(self.folders.pop(folder_id))
+        if self.progress is not None:
+            self.progress(stats.files_seen, stats.bytes_read)
+
+    @staticmethod
+    def _remember(record: Record, o: Outcome, fresh: bool) -> None:
+        if o.status == "error":
+            record.settled = False
+            return
+        if o.status == "skipped":
+            record.skipped += 1
+        else:
+            record.read += 1
+            record.bytes += o.size
+            if o.format:
+                record.formats[o.format] += 1
+        sig = record.sigs.get(o.path)
+        if fresh and sig is not None:
+            deep_scan = record.store.scan_id if o.path in record.deep else None
+            record.fresh.append(Upsert(os.path.basename(o.path), sig, record.store.is_racy(sig), deep_scan, o.xxh3,
+                                       outcome_to_text(o)))
+
+    def close_empty(self, path: str) -> None:
+        """A folder with no cache files at all: every entry expected in it is missing."""
+        if self.matcher is not None:
+            self.matcher.close_folder(path, {}, [])
+
+    def _close(self, state: _FolderState) -> None:
+        found = state.findings
+        for entries in state.groups.values():
+            if len(entries) < 2:
+                continue
+            group = PeerGroup(state.path, tuple(entries))
+            for check in PEER_CHECKS:
+                found.extend(check.check_peers(group))
+        record = state.record
+        if record is not None:
+            result = None
+            if record.settled:
+                result = folder_result(record.read, record.skipped, record.bytes, record.formats, found, state.path)
+            record.store.save(state.path, record.fresh, record.gone, record.digest if record.settled else None, result)
+        if self.matcher is not None:
+            found = self.matcher.close_folder(state.path, state.found, found)
+        self.findings.extend(found)
