@@ -7,6 +7,8 @@ asks click whether they were typed.
 
 from __future__ import annotations
 
+import os
+
 
 import typer
 
@@ -100,4 +102,4 @@ def state_choice(value: str | bool | None) -> str | None:
 
     if value is None:
         return AUTO
-    return None if value is False else str(value)
+    return None if value is False else os.path.expanduser(str(value))

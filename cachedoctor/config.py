@@ -179,7 +179,7 @@ def _state(value: Any) -> str | bool:
     if value is False or (isinstance(value, str) and value.strip().lower() in _FALSE):
         return False
     if isinstance(value, str) and value.strip():
-        return value.strip()
+        return os.path.expanduser(value.strip())
     raise ValueError("expected a path for the state database, or false for none")
 
 

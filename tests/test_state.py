@@ -311,3 +311,27 @@ def test_concurrent_scans_keep_the_database_sound(tmp_path: Path) -> None:
     assert db.execute("SELECT count(*) FROM files").fetchone() == (151,)
     code, doc = report(str(folder))
     assert doc["summary"]["files_reused"] == 151 and code == 1
+
+
+def test_network_file_systems_are_told_apart(tmp_path: Path) -> None:
+    from cachedoctor.fsinfo import filesystem_type, is_network
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/sda1 / ext4 rw 0 0\n"
+                      "server:/export /mnt/cache nfs4 rw 0 0\n"
+                      "/dev/sdb1 /mnt/cache/local xfs rw 0 0\n"
+                      "beegfs_nodev /mnt/bee fuse.beegfs rw 0 0\n"
+                      "/dev/sdc1 /mnt/with\\040space ext4 rw 0 0\n")
+    where = str(mounts)
+    assert filesystem_type("/mnt/cache/vae/x.pt", where) == "nfs4" and is_network("/mnt/cache/vae", where)
+    assert filesystem_type("/mnt/cache/local/x.pt", where) == "xfs" and not is_network("/mnt/cache/local", where)
+    assert filesystem_type("/mnt/cachex", where) == "ext4"  # a name that only starts like the mount point
+    assert is_network("/mnt/bee/cache", where)
+    assert filesystem_type("/mnt/with space/c", where) == "ext4"
+
+
+def test_state_on_a_local_disk_uses_wal(tmp_path: Path) -> None:
+    folder = cache(tmp_path)
+    report(str(folder))
+    db = sqlite3.connect(folder / ".cachedoctor" / "state.sqlite")
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -7,7 +7,8 @@ file's findings plus the peer checks) comes back with one query, which is what m
 of an unchanged cache cost about one ``stat`` walk.
 
 SQLite in WAL mode with a busy timeout, written in short ``BEGIN IMMEDIATE`` batches, so two
-scans of one cache at once neither corrupt it nor starve each other. The database sits inside
+scans of one cache at once neither corrupt it nor starve each other (on a network file system,
+where WAL is unsafe across machines, a rollback journal: see ``fsinfo.py``). The database sits inside
 the cache, so it is as untrusted as the cache files: JSON only, never pickles; a database that
 does not open is moved aside and rebuilt; one written by another cachedoctor is emptied.
 
@@ -26,6 +27,7 @@ from typing import Iterable, NamedTuple
 
 from cachedoctor import __version__
 from cachedoctor.errors import PathError
+from cachedoctor.fsinfo import is_network
 
 SCHEMA_VERSION = 1
 STATE_FILE = "state.sqlite"
@@ -284,7 +286,7 @@ def _prepare(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=_BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
     try:
         db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
-        db.execute("PRAGMA journal_mode = WAL")
+        db.execute(f"PRAGMA journal_mode = {'DELETE' if is_network(os.path.dirname(path)) else 'WAL'}")
         db.execute("PRAGMA synchronous = NORMAL")
         producer = _producer()
         try:
