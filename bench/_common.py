@@ -3,7 +3,9 @@ an installed copy or the checkout, and timing one call."""
 
 from __future__ import annotations
 
+import argparse
 import gc
+import os
 import sys
 import time
 from collections import Counter
@@ -65,3 +67,30 @@ def round_done(r: int, rounds: int, t_round: float, t_timing: float, repeat: int
         print(f"     stopping after {rounds} round(s): another would pass --budget {budget:.0f} s")
         return True
     return False
+
+
+def add_set_options(p: argparse.ArgumentParser, *, set_dir: str, repeat: int, statistic: str, budget: float,
+                    cli_rows: str) -> None:
+    """The options of a benchmark that builds a file set and times methods in rounds:
+    ``--dir``, ``--keep``, ``--repeat``, ``--workers``, ``--no-cli``, ``--budget``, ``--json``."""
+    p.add_argument("--dir", type=Path, metavar="DIR",
+                   help="build the set in DIR, or reuse the one already there (never deleted)")
+    p.add_argument("--keep", action="store_true",
+                   help=f"keep the generated set; without --dir it goes to bench/out/{set_dir} "
+                        "and later --keep runs reuse it")
+    p.add_argument("--repeat", type=int, default=repeat, metavar="K",
+                   help=f"time every method K times and report the {statistic} (default {repeat})")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="W",
+                   help="worker count of the W-worker scans (default os.cpu_count() = %(default)s)")
+    p.add_argument("--no-cli", action="store_true", help=f"skip the information {cli_rows}")
+    p.add_argument("--budget", type=float, default=budget, metavar="SECONDS",
+                   help="stop repeating once another round would end past this many seconds of "
+                        f"timing (default {budget:.0f}; at least one round always runs)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON to FILE")
+
+
+def at_least(p: argparse.ArgumentParser, args: argparse.Namespace, **minimums: int) -> None:
+    """``p.error`` for the first option below its minimum (``per_folder=1`` checks ``--per-folder``)."""
+    for dest, low in minimums.items():
+        if getattr(args, dest) < low:
+            p.error(f"--{dest.replace('_', '-')} must be at least {low}")

@@ -64,30 +64,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="images in the synthetic SimpleTuner dataset (default 5000)")
     p.add_argument("--per-folder", type=int, default=1000, metavar="M",
                    help="images per dataset subfolder part_NNN/ (default 1000)")
-    p.add_argument("--dir", type=Path, metavar="DIR",
-                   help="build the set in DIR, or reuse the one already there (never deleted)")
-    p.add_argument("--keep", action="store_true",
-                   help="keep the generated set; without --dir it goes to bench/out/simpletuner-<N> "
-                        "and later --keep runs reuse it")
-    p.add_argument("--repeat", type=int, default=3, metavar="K",
-                   help="time every method K times and report the best (default 3)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="W",
-                   help="worker count of the 'W workers' scans (default os.cpu_count() = %(default)s)")
-    p.add_argument("--no-cli", action="store_true",
-                   help="skip the information rows that time the `cachedoctor scan` command line")
-    p.add_argument("--budget", type=float, default=150.0, metavar="SECONDS",
-                   help="stop repeating once another round would end past this many seconds of "
-                        "timing (default 150; at least one round always runs)")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON to FILE")
+    _common.add_set_options(p, set_dir="simpletuner-<N>", repeat=3, statistic="best", budget=150.0,
+                            cli_rows="rows that time the `cachedoctor scan` command line")
     args = p.parse_args(argv)
-    if args.images < 1:
-        p.error("--images must be at least 1")
-    if args.per_folder < 1:
-        p.error("--per-folder must be at least 1")
-    if args.repeat < 1:
-        p.error("--repeat must be at least 1")
-    if args.workers < 1:
-        p.error("--workers must be at least 1")
+    _common.at_least(p, args, images=1, per_folder=1, repeat=1, workers=1)
     return args
 
 

@@ -66,32 +66,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--entries", type=int, default=20_000, metavar="N", help="files in the cache (default 20000)")
     p.add_argument("--per-folder", type=int, default=1000, metavar="M", help="files per folder (default 1000)")
-    p.add_argument("--dir", type=Path, metavar="DIR",
-                   help="build the set in DIR, or reuse the one already there (never deleted)")
-    p.add_argument("--keep", action="store_true",
-                   help="keep the generated set; without --dir it goes to bench/out/rescan-<N>-<M> "
-                        "and later --keep runs reuse it")
-    p.add_argument("--repeat", type=int, default=11, metavar="K",
-                   help="time every method K times and report the median (default 11)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="W",
-                   help="worker count of the default-workers rescan (default os.cpu_count() = %(default)s)")
-    p.add_argument("--no-cli", action="store_true",
-                   help="skip the information row that times `python -m cachedoctor scan CACHE`")
+    _common.add_set_options(p, set_dir="rescan-<N>-<M>", repeat=11, statistic="median", budget=120.0,
+                            cli_rows="row that times `python -m cachedoctor scan CACHE`")
     p.add_argument("--profile", type=int, nargs="?", const=20, default=0, metavar="LINES",
                    help="after the rounds, cProfile one 1-worker rescan and print its top LINES "
                         "functions (default 20 when given)")
-    p.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
-                   help="stop repeating once another round would end past this many seconds of "
-                        "timing (default 120; at least one round always runs)")
-    p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON to FILE")
     p.add_argument("--build-into", type=Path, help=argparse.SUPPRESS)  # internal: build in a child process
     args = p.parse_args(argv)
-    if args.entries < 1 or args.per_folder < 1:
-        p.error("--entries and --per-folder must be at least 1")
-    if args.repeat < 1:
-        p.error("--repeat must be at least 1")
-    if args.workers < 1:
-        p.error("--workers must be at least 1")
+    _common.at_least(p, args, entries=1, per_folder=1, repeat=1, workers=1)
     return args
 
 

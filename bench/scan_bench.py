@@ -82,16 +82,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="time only the torch.load, central-directory and plain-read loops "
                         "(cachedoctor is not imported)")
     args = p.parse_args(argv)
-    if args.files < 1:
-        p.error("--files must be at least 1")
-    if args.repeat < 1:
-        p.error("--repeat must be at least 1")
+    _common.at_least(p, args, files=1, repeat=1, workers=1, pool=1)
     if args.torch_load_files < 0:
         p.error("--torch-load-files must be 0 (all) or more")
-    if args.workers < 1:
-        p.error("--workers must be at least 1")
-    if args.pool < 1:
-        p.error("--pool must be at least 1")
     return args
 
 
