@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -94,3 +97,26 @@ def at_least(p: argparse.ArgumentParser, args: argparse.Namespace, **minimums: i
     for dest, low in minimums.items():
         if getattr(args, dest) < low:
             p.error(f"--{dest.replace('_', '-')} must be at least {low}")
+
+
+def set_root(args: argparse.Namespace, kept_name: str, temp_prefix: str) -> tuple[Path, str]:
+    """Where the file set goes: ``--dir``, ``bench/out/<kept_name>`` with ``--keep``, or a temp folder."""
+    if args.dir is not None:
+        return args.dir.resolve(), "--dir"
+    if args.keep:
+        return REPO / "bench" / "out" / kept_name, "--keep"
+    return Path(tempfile.mkdtemp(prefix=temp_prefix)), "temp"
+
+
+def write_figures(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"figures written to {path}")
+
+
+def release_set(root: Path, delete: bool, given_dir: bool) -> None:
+    """Remove a temp set, or say where a kept one is and how to reuse it."""
+    if delete:
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        print(f"set kept in {root}" + ("" if given_dir else f" (reuse: --dir {root}, or --keep again)"))

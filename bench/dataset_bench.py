@@ -31,7 +31,6 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, NoReturn
@@ -232,12 +231,7 @@ def generate(lay: Layout) -> float:
 
 
 def prepare_set(args) -> tuple[Layout, dict[str, Any]]:
-    if args.dir is not None:
-        root, origin = args.dir.resolve(), "--dir"
-    elif args.keep:
-        root, origin = REPO / "bench" / "out" / f"simpletuner-{args.images}", "--keep"
-    else:
-        root, origin = Path(tempfile.mkdtemp(prefix="cachedoctor-dsbench-")), "temp"
+    root, origin = _common.set_root(args, f"simpletuner-{args.images}", "cachedoctor-dsbench-")
     root.mkdir(parents=True, exist_ok=True)
     foreign = sorted(name for name in os.listdir(root) if name not in OWN_ENTRIES)
     if foreign or (os.listdir(root) and not (root / MARKER).is_file()):
@@ -489,14 +483,9 @@ def main(argv: list[str] | None = None) -> int:
                 "info_ratios": [{"ratio_of": label, "ratio": value} for label, value in info_rows],
                 "notes": notes, "total_seconds": total_s,
             }
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(doc, indent=2) + "\n")
-            print(f"figures written to {args.json}")
+            _common.write_figures(args.json, doc)
     finally:
-        if info["deleted_at_end"]:
-            shutil.rmtree(lay.root, ignore_errors=True)
-        else:
-            print(f"set kept in {lay.root}" + ("" if args.dir else f" (reuse: --dir {lay.root}, or --keep again)"))
+        _common.release_set(lay.root, info["deleted_at_end"], args.dir is not None)
     return 0  # the goal is reported, never enforced by the exit status
 
 

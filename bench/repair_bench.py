@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
-import json
 import os
 import platform
 import shutil
@@ -667,9 +666,7 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
             "figures": figures, "goals": goal_rows, "info_ratios": info_rows, "notes": notes,
             "total_seconds": total_s,
         }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=2) + "\n")
-        print(f"figures written to {args.json}")
+        _common.write_figures(args.json, doc)
     return 0  # goals are reported, never enforced by the exit status
 
 

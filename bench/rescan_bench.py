@@ -38,7 +38,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, NoReturn
@@ -111,12 +110,7 @@ def count_files(cache: Path) -> int:
 
 def prepare_set(args) -> tuple[Path, dict[str, Any]]:
     """Build (or reuse) the cache; remove any state database, so the first scan is a full one."""
-    if args.dir is not None:
-        root, origin = args.dir.resolve(), "--dir"
-    elif args.keep:
-        root, origin = REPO / "bench" / "out" / f"rescan-{args.entries}-{args.per_folder}", "--keep"
-    else:
-        root, origin = Path(tempfile.mkdtemp(prefix="cachedoctor-rescan-bench-")), "temp"
+    root, origin = _common.set_root(args, f"rescan-{args.entries}-{args.per_folder}", "cachedoctor-rescan-bench-")
     root.mkdir(parents=True, exist_ok=True)
     listed = os.listdir(root)
     foreign = sorted(name for name in listed if name not in OWN_ENTRIES)
@@ -466,14 +460,9 @@ def main(argv: list[str] | None = None) -> int:
                 "info_ratios": [{"ratio_of": label, "ratio": value} for label, value in info_rows],
                 "other_cpu_share": others_share, "notes": notes, "profile": profile_text, "total_seconds": total_s,
             }
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(doc, indent=2) + "\n")
-            print(f"figures written to {args.json}")
+            _common.write_figures(args.json, doc)
     finally:
-        if info["deleted_at_end"]:
-            shutil.rmtree(root, ignore_errors=True)
-        else:
-            print(f"set kept in {root}" + ("" if args.dir else f" (reuse: --dir {root}, or --keep again)"))
+        _common.release_set(root, info["deleted_at_end"], args.dir is not None)
     return 0  # the goal is reported, never enforced by the exit status
 
 

@@ -17,7 +17,6 @@ See bench/README.md for what each figure means.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
@@ -124,12 +123,7 @@ def make_pool(torch, size: int, dtype_name: str) -> list:
 
 def prepare_set(args, torch) -> tuple[Path, list[Path], dict]:
     """Create (or reuse) the set; return its folder, its sorted files and what was done."""
-    if args.dir is not None:
-        folder, origin = args.dir.resolve(), "--dir"
-    elif args.keep:
-        folder, origin = REPO / "bench" / "out" / f"latents-{args.dtype}-{args.files}", "--keep"
-    else:
-        folder, origin = Path(tempfile.mkdtemp(prefix="cachedoctor-bench-")), "temp"
+    folder, origin = _common.set_root(args, f"latents-{args.dtype}-{args.files}", "cachedoctor-bench-")
     folder.mkdir(parents=True, exist_ok=True)
 
     # The scans take the whole folder, so it must hold the set and nothing else.
@@ -400,14 +394,9 @@ def main(argv: list[str] | None = None) -> int:
                 "figures": figures, "goals": goal_rows, "info_ratios": info_rows, "notes": notes,
                 "total_seconds": total_s,
             }
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(doc, indent=2) + "\n")
-            print(f"figures written to {args.json}")
+            _common.write_figures(args.json, doc)
     finally:
-        if info["deleted_at_end"]:
-            shutil.rmtree(folder, ignore_errors=True)
-        else:
-            print(f"set kept in {folder}" + ("" if args.dir else f" (reuse: --dir {folder}, or --keep again)"))
+        _common.release_set(folder, info["deleted_at_end"], args.dir is not None)
     return 0  # goals are reported, never enforced by the exit status
 
 
