@@ -63,3 +63,34 @@ def test_ctrl_c_exits_130(script: str, tmp_path: Path) -> None:
         assert out == ""
         return
     pytest.skip("every scan finished before the interrupt arrived")
+
+
+def test_sigkill_leaves_no_scan_worker_behind(script: str, tmp_path: Path) -> None:
+    """A SIGKILLed scan's reader processes die with it: none is left holding its stdout open
+    (a caller waiting for EOF would hang) or reading on."""
+    import signal
+    import time
+
+    data = pt_bytes(latent(h=96, w=96))
+    for i in range(3000):
+        (tmp_path / f"{i:05d}.pt").write_bytes(data)
+    proc = subprocess.Popen([script, "scan", str(tmp_path), "--deep", "--no-state", "-j", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    children: list[str] = []
+    while not children:  # wait until the pool's readers exist
+        assert proc.poll() is None and time.monotonic() < deadline
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)  # EOF on both pipes: every process that held them is gone
+    time.sleep(0.2)
+    alive = [c for c in children if Path(f"/proc/{c}").exists() and "Z" not in _state(c)]
+    assert alive == []
+
+
+def _state(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

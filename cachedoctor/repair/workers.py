@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from cachedoctor.errors import PathError
+from cachedoctor.lifetime import die_with_parent
 from cachedoctor.repair.interface import Action, ItemResult, ItemState, RepairError
 
 Batch = list[Action]
@@ -43,16 +44,6 @@ def split(batches: list[Batch], shares: int) -> list[list[Batch]]:
         out[i].append(batch)
         loads[i] += batch_cost(batch)
     return out
-
-
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _prepared(batches: list[Batch], downscale: int) -> Iterator[tuple[Batch, list]]:
@@ -184,7 +175,7 @@ def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None: 
 
 def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, queue,  # type: ignore[no-untyped-def]
                  workers_on_cpu: int) -> None:
-    _die_with_parent()
+    die_with_parent()
     try:
         work(batches, encoder_specs, device, run_id, queue.put, workers_on_cpu)
     except BaseException as exc:  # reported by the parent; the items stay unfinished in the journal

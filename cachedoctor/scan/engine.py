@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from cachedoctor.findings import Finding
+from cachedoctor.lifetime import die_with_parent
 from cachedoctor.layouts.interface import DatasetPlan
 from cachedoctor.scan.collect import Collector, Progress, Record, ScanError, ScanStats
 from cachedoctor.scan.dataset import DatasetMatcher
@@ -148,8 +149,9 @@ def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: Collecto
             yield folder_id, items[i:i + size], facts or store is not None, store is not None
 
 
-def _ignore_sigint() -> None:
+def _init_worker(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    die_with_parent(parent)  # a SIGKILLed scan leaves no reader behind holding its stdout
 
 
 def _run_pool(chunks: Iterator[Chunk], workers: int, collector: Collector) -> None:
@@ -157,7 +159,8 @@ def _run_pool(chunks: Iterator[Chunk], workers: int, collector: Collector) -> No
 
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
     context = multiprocessing.get_context(method)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
+                               initargs=(os.getpid(),))
     in_flight: dict[Future, int] = {}
     limit = workers * 4
     try:
