@@ -120,3 +120,21 @@ def release_set(root: Path, delete: bool, given_dir: bool) -> None:
         shutil.rmtree(root, ignore_errors=True)
     else:
         print(f"set kept in {root}" + ("" if given_dir else f" (reuse: --dir {root}, or --keep again)"))
+
+
+def run_rounds(methods: list[tuple[str, Callable[[], dict]]], times: dict[str, list[float]],
+               extras: dict[str, dict], repeat: int, budget: float, *, alternate: bool = False) -> tuple[int, bool]:
+    """Time every method once per round, so slow drift of the machine hits all alike (with
+    ``alternate``, in reverse order every other round). Returns (rounds, stopped early)."""
+    t_timing = time.perf_counter()
+    rounds = 0
+    for r in range(repeat):
+        t_round = time.perf_counter()
+        for key, fn in (methods if not alternate or r % 2 == 0 else methods[::-1]):
+            dt, extra = time_once(fn)
+            times[key].append(dt)
+            extras[key] = extra
+        rounds += 1
+        if round_done(r, rounds, t_round, t_timing, repeat, budget):
+            return rounds, True
+    return rounds, False

@@ -399,18 +399,8 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[str, list[float]] = {key: [] for key, *_ in methods}
         extras: dict[str, dict] = {}
         t_timing = time.perf_counter()
-        rounds = 0
-        stopped_early = False
-        for r in range(args.repeat):
-            t_round = time.perf_counter()
-            for key, _, _, _, fn in methods:
-                dt, extra = _common.time_once(fn)
-                times[key].append(dt)
-                extras[key] = extra
-            rounds += 1
-            if _common.round_done(r, rounds, t_round, t_timing, args.repeat, args.budget):
-                stopped_early = True
-                break
+        rounds, stopped_early = _common.run_rounds([(key, fn) for key, _, _, _, fn in methods], times, extras,
+                                                   args.repeat, args.budget)
 
         figures = {}
         for key, label, count, unit, _ in methods:

@@ -315,20 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         os.sync()  # flush what building and the first scans wrote, so no writeback runs into the rounds
         cpu0 = cpu_snapshot()
         t_timing = time.perf_counter()
-        rounds = 0
-        stopped_early = False
-        for r in range(args.repeat):
-            t_round = time.perf_counter()
-            # Alternate the order round by round, so neither side always runs right after the other.
-            order = scan_methods if r % 2 == 0 else scan_methods[::-1]
-            for key, _, fn in order:
-                dt, extra = _common.time_once(fn)
-                times[key].append(dt)
-                extras[key] = extra
-            rounds += 1
-            if _common.round_done(r, rounds, t_round, t_timing, args.repeat, args.budget):
-                stopped_early = True
-                break
+        # Alternate the order round by round, so neither side always runs right after the other.
+        rounds, stopped_early = _common.run_rounds([(key, fn) for key, _, fn in scan_methods], times, extras,
+                                                   args.repeat, args.budget, alternate=True)
         if cli:
             # After the goal's rounds, as many runs: a CLI run is a separate process whose writes
             # (the state database's WAL and checkpoint) should not spill into the rounds.

@@ -28,6 +28,7 @@ from cachedoctor.repair.locks import is_lock_name
 from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.incremental import EXISTING
 from cachedoctor.scan.state import default_path
+from cachedoctor.scan.walk import is_under
 
 #: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).
 CRASH_KINDS = frozenset({"partial-write", "corrupt-archive", "non-finite"})
@@ -59,14 +60,14 @@ def survey(targets: list[str], layout: LayoutName, options: LayoutOptions, worke
     if stateful:  # the state's record is the checkpoint: what changed since was just read deep
         out.since = "since the last scan (its state database)"
         out.suspects = result.stats.files_deep
-        out.damaged = [f for f in result.findings if f.kind in damaged and _within(f.path, stateful)]
+        out.damaged = [f for f in result.findings if f.kind in damaged and any(is_under(f.path, s) for s in stateful)]
     for root in folders:
         run = interrupted_run(root)
         if run is not None:
             out.interrupted.append((root, run))
     rest = [f for f in folders if f not in stateful]
     checkpoint = max((run.last_update for r, run in out.interrupted if r in rest), default=None)
-    temps = [f for f in out.temp_files if not _within(f.path, stateful)]
+    temps = [f for f in out.temp_files if not any(is_under(f.path, s) for s in stateful)]
     suspects = _written_after(rest, checkpoint) if checkpoint else _beside_temps(temps)
     if suspects:
         out.suspects += len(suspects)
@@ -74,10 +75,6 @@ def survey(targets: list[str], layout: LayoutName, options: LayoutOptions, worke
         out.damaged += [f for f in deep.findings if f.kind in damaged]
     out.held_locks = _held_locks(folders)
     return out
-
-
-def _within(path: str, folders: list[str]) -> bool:
-    return any(path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
 
 
 def _beside_temps(temps: list[Finding]) -> set[str]:

@@ -150,7 +150,7 @@ class Collector:
         sig = record.sigs.get(o.path)
         if fresh and sig is not None:
             deep_scan = record.store.scan_id if o.path in record.deep else None
-            record.fresh.append(Upsert(os.path.basename(o.path), sig, record.store.is_racy(sig), deep_scan, o.xxh3,
+            record.fresh.append(Upsert(os.path.basename(o.path), sig, record.store.is_racy(sig.mtime_ns, sig.ctime_ns), deep_scan, o.xxh3,
                                        outcome_to_text(o)))
 
     def close_empty(self, path: str) -> None:

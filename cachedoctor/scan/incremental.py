@@ -84,7 +84,6 @@ def plan_folder(store: StateStore, folder: str, files: list[str], *, deep: bool,
     it keeps to one ``stat`` per file and builds no per-file objects.
     """
     cut = len(folder.rstrip(os.sep)) + 1
-    clock = store.clock_ns
     stats: list[os.stat_result | None] = []
     numbers = array("Q")
     settled = True
@@ -97,8 +96,8 @@ def plan_folder(store: StateStore, folder: str, files: list[str], *, deep: bool,
             continue
         stats.append(st)
         mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
-        if mtime >= clock or ctime >= clock:
-            settled = False  # racy: changed in the tick this scan began
+        if store.is_racy(mtime, ctime):
+            settled = False
         elif settled:
             try:
                 numbers.extend((st.st_size, mtime, ctime, st.st_ino))

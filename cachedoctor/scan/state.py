@@ -135,7 +135,9 @@ class StateStore:
         return os.fsencode(os.path.relpath(folder, self.base) if self.base else folder)
 
     def covers(self, folder: str) -> bool:
-        return not self.base or folder == self.base or folder.startswith(self.base.rstrip(os.sep) + os.sep)
+        from cachedoctor.scan.walk import is_under
+
+        return not self.base or folder == self.base or is_under(folder, self.base)
 
     # --- one scan ---------------------------------------------------------------------------
 
@@ -161,8 +163,9 @@ class StateStore:
             out[os.fsdecode(name)] = Row(Sig(size, mtime, ctime, ino), bool(racy), deep_scan, xxh3, outcome)
         return out
 
-    def is_racy(self, sig: Sig) -> bool:
-        return sig.mtime_ns >= self.clock_ns or sig.ctime_ns >= self.clock_ns
+    def is_racy(self, mtime_ns: int, ctime_ns: int) -> bool:
+        """Changed in the clock tick this scan began: the stat cannot vouch for the content."""
+        return mtime_ns >= self.clock_ns or ctime_ns >= self.clock_ns
 
     def save(self, folder: str, upserts: list[Upsert], gone: Iterable[str], digest: str | None,
              result: str | None) -> None:

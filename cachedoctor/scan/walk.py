@@ -35,7 +35,8 @@ class WalkError:
     message: str
 
 
-def _under(path: str, folder: str) -> bool:
+def is_under(path: str, folder: str) -> bool:
+    """Whether ``path`` is strictly inside ``folder``."""
     return path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
@@ -73,7 +74,7 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
     folders = [t for t in targets if os.path.isdir(t)]
     named: dict[str, set[str]] = {}
     for target in targets:
-        if not os.path.isdir(target) and not any(_under(target, f) for f in folders):
+        if not os.path.isdir(target) and not any(is_under(target, f) for f in folders):
             if not excluded(os.path.basename(target), exclude):
                 named.setdefault(os.path.dirname(target), set()).add(target)
     for folder, files in named.items():
