@@ -12,7 +12,11 @@ _INTERRUPTED = "cachedoctor: error: interrupted; nothing was changed"
 def main() -> None:
     try:
         from cachedoctor.cli import run
-    except KeyboardInterrupt:
+    except BaseException as exc:  # Ctrl-C, bare or wrapped by an import (see lifetime.reraise_interrupt)
+        from cachedoctor.lifetime import caused_by_interrupt
+
+        if not caused_by_interrupt(exc):
+            raise
         print(_INTERRUPTED, file=sys.stderr)
         sys.exit(130)
     sys.exit(run())

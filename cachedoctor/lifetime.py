@@ -1,10 +1,17 @@
-"""Worker processes die with the process that started them.
+"""How runs end: workers die with the process that started them, and Ctrl-C stays Ctrl-C.
 
 A SIGKILLed ``scan`` or ``repair`` must not leave workers behind: they would hold the parent's
 stdout and stderr open (a caller waiting for EOF hangs), keep reading a cache that a new run is
 repairing, or write behind its back. Linux's ``PR_SET_PDEATHSIG`` has the kernel send SIGKILL
 when the parent dies; the check after it closes the window in which the parent died before the
 call was made. Elsewhere it does nothing.
+
+Ctrl-C can land inside a lazy import (numpy on the first deep read, torch on the first
+rewrite), where Python may wrap the ``KeyboardInterrupt`` in another exception: on 3.11 an
+interrupt inside a class body's ``__set_name__`` becomes a ``RuntimeError``. The broad
+``except Exception`` that keeps one damaged file from stopping a scan would then turn the
+user's Ctrl-C into a finding or an "internal error" (exit 2). Each such handler calls
+:func:`reraise_interrupt` first.
 """
 
 from __future__ import annotations
@@ -27,4 +34,22 @@ def die_with_parent(parent: int | None = None) -> None:
         os._exit(1)
 
 
-__all__ = ["die_with_parent"]
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was caused by, a ``KeyboardInterrupt`` (its ``__cause__``/``__context__`` chain)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
+
+def reraise_interrupt(exc: BaseException) -> None:
+    """Raise ``KeyboardInterrupt`` if ``exc`` was caused by one; otherwise do nothing."""
+    if caused_by_interrupt(exc):
+        raise KeyboardInterrupt from exc
+
+
+__all__ = ["caused_by_interrupt", "die_with_parent", "reraise_interrupt"]

@@ -182,3 +182,23 @@ def test_named_files_keep_their_peers_and_are_not_scanned_twice(tmp_path: Path) 
     assert doc["summary"]["folders"] == 1
     code, out, _ = cli("scan", str(tmp_path), str(bad), "--format", "json")
     assert json.loads(out)["summary"]["files_read"] == 5
+
+
+def test_ctrl_c_wrapped_by_a_lazy_import_is_still_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI once sent Ctrl-C while the first deep read imported numpy: Python 3.11 wrapped the
+    interrupt, raised in a class body's ``__set_name__``, in a RuntimeError, and the scan
+    reported an "internal error while reading" (exit 2) instead of being interrupted (130)."""
+    peers(tmp_path)
+
+    class Interrupting:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise KeyboardInterrupt
+
+    def read_while_importing(path: str, deep: bool) -> None:
+        class finfo:  # noqa: N801  what `import numpy` was building when the signal came
+            epsneg = Interrupting()
+
+    monkeypatch.setattr("cachedoctor.scan.inspect.read_file", read_while_importing)
+    code, out, err = cli("scan", str(tmp_path), "--deep", "--workers", "1", "--no-state")
+    assert (code, out) == (130, "")
+    assert err.strip() == "cachedoctor: error: interrupted; nothing was changed"

@@ -19,6 +19,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from cachedoctor.encoders.interface import API_VERSION, Encoder, EncoderError, EncoderFactory, Modality, Scaling
+from cachedoctor.lifetime import reraise_interrupt
 
 #: The entry-point group adapters register in; its version changes only when the interface breaks.
 ENTRY_POINT_GROUP = f"cachedoctor.encoders.v{API_VERSION}"
@@ -60,6 +61,7 @@ def load_encoder(spec: str) -> Encoder:
     except ImportError as e:
         raise EncoderError(spec, f"{_missing(e)} is not installed; {_install_hint(target)}") from e
     except Exception as e:  # a factory bug or a bad ARG: exit 2 with the reason, not a traceback
+        reraise_interrupt(e)
         raise EncoderError(spec, f"the factory {target} failed: {type(e).__name__}: {e}; check the ARG after ':'") from e
     _check(spec, target, encoder)
     return encoder
@@ -95,6 +97,7 @@ def _import_factory(spec: str, target: str) -> EncoderFactory:
             raise EncoderError(spec, f"no module named {e.name!r}; check the spelling, or install the package that provides it") from e
         raise EncoderError(spec, f"{module_name} needs {_missing(e)}, which is not installed; {_install_hint(target)}") from e
     except Exception as e:
+        reraise_interrupt(e)
         raise EncoderError(spec, f"importing {module_name} failed: {type(e).__name__}: {e}; fix or reinstall that module") from e
     try:
         factory = functools.reduce(getattr, attr.split("."), module)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from cachedoctor.formats._source import Source
 from cachedoctor.formats._unpickle import RestrictedUnpickler
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError
+from cachedoctor.lifetime import reraise_interrupt
 
 _LIMIT = 256 * 1024 * 1024
 
@@ -28,6 +29,7 @@ class PlainPickleReader(FormatReader):
         try:
             unpickler.load()
         except Exception as exc:  # hostile or damaged pickles raise anything
+            reraise_interrupt(exc)
             error = f"{type(exc).__name__}: {exc}"[:200]
         if unpickler.foreign:
             return FileMeta(path, self.name, src.size, foreign_globals=tuple(unpickler.foreign),

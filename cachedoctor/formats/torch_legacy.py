@@ -15,6 +15,7 @@ from cachedoctor.formats._dtypes import ITEMSIZE
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._unpickle import RestrictedUnpickler, StorageRef, legacy_storage_ref, walk
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
+from cachedoctor.lifetime import reraise_interrupt
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 _MAGIC_BYTES = MAGIC_NUMBER.to_bytes(10, "little")
@@ -56,6 +57,7 @@ class TorchLegacyReader(FormatReader):
         except ReadError:
             raise
         except Exception as exc:  # hostile or damaged pickles raise anything
+            reraise_interrupt(exc)
             if foreign:
                 return FileMeta(path, self.name, src.size, foreign_globals=tuple(foreign),
                                 unreadable_reason=f"{type(exc).__name__}: {exc}"[:200])

@@ -17,6 +17,7 @@ from cachedoctor.formats._source import BufferSource, FileSource, Source
 from cachedoctor.formats._unpickle import RestrictedUnpickler, StorageRef, Walked, walk, zip_storage_ref
 from cachedoctor.formats._zip import ZipDirectory, directory_of, is_zip, read_member
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
+from cachedoctor.lifetime import reraise_interrupt
 
 _PICKLE_LIMIT = 256 * 1024 * 1024
 
@@ -99,6 +100,7 @@ def _unpickle(data: bytes) -> tuple[Walked | None, tuple[str, ...], str | None]:
     try:
         walked = walk(unpickler.load())
     except Exception as exc:  # hostile or damaged pickles raise anything: catch broadly
+        reraise_interrupt(exc)
         return None, tuple(unpickler.foreign), f"{type(exc).__name__}: {str(exc)[:120]}"
     return walked, tuple(unpickler.foreign), None
 
@@ -133,6 +135,7 @@ def read_torch_object(path: str) -> Any:
     try:
         obj = unpickler.load()
     except Exception as exc:  # damaged or hostile pickles raise anything
+        reraise_interrupt(exc)
         raise ReadError("bad-pickle", f"data.pkl does not unpickle ({type(exc).__name__})") from None
     if unpickler.foreign:
         raise ReadError("bad-pickle", f"data.pkl names {unpickler.foreign[0]}, which a cache index never holds")

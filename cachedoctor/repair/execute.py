@@ -22,6 +22,7 @@ from cachedoctor.atomic import atomic_binary, fsync_dir, temp_prefix_for, temp_t
 from cachedoctor.repair.interface import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
 from cachedoctor.repair.locks import file_lock
 from cachedoctor.repair.quarantine import Quarantine
+from cachedoctor.lifetime import reraise_interrupt
 
 #: Steps between which a test may SIGKILL the process (``CACHEDOCTOR_TEST_KILL_AT``, tests only).
 _STEP = {"n": 0}
@@ -99,6 +100,7 @@ def run_action(action: Action, quarantine: Quarantine, make_bytes: Callable[[Act
                 raise disk_full(path, exc) from None
             return ItemResult(path, action.kind, ItemState.FAILED, f"{exc.strerror or exc}")
         except Exception as exc:  # one bad file must not stop the run
+            reraise_interrupt(exc)
             from cachedoctor.repair.lossless import NotRewritable
 
             state = ItemState.BLOCKED if isinstance(exc, NotRewritable) else ItemState.FAILED

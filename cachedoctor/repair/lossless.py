@@ -18,6 +18,7 @@ from typing import Any
 
 from cachedoctor.formats import read_file
 from cachedoctor.formats.interface import ReadError
+from cachedoctor.lifetime import reraise_interrupt
 
 TORCH_FORMATS = frozenset({"torch-zip", "torch-gzip", "torch-legacy"})
 
@@ -45,6 +46,7 @@ def load_safely(path: str) -> tuple[Any, str]:
     try:
         obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError...
+        reraise_interrupt(exc)
         raise NotRewritable(f"torch.load(weights_only=True) refused it ({type(exc).__name__}: {exc})") from None
     return obj, meta.format
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from cachedoctor.errors import PathError
-from cachedoctor.lifetime import die_with_parent
+from cachedoctor.lifetime import die_with_parent, reraise_interrupt
 from cachedoctor.repair.interface import Action, ItemResult, ItemState, RepairError
 
 Batch = list[Action]
@@ -56,6 +56,7 @@ def _prepared(batches: list[Batch], downscale: int) -> Iterator[tuple[Batch, lis
             try:
                 out.append(prepare_image(action.spec, downscale) if action.spec.role == "latent" else None)
             except Exception as exc:  # a missing or undecodable image fails its own item only
+                reraise_interrupt(exc)
                 out.append(exc)
         return out
 
@@ -101,6 +102,7 @@ def _work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: s
         except PathError:
             raise
         except Exception as exc:  # out of memory, a CUDA error, weights the library refuses
+            reraise_interrupt(exc)
             raise RepairError(spec, f"cannot load it on {device} ({type(exc).__name__}: {exc}); "
                                     "nothing was recomputed. Check the model and the device, then run again") from None
         encoders["latent" if encoder.modality.value == "image" else "text"] = encoder

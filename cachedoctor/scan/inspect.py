@@ -14,6 +14,7 @@ from functools import lru_cache
 from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
 from cachedoctor.findings import Finding
 from cachedoctor.formats import FileMeta, ReadError, UnreadableFile, claims_cache, read_file
+from cachedoctor.lifetime import reraise_interrupt
 
 #: Read errors that, under a name that does not claim a cache format, mean "not ours".
 _FOREIGN_PROBLEMS = frozenset({"empty", "unknown-format", "not-torch"})
@@ -85,6 +86,7 @@ def _inspect(path: str, deep: bool, mtime: int | None) -> Outcome:
             return Outcome(path, size, "skipped", mtime_ns=mtime or 0)  # an empty file, a foreign zip or pickle
         return _judge(Inspected(path, size, error=exc), None, mtime)
     except Exception as exc:  # a reader bug must not stop a scan of a million files
+        reraise_interrupt(exc)
         return Outcome(path, _size(path), "error", mtime_ns=mtime or 0,
                        error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it")
     if meta is None:
