@@ -7,6 +7,7 @@ import argparse
 import gc
 import json
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -120,6 +121,20 @@ def release_set(root: Path, delete: bool, given_dir: bool) -> None:
         shutil.rmtree(root, ignore_errors=True)
     else:
         print(f"set kept in {root}" + ("" if given_dir else f" (reuse: --dir {root}, or --keep again)"))
+
+
+def machine(**versions: Any) -> dict[str, Any]:
+    """The machine facts each benchmark's JSON records, with the library versions it names."""
+    return {"python": platform.python_version(), **versions, "cpu_count": os.cpu_count(), "platform": platform.platform()}
+
+
+def print_total(wall0: float, t_timing: float, set_s: float, warm_s: float) -> float:
+    """Print where a set-building benchmark's run time went; return the total seconds."""
+    total_s = time.perf_counter() - wall0
+    print()
+    print(f"total run time {total_s:.1f} s (set {set_s:.1f} s, warm-up {warm_s:.1f} s, "
+          f"timing {time.perf_counter() - t_timing:.1f} s)")
+    return total_s
 
 
 def run_rounds(methods: list[tuple[str, Callable[[], dict]]], times: dict[str, list[float]],

@@ -454,17 +454,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the dataset comparison adds {extra_s:.3f} s over the cache-only scan "
               f"({extra_s / n * 1e6:.0f} us per image); planning alone is {figures['plan']['seconds_best']:.3f} s")
 
-        total_s = time.perf_counter() - wall0
-        print()
-        print(f"total run time {total_s:.1f} s (set {info['generate_seconds']:.1f} s, warm-up {warm_s:.1f} s, "
-              f"timing {time.perf_counter() - t_timing:.1f} s)")
+        total_s = _common.print_total(wall0, t_timing, info['generate_seconds'], warm_s)
         if args.json:
             doc = {
                 "schema": SCHEMA,
                 "argv": sys.argv[1:] if argv is None else argv,
-                "machine": {"python": platform.python_version(), "torch": torch.__version__,
-                            "pillow": PIL.__version__, "cpu_count": os.cpu_count(),
-                            "platform": platform.platform()},
+                "machine": _common.machine(torch=torch.__version__, pillow=PIL.__version__),
                 "set": info, "check": check,
                 "warm_up": {"files": files, "bytes": nbytes, "seconds": warm_s},
                 "repeat": args.repeat, "rounds": rounds, "stopped_early": stopped_early, "workers": args.workers,

@@ -658,9 +658,8 @@ def run(args, api, helpers, torch, PIL, work: Path, wall0: float, do_lossless: b
         doc = {
             "schema": SCHEMA,
             "argv": sys.argv[1:] if argv is None else argv,
-            "machine": {"python": platform.python_version(), "torch": torch.__version__, "pillow": PIL.__version__,
-                        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                        "platform": platform.platform(), "cachedoctor_git": revision()},
+            "machine": {**_common.machine(torch=torch.__version__, pillow=PIL.__version__, torch_threads=torch.get_num_threads()),
+                        "cachedoctor_git": revision()},
             "setup": setup, "repeat": args.repeat, "rounds": rounds, "stopped_early": stopped_early,
             "other_processes_cpu_seconds": others,
             "figures": figures, "goals": goal_rows, "info_ratios": info_rows, "notes": notes,

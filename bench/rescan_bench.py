@@ -429,16 +429,12 @@ def main(argv: list[str] | None = None) -> int:
             print("profile of one 1-worker rescan (cProfile, untimed; its overhead inflates small calls):")
             print(profile_text)
 
-        total_s = time.perf_counter() - wall0
-        print()
-        print(f"total run time {total_s:.1f} s (set {info['generate_seconds']:.1f} s, warm-up {warm_s:.1f} s, "
-              f"timing {time.perf_counter() - t_timing:.1f} s)")
+        total_s = _common.print_total(wall0, t_timing, info['generate_seconds'], warm_s)
         if args.json:
             doc = {
                 "schema": SCHEMA,
                 "argv": sys.argv[1:] if argv is None else argv,
-                "machine": {"python": platform.python_version(), "cpu_count": os.cpu_count(),
-                            "platform": platform.platform()},
+                "machine": _common.machine(),
                 "set": info, "warm_up": {"files": files, "bytes": nbytes, "seconds": warm_s},
                 "first_scan": {"seconds": one_off["first"], "workers": args.workers, **first},
                 "full_scan_no_state": {"seconds": one_off["full_nostate"], "workers": args.workers, **full_nostate},

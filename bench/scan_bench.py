@@ -366,17 +366,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label + f' ({unit})':<52} {ratio:>7.2f}x {'':>9}  (info)")
                 info_rows.append({"ratio_of": label, "unit": unit, "ratio": ratio})
 
-        total_s = time.perf_counter() - wall0
-        print()
-        print(f"total run time {total_s:.1f} s (set {info['generate_seconds']:.1f} s, warm-up {warm_s:.1f} s, "
-              f"timing {time.perf_counter() - t_timing:.1f} s)")
+        total_s = _common.print_total(wall0, t_timing, info['generate_seconds'], warm_s)
 
         if args.json:
             doc = {
                 "schema": "cachedoctor.bench.scan/1",
                 "argv": sys.argv[1:] if argv is None else argv,
-                "machine": {"python": platform.python_version(), "torch": torch.__version__,
-                            "cpu_count": os.cpu_count(), "platform": platform.platform()},
+                "machine": _common.machine(torch=torch.__version__),
                 "set": {**info, "files": n},
                 "warm_up": {"bytes": warm_bytes, "seconds": warm_s},
                 "repeat": args.repeat, "rounds": rounds, "stopped_early": stopped_early,

@@ -19,10 +19,10 @@ import os
 from typing import Callable
 
 from cachedoctor.atomic import atomic_binary, fsync_dir, temp_prefix_for, temp_target
+from cachedoctor.lifetime import reraise_interrupt
 from cachedoctor.repair.interface import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
 from cachedoctor.repair.locks import file_lock
 from cachedoctor.repair.quarantine import Quarantine
-from cachedoctor.lifetime import reraise_interrupt
 
 #: Steps between which a test may SIGKILL the process (``CACHEDOCTOR_TEST_KILL_AT``, tests only).
 _STEP = {"n": 0}

@@ -56,7 +56,6 @@ def _prepared(batches: list[Batch], downscale: int) -> Iterator[tuple[Batch, lis
             try:
                 out.append(prepare_image(action.spec, downscale) if action.spec.role == "latent" else None)
             except Exception as exc:  # a missing or undecodable image fails its own item only
-                reraise_interrupt(exc)
                 out.append(exc)
         return out
 
