@@ -12,12 +12,13 @@ from cachedoctor.checks.name_collision import NameCollision
 from cachedoctor.checks.non_finite import NonFinite
 from cachedoctor.checks.orphan_entry import OrphanEntry
 from cachedoctor.checks.partial_write import PartialWrite, is_temp_name
+from cachedoctor.checks.read_timeout import ReadTimeout
 from cachedoctor.checks.shape_mismatch import ShapeMismatch
 from cachedoctor.checks.stale_entry import StaleEntry
 from cachedoctor.checks.unsafe_pickle import UnsafePickle
 
 CHECKS: tuple[Check, ...] = (
-    CorruptArchive(), PartialWrite(), BatchLeak(), DeviceTagged(), NonFinite(), UnsafePickle(),
+    CorruptArchive(), PartialWrite(), BatchLeak(), DeviceTagged(), NonFinite(), UnsafePickle(), ReadTimeout(),
     DtypeMismatch(), ShapeMismatch(), MissingEntry(), OrphanEntry(), StaleEntry(), NameCollision(),
 )
 

@@ -12,13 +12,17 @@ from typing import Iterable
 from cachedoctor.checks.interface import Check, Inspected, describe_read_error
 from cachedoctor.findings import Finding, Fix, Severity
 
+#: Read errors that another kind reports: a resource bomb (unsafe-pickle), a timeout (read-timeout).
+REPORTED_ELSEWHERE = frozenset({"resource-bomb", "timeout"})
+
 
 class CorruptArchive(Check):
     kind = "corrupt-archive"
     severity = Severity.ERROR
     fix = Fix.RECOMPUTE
     summary = ("zero bytes, truncated, not the zip/gzip/safetensors/npz it claims to be, missing "
-               "data.pkl, a record whose size does not match its storage, or a bad CRC (deep)")
+               "data.pkl, a member name that torch.load and zipfile resolve differently, a record "
+               "whose size does not match its storage, or a bad CRC (deep)")
     why = ("torch.load stops on it: a truncated file raises \"PytorchStreamReader failed "
            "reading zip archive: failed finding central directory\", an empty one EOFError, a "
            "save that died part way \"failed locating file data.pkl\"; np.load raises "
@@ -31,18 +35,21 @@ class CorruptArchive(Check):
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         if item.error is not None:
-            yield self.finding(item.path, item.error.message, **describe_read_error(item.error))
+            if item.error.problem not in REPORTED_ELSEWHERE:
+                yield self.finding(item.path, item.error.message, **describe_read_error(item.error))
             return
         meta = item.meta
         if meta is None:
             return
-        problems: list[str] = []
+        problems: list[str] = [
+            f"{name} is held by more than one member (or its local header names another file): "
+            "torch.load and zipfile would read different bytes" for name in meta.ambiguous]
         for key in meta.missing_records:
             problems.append(f"storage record data/{key} is missing")
         seen: set[str | None] = set()
         for t in meta.tensors:
-            if t.record_bytes is None or t.storage_numel is None:
-                continue
+            if t.record_bytes is None or t.storage_numel is None or t.dtype == "object":
+                continue  # an object array's record is a pickle (unsafe-pickle), not elements
             if t.storage not in seen:
                 seen.add(t.storage)
                 need = t.storage_numel * t.itemsize
@@ -55,6 +62,7 @@ class CorruptArchive(Check):
         if problems:
             crc = [{"member": b.name, "expected": f"{b.expected:08x}", "actual": f"{b.actual & 0xFFFFFFFF:08x}"}
                    for b in meta.crc_mismatches]
-            problem = "bad-crc" if crc and len(crc) == len(problems) else "bad-record"
+            problem = "bad-crc" if crc and len(crc) == len(problems) else \
+                "ambiguous-member" if meta.ambiguous and len(meta.ambiguous) == len(problems) else "bad-record"
             yield self.finding(item.path, problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
                                problem=problem, problems=problems, **({"crc": crc} if crc else {}))

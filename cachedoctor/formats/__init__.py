@@ -21,13 +21,15 @@ from cachedoctor.formats.plain_pickle import PlainPickleReader
 from cachedoctor.formats.safetensors import SafetensorsReader
 from cachedoctor.formats.torch_gzip import TorchGzipReader
 from cachedoctor.formats.torch_legacy import TorchLegacyReader
+from cachedoctor.formats.torch_tar import TorchTarReader
 from cachedoctor.formats.torch_zip import TorchZipReader
 
 #: Order matters: safetensors before the pickles (a 128-byte header length starts with 0x80,
-#: pickle's PROTO opcode), and the legacy torch reader before the plain-pickle reader.
+#: pickle's PROTO opcode), the legacy torch reader before the plain-pickle reader, and the tar
+#: reader before it too (torch.load tries tarfile first on every non-zip file).
 READERS: tuple[FormatReader, ...] = (
     TorchZipReader(), NpzReader(), TorchGzipReader(), SafetensorsReader(), NpyReader(),
-    TorchLegacyReader(), PlainPickleReader(),
+    TorchLegacyReader(), TorchTarReader(), PlainPickleReader(),
 )
 
 #: Names that claim to be a cache file: unrecognised bytes under these names are corruption,

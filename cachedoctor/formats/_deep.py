@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover - isal has wheels for the common platfor
 
 from cachedoctor.formats._dtypes import NONFINITE_RULE
 from cachedoctor.formats._source import BufferSource
-from cachedoctor.formats._zip import STORED, ZipDirectory, data_offset, decompress
+from cachedoctor.formats._zip import STORED, ZipDirectory, data_offset, decompress, local_name_differs
 from cachedoctor.formats.interface import MemberCrc, ReadError
 
 _COMPLEX = {"complex128": "<c16", "complex64": "<c8"}
@@ -33,6 +33,17 @@ def member_starts(src: BufferSource, directory: ZipDirectory) -> dict[str, int]:
     for name, member in directory.members.items():
         starts[name] = data_offset(src.view(member.header_offset, 30), member)
     return starts
+
+
+def renamed_members(src: BufferSource, directory: ZipDirectory) -> list[str]:
+    """Members whose local header carries another name than the central directory's."""
+    renamed = []
+    for member in directory.entries:
+        nlen = len(member.name.encode("utf-8", "replace"))
+        end = min(src.size, member.header_offset + 30 + nlen * 4 + 4)
+        if local_name_differs(src.buffer[member.header_offset:end], member):
+            renamed.append(member.name)
+    return renamed
 
 
 def crc_mismatches(src: BufferSource, directory: ZipDirectory, starts: dict[str, int]) -> tuple[MemberCrc, ...]:

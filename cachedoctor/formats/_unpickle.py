@@ -5,20 +5,84 @@ defined here (never to torch itself), so nothing from the file is imported or ca
 becomes a :class:`TensorRecord` of its storage id, offset, size and stride. Any other global is
 recorded by name and replaced by an inert :class:`Opaque` object, so a malicious ``__reduce__``
 (``os.system``...) is reported, never executed. torch is not imported.
+
+Whether a file is *safe* is decided by the static walk in ``_pickle_scan.py``, which every
+caller runs first: it also refuses resource bombs before this unpickler allocates anything.
+This module only describes what a safe pickle holds, and does so in bounded time: the object
+walk is iterative with a node cap, key paths are built only for the tensors found, and error
+messages format at most a few dozen characters of hostile objects.
 """
 
 from __future__ import annotations
 
 import io
 import pickle
+import reprlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable
 
 from cachedoctor.formats._dtypes import ITEMSIZE, STORAGE_DTYPE, TORCH_ALIASES
+from cachedoctor.formats._pickle_scan import canonical
 
 _MAX_TENSORS = 100_000
-_MAX_NODES = 2_000_000
+_MAX_NODES = 200_000
+_MAX_DEPTH = 1_000
+#: Objects a recursive traversal of the result may visit, shared references counted each time
+#: they are reached: a DAG of 60 tuples, each holding the next one twice, unfolds into 2^60.
+_MAX_UNFOLDED = 1_000_000
+
+
+class PickleBomb(pickle.UnpicklingError):
+    """The object is past a limit no cache file comes near; ``args[0]`` says which."""
+
+
+def unfolded_size(obj: Any, limit: int = _MAX_UNFOLDED) -> int:
+    """How many containers a naive recursive walk (``repr``, ``str``, a tree map) visits, up to
+    ``limit + 1``; O(distinct nodes), and a cycle counts as past the limit."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(obj, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children = _children(node)
+        if done:
+            total = 1 + sum(sizes.get(id(c), 1) for c in children if isinstance(c, (dict, list, tuple)))
+            sizes[key] = min(total, limit + 1)
+            continue
+        if key in sizes:
+            if sizes[key] < 0:  # reached again while its own children are open: a cycle
+                return limit + 1
+            continue
+        sizes[key] = -1
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if isinstance(c, (dict, list, tuple)) and sizes.get(id(c)) != 0)
+    return sizes.get(id(obj), 1) if isinstance(obj, (dict, list, tuple)) else 1
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, dict):
+        return [*node.keys(), *node.values()]
+    if isinstance(node, (list, tuple)):
+        return list(node)
+    return []
+
+
+def refuse_unfolding(value: Any, what: str) -> None:
+    if unfolded_size(value) > _MAX_UNFOLDED:
+        raise PickleBomb(f"{what} whose shared references unfold into more than {_MAX_UNFOLDED:,} objects")
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxtuple, _SHORT.maxlist, _SHORT.maxdict = 2, 4, 4, 4
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 24, 24, 24
+
+
+def short(value: Any) -> str:
+    """A repr of a hostile object in bounded time and length (a DAG's full repr is exponential)."""
+    try:
+        return _SHORT.repr(value)[:80]
+    except Exception:  # a stand-in's repr cannot fail, but be certain
+        return f"<{type(value).__name__}>"
 
 
 class Opaque:
@@ -80,7 +144,7 @@ class TensorRecord:
 
 def _ints(value: Any, what: str) -> tuple[int, ...]:
     if not isinstance(value, (tuple, list)) or not all(type(v) is int and v >= 0 for v in value):
-        raise pickle.UnpicklingError(f"tensor {what} is not a tuple of non-negative ints: {value!r}")
+        raise pickle.UnpicklingError(f"tensor {what} is not a tuple of non-negative ints: {short(value)}")
     return tuple(value)
 
 
@@ -88,7 +152,7 @@ def _rebuild(storage: Any, offset: Any, size: Any, stride: Any, dtype: str | Non
     if not isinstance(storage, StorageRef):
         raise pickle.UnpicklingError("tensor without a storage record")
     if type(offset) is not int or offset < 0:
-        raise pickle.UnpicklingError(f"tensor storage offset is not a non-negative int: {offset!r}")
+        raise pickle.UnpicklingError(f"tensor storage offset is not a non-negative int: {short(offset)}")
     size_t, stride_t = _ints(size, "size"), _ints(stride, "stride")
     if len(size_t) != len(stride_t):
         raise pickle.UnpicklingError("tensor size and stride differ in length")
@@ -128,6 +192,19 @@ def _safe_frozenset(items: Any = ()) -> frozenset:
     return frozenset(items)
 
 
+def _safe_bytearray(value: Any = b"", *rest: Any) -> bytearray:
+    """``bytearray(n)`` would allocate n bytes: only copies of bytes the pickle already holds."""
+    if not isinstance(value, (bytes, bytearray)):
+        raise pickle.UnpicklingError("bytearray from something other than bytes")
+    return bytearray(value)
+
+
+def _safe_complex(real: Any = 0, imag: Any = 0) -> complex:
+    if not all(isinstance(v, (int, float)) for v in (real, imag)):
+        raise pickle.UnpicklingError("complex from something other than numbers")
+    return complex(real, imag)
+
+
 def _device(kind: Any, index: Any = None) -> str:
     return f"{kind}:{index}" if index is not None else str(kind)
 
@@ -144,6 +221,9 @@ def _build_allow_list() -> dict[tuple[str, str], Any]:
         ("_codecs", "encode"): _latin1_encode,
         ("builtins", "set"): _safe_set,
         ("builtins", "frozenset"): _safe_frozenset,
+        ("builtins", "bytearray"): _safe_bytearray,
+        ("builtins", "complex"): _safe_complex,
+        ("collections", "Counter"): OrderedDict,
         ("torch.storage", "UntypedStorage"): StorageType("UntypedStorage", None),
         ("torch", "UntypedStorage"): StorageType("UntypedStorage", None),
     }
@@ -160,38 +240,6 @@ def _build_allow_list() -> dict[tuple[str, str], Any]:
 ALLOWED_GLOBALS = _build_allow_list()
 
 
-_MEMO_OPS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"})
-_BUFFER_OPS = frozenset({"NEXT_BUFFER", "READONLY_BUFFER", "BYTEARRAY8"})
-
-
-def check_opcodes(stream: BinaryIO) -> None:
-    """Walk one pickle's opcodes without executing them and refuse resource bombs.
-
-    CPython's unpickler sizes its memo table by the largest index it is given, so a single
-    ``LONG_BINPUT 1258647924`` in a 500-byte file makes it allocate gigabytes. A memo index can
-    never legitimately exceed the number of bytes in the pickle. Protocol-5 buffer opcodes are
-    refused too: torch never writes them. Leaves ``stream`` where it was.
-    """
-    import pickletools
-    import warnings
-
-    start = stream.seek(0, io.SEEK_CUR)
-    limit = stream.seek(0, io.SEEK_END) - start
-    stream.seek(start)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # hostile STRING opcodes trip escape-sequence warnings
-            for opcode, arg, _ in pickletools.genops(stream):
-                if opcode.name in _MEMO_OPS and isinstance(arg, int) and arg > limit:
-                    raise pickle.UnpicklingError(f"memo index {arg} is implausible for a {limit}-byte pickle")
-                if opcode.name in _BUFFER_OPS:
-                    raise pickle.UnpicklingError(f"opcode {opcode.name} is not used by torch.save")
-    except (ValueError, EOFError) as exc:  # unknown opcode, truncated argument
-        raise pickle.UnpicklingError(str(exc)[:120]) from None
-    finally:
-        stream.seek(start)
-
-
 class RestrictedUnpickler(pickle.Unpickler):
     """Unpickles with allow-listed stand-ins only; records every other global's name."""
 
@@ -201,15 +249,11 @@ class RestrictedUnpickler(pickle.Unpickler):
         self._persistent = persistent
         self.foreign: list[str] = []
 
-    def load(self) -> Any:
-        check_opcodes(self._stream)
-        return super().load()
-
     def find_class(self, module: str, name: str) -> Any:
-        found = ALLOWED_GLOBALS.get((module, name))
+        full = canonical(module, name)  # __builtin__.set in protocol 0-2 pickles is builtins.set
+        found = ALLOWED_GLOBALS.get(tuple(full.rsplit(".", 1)))  # type: ignore[arg-type]
         if found is not None:
             return found
-        full = f"{module}.{name}"
         if full not in self.foreign:
             self.foreign.append(full)
         return Opaque(full)
@@ -223,20 +267,22 @@ class RestrictedUnpickler(pickle.Unpickler):
 def zip_storage_ref(pid: Any) -> StorageRef | Opaque:
     """Turn torch.save's ``('storage', StorageType, key, location, numel)`` into a record."""
     if not isinstance(pid, tuple) or len(pid) != 5 or pid[0] != "storage":
-        raise pickle.UnpicklingError(f"unexpected persistent id {pid!r:.80}")
+        refuse_unfolding(pid, "a persistent id")  # torch formats a bad id into its error message
+        raise pickle.UnpicklingError(f"unexpected persistent id {short(pid)}")
     _, stype, key, location, numel = pid
     if isinstance(stype, Opaque):
         return stype
     if not isinstance(stype, StorageType) or not isinstance(key, str) or not isinstance(location, str) \
             or type(numel) is not int or numel < 0:
-        raise pickle.UnpicklingError(f"malformed storage id {pid!r:.80}")
+        raise pickle.UnpicklingError(f"malformed storage id {short(pid)}")
     return StorageRef(key, stype.dtype, location, numel)
 
 
 def legacy_storage_ref(pid: Any) -> StorageRef | Opaque:
     """Legacy (non-zip) torch.save ids: ``('storage', type, key, location, numel, view)``."""
     if not isinstance(pid, tuple) or len(pid) != 6 or pid[0] != "storage":
-        raise pickle.UnpicklingError(f"unexpected persistent id {pid!r:.80}")
+        refuse_unfolding(pid, "a persistent id")
+        raise pickle.UnpicklingError(f"unexpected persistent id {short(pid)}")
     return zip_storage_ref(pid[:5])
 
 
@@ -247,7 +293,11 @@ class Walked:
 
 
 def walk(obj: Any) -> Walked:
-    """Find every tensor in an unpickled object, with its key path; cycle- and size-safe."""
+    """Find every tensor in an unpickled object, with its key path; cycle- and size-safe.
+
+    Iterative, O(nodes): each node keeps a link to its parent, and a path string is built
+    only for the tensors found (building one per node is quadratic in the nesting depth).
+    """
     if isinstance(obj, TensorRecord):
         container = "tensor"
     elif isinstance(obj, dict):
@@ -256,25 +306,47 @@ def walk(obj: Any) -> Walked:
         container = "list"
     else:
         container = "other"
-    found: list[tuple[str, TensorRecord]] = []
+    found: list[tuple[int, TensorRecord]] = []
     seen: set[int] = set()
-    stack: list[tuple[str, Any]] = [("", obj)]
-    nodes = 0
+    shared = False
+    links: list[tuple[int, Any, bool]] = [(-1, "", False)]  # (parent link, key, is index)
+    depths: list[int] = [0]
+    stack: list[tuple[int, Any]] = [(0, obj)]
     while stack:
-        path, node = stack.pop()
-        nodes += 1
-        if nodes > _MAX_NODES or len(found) > _MAX_TENSORS:
+        link, node = stack.pop()
+        if len(links) > _MAX_NODES or len(found) > _MAX_TENSORS:
             raise pickle.UnpicklingError("object graph too large for a cache file")
         if isinstance(node, TensorRecord):
-            found.append((path, node))
+            found.append((link, node))
             continue
         if isinstance(node, (dict, list, tuple)):
             if id(node) in seen:
+                shared = True
                 continue
             seen.add(id(node))
-            if isinstance(node, dict):
-                items = [((f"{path}.{k}" if path else str(k)), v) for k, v in node.items()]
-            else:
-                items = [(f"{path}[{i}]", v) for i, v in enumerate(node)]
-            stack.extend(reversed(items))
-    return Walked(container, found)
+            depth = depths[link] + 1
+            if depth > _MAX_DEPTH:
+                raise pickle.UnpicklingError(f"objects nested more than {_MAX_DEPTH} deep")
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            children = []
+            for key, value in items:
+                if isinstance(value, (dict, list, tuple, TensorRecord)):
+                    links.append((link, key, not isinstance(node, dict)))
+                    depths.append(depth)
+                    children.append((len(links) - 1, value))
+                    if len(links) > _MAX_NODES:
+                        raise pickle.UnpicklingError("object graph too large for a cache file")
+            stack.extend(reversed(children))
+    if shared:
+        refuse_unfolding(obj, "an object")
+    return Walked(container, [(_path(links, link), rec) for link, rec in found])
+
+
+def _path(links: list[tuple[int, Any, bool]], link: int) -> str:
+    """``a.b[1]`` for the chain of keys that leads to ``link``."""
+    parts: list[str] = []
+    while link > 0:
+        parent, key, index = links[link]
+        parts.append(f"[{key}]" if index else (f".{key}" if parent > 0 else str(key)))
+        link = parent
+    return "".join(reversed(parts))

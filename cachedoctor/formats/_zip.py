@@ -4,6 +4,13 @@ Why not ``zipfile``: it is several times slower per archive than two ``pread`` c
 ``struct`` parse, and a quick scan opens millions of archives. This reader only lists members
 (name, method, CRC, sizes, header offset) and finds where a member's data starts; every
 inconsistency is a :class:`ReadError`, never another exception.
+
+Two readers look members up differently, and a hostile archive can exploit the difference:
+torch's reader (miniz) matches names case-insensitively through a heap-sorted index and a
+binary search, while Python's ``zipfile`` (``np.load``) matches exactly and keeps the last of
+two equal names. :attr:`ZipDirectory.members` follows ``zipfile``; :meth:`ZipDirectory.torch_index`
+follows miniz step for step; every entry is kept in :attr:`ZipDirectory.entries`, and names
+that collide under either rule are listed by :meth:`ZipDirectory.colliding`.
 """
 
 from __future__ import annotations
@@ -42,8 +49,91 @@ class ZipMember(NamedTuple):  # a tuple: archives are listed millions of times p
 
 @dataclass(frozen=True, slots=True)
 class ZipDirectory:
-    members: dict[str, ZipMember]
+    members: dict[str, ZipMember]  # by exact name, the last of equal names winning (zipfile's rule)
     cd_offset: int  # where the central directory starts: every member's data ends before it
+    entries: tuple[ZipMember, ...] = ()  # every entry in central-directory order, duplicates too
+
+    def torch_index(self) -> dict[str, ZipMember]:
+        """Entries by case-folded name, each name resolved to the entry torch.load reads."""
+        index: dict[str, ZipMember] = {}
+        for entry in self.entries:
+            index.setdefault(fold(entry.name), entry)
+        if len(index) != len(self.entries):
+            for key in self._collisions():
+                found = _miniz_binary_search(self.entries, key)
+                if found is not None:
+                    index[key] = found
+        return index
+
+    def colliding(self) -> tuple[str, ...]:
+        """Names held by more than one entry, exactly or in another letter case: torch.load
+        (miniz, case-insensitive) and zipfile (exact, last wins) may read different bytes."""
+        if len(self.entries) == len(self.members) and len({fold(n) for n in self.members}) == len(self.members):
+            return ()
+        return tuple(self._collisions())
+
+    def _collisions(self) -> list[str]:
+        counts: dict[str, int] = {}
+        for entry in self.entries:
+            key = fold(entry.name)
+            counts[key] = counts.get(key, 0) + 1
+        return [key for key, n in counts.items() if n > 1]
+
+    def torch_archive(self) -> str | None:
+        """torch's record prefix: the first entry's name up to its first ``/`` (``None``: no folder)."""
+        if not self.entries:
+            return None
+        first = self.entries[0].name
+        return first[:first.index("/")] if "/" in first else None
+
+
+_ASCII_LOWER = {c: c + 32 for c in range(65, 91)}
+
+
+def fold(name: str) -> str:
+    """miniz's ``MZ_TOLOWER``: ASCII letters only (``str.lower`` would also fold ``İ`` and friends)."""
+    return name.lower() if name.isascii() else name.translate(_ASCII_LOWER)
+
+
+def _less(a: str, b: str) -> bool:
+    return a < b  # code points order as UTF-8 bytes do; shorter first on a tie: miniz's filename_less
+
+
+def _miniz_binary_search(entries: tuple[ZipMember, ...], folded: str) -> ZipMember | None:
+    """miniz sorts an index of the entries with its own heap sort, then binary-searches it; with
+    equal names, which one it finds depends on both, so both are reproduced exactly."""
+    names = [fold(e.name) for e in entries]
+    index = list(range(len(entries)))
+    size = len(index)
+
+    def sift(root: int, end: int) -> None:
+        while True:
+            child = root * 2 + 1
+            if child >= end:
+                return
+            if child + 1 < end and _less(names[index[child]], names[index[child + 1]]):
+                child += 1
+            if not _less(names[index[root]], names[index[child]]):
+                return
+            index[root], index[child] = index[child], index[root]
+            root = child
+
+    for start in range((size - 2) >> 1, -1, -1):
+        sift(start, size)
+    for end in range(size - 1, 0, -1):
+        index[end], index[0] = index[0], index[end]
+        sift(0, end)
+    lo, hi = 0, size - 1
+    while lo <= hi:
+        mid = lo + ((hi - lo) >> 1)
+        probe = names[index[mid]]
+        if probe == folded:
+            return entries[index[mid]]
+        if probe < folded:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return None
 
 
 def directory_of(src: Source) -> ZipDirectory:
@@ -100,8 +190,8 @@ def read_directory(src: Source) -> ZipDirectory:
     if cd_offset + cd_size > end_of_cd:
         raise ReadError("truncated", "central directory runs past the end record")
     cd = _slice(src, tail, tail_start, cd_offset, cd_size)
-    members = _parse_central(cd, n_total, cd_offset)
-    return ZipDirectory(members=members, cd_offset=cd_offset)
+    entries = _parse_central(cd, n_total, cd_offset)
+    return ZipDirectory(members={e.name: e for e in entries}, cd_offset=cd_offset, entries=entries)
 
 
 def _slice(src: Source, tail: bytes, tail_start: int, offset: int, length: int) -> bytes:
@@ -111,9 +201,9 @@ def _slice(src: Source, tail: bytes, tail_start: int, offset: int, length: int) 
     return src.exact(offset, length)
 
 
-def _parse_central(cd: bytes, count: int, cd_offset: int) -> dict[str, ZipMember]:
+def _parse_central(cd: bytes, count: int, cd_offset: int) -> tuple[ZipMember, ...]:
     """Every central directory entry; the hot loop of a quick scan, so kept lean."""
-    members: dict[str, ZipMember] = {}
+    members: list[ZipMember] = []
     unpack, new, end, pos = _CENTRAL_ENTRY.unpack_from, tuple.__new__, len(cd), 0
     try:
         for _ in range(count):
@@ -130,10 +220,10 @@ def _parse_central(cd: bytes, count: int, cd_offset: int) -> dict[str, ZipMember
             name = raw_name.decode("utf-8" if flags & 0x800 or raw_name.isascii() else "cp437", "replace")
             if hoff + 30 + nlen + csize > cd_offset:
                 raise ReadError("truncated", f"member {name} runs past the central directory")
-            members[name] = new(ZipMember, (name, method, crc, csize, usize, hoff))
+            members.append(new(ZipMember, (name, method, crc, csize, usize, hoff)))
     except struct.error:
         raise ReadError("bad-zip", "central directory is cut short") from None
-    return members
+    return tuple(members)
 
 
 def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, int, int]:
@@ -156,12 +246,22 @@ def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, 
     raise ReadError("bad-zip", "member needs a ZIP64 extra field that is missing")
 
 
-def data_offset(local_header: bytes, member: ZipMember) -> int:
+def data_offset(local_header: bytes | memoryview, member: ZipMember) -> int:
     """Where ``member``'s data starts, from the first bytes of its local header."""
     if local_header[:4] != _LOCAL or len(local_header) < 30:
         raise ReadError("bad-zip", f"local header of {member.name} is damaged")
     nlen, xlen = struct.unpack_from("<HH", local_header, 26)
     return member.header_offset + 30 + nlen + xlen
+
+
+def local_name_differs(local_header: bytes | memoryview, member: ZipMember) -> bool:
+    """Whether the local header names another file than the central directory does: miniz
+    reads the data regardless, Python's zipfile refuses ("File name in directory ... differ")."""
+    nlen = struct.unpack_from("<H", local_header, 26)[0]
+    raw = bytes(local_header[30:30 + nlen])
+    if len(raw) < nlen:
+        return False  # not all of it in the bytes read; the caller reads more when it matters
+    return member.name not in (raw.decode("utf-8", "replace"), raw.decode("cp437", "replace"))
 
 
 def read_member(src: Source, member: ZipMember, *, limit: int) -> bytes:
@@ -171,6 +271,9 @@ def read_member(src: Source, member: ZipMember, *, limit: int) -> bytes:
     guess = 30 + len(member.name.encode()) + 128
     head = src.read_at(member.header_offset, guess + member.compressed_size)
     start = data_offset(head, member) - member.header_offset
+    if local_name_differs(head, member):
+        raise ReadError("ambiguous-member", f"the local header of {member.name} names another file: "
+                        "torch.load and zipfile would read different data", members=[member.name])
     raw = head[start:start + member.compressed_size]
     if len(raw) < member.compressed_size:
         raw = src.exact(member.header_offset + start, member.compressed_size)

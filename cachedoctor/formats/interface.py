@@ -91,8 +91,10 @@ class FileMeta:
 
     ``container`` is the shape of the saved object (``tensor``, ``dict``, ``list``, ``other``).
     ``foreign_globals`` lists every global the pickle names outside the allow-list (recorded,
-    never imported). ``unreadable_reason`` is set when the pickle could not be followed to the
-    end after a foreign global (the tensors listed are then the ones seen before that).
+    never imported), and ``loaders`` the loaders that would run them. ``unreadable_reason`` is
+    set when the pickle could not be followed to the end after a foreign global (the tensors
+    listed are then the ones seen before that). ``ambiguous`` lists member names that torch.load
+    and zipfile would resolve to different bytes (duplicates, case variants, renamed headers).
     """
 
     path: str
@@ -107,6 +109,8 @@ class FileMeta:
     crc_mismatches: tuple[MemberCrc, ...] = ()
     digest: str | None = None  # deep mode: xxh3-128 of the whole file, hex
     values: tuple[tuple[str, tuple[float, ...]], ...] = ()  # tiny numeric arrays (kohya original_size), free to read
+    loaders: tuple[str, ...] = ()
+    ambiguous: tuple[str, ...] = ()
 
 
 class ReadError(Exception):
@@ -114,7 +118,8 @@ class ReadError(Exception):
 
     ``problem`` is a short stable code (``empty``, ``truncated``, ``bad-zip``,
     ``missing-data-pkl``, ``bad-pickle``, ``bad-header``, ``bad-gzip``, ``unknown-format``,
-    ``too-large``) and ``message`` a plain sentence for humans.
+    ``too-large``, ``ambiguous-member``, ``legacy-tar``, and ``resource-bomb``, which the scan
+    reports as ``unsafe-pickle``) and ``message`` a plain sentence for humans.
     """
 
     def __init__(self, problem: str, message: str, **details: Any) -> None:

@@ -1,8 +1,10 @@
 """numpy ``.npy`` arrays: the header (magic, version, a dict literal) is all a scan needs.
 
 The header is parsed with :func:`ast.literal_eval`, which evaluates literals only. Object
-arrays (``descr`` ``|O``) hold pickles that ``np.load(allow_pickle=False)`` refuses; they are
-reported as foreign globals rather than read.
+arrays hold pickles that ``np.load(allow_pickle=False)`` refuses and ``allow_pickle=True`` runs;
+every descriptor numpy would turn into an object dtype counts (``|O``, ``O8``, ``=O``, a
+structured dtype with an object field, a sub-array of objects, ``'i4,O'``), and the pickle
+after the header is walked statically for the globals it would import.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from dataclasses import dataclass
 
 from cachedoctor.formats import _deep
 from cachedoctor.formats._dtypes import numpy_descr_to_dtype
+from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
+from cachedoctor.formats._verdict import LOADERS, screen
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
 
 MAGIC = b"\x93NUMPY"
@@ -67,7 +71,7 @@ def parse_header(head: bytes, where: str) -> NpyHeader:
     if not isinstance(shape, tuple) or not all(type(s) is int and s >= 0 for s in shape):
         raise ReadError("bad-header", f"{where}: .npy shape {shape!r:.60} is not a tuple of sizes")
     descr = fields["descr"]
-    is_object = descr in ("|O", "O", "<O", ">O")
+    is_object = has_object(descr)
     if is_object:
         dtype, itemsize = "object", 8
     elif isinstance(descr, str):
@@ -78,6 +82,45 @@ def parse_header(head: bytes, where: str) -> NpyHeader:
     else:
         dtype, itemsize = "numpy:structured", 1
     return NpyHeader(dtype, itemsize, shape, bool(fields["fortran_order"]), start + hlen, is_object)
+
+
+def has_object(descr: object, depth: int = 0) -> bool:
+    """Whether ``np.lib.format.descr_to_dtype(descr)`` would give a dtype holding Python objects.
+
+    Conservative where numpy is lenient: any ``O`` type code or ``object`` name in a string
+    descriptor, recursively through sub-arrays ``(descr, shape)`` and fields ``(name, descr[,
+    shape])`` (including the odd fields numpy makes of a dict's keys).
+    """
+    if depth > 16:
+        return True  # nesting no real dtype has
+    if isinstance(descr, bytes):
+        descr = descr.decode("latin1")
+    if isinstance(descr, str):
+        return "O" in descr or "object" in descr.lower()
+    if isinstance(descr, tuple):
+        return bool(descr) and has_object(descr[0], depth + 1)
+    if isinstance(descr, (list, dict, set, frozenset)):
+        for field in descr:
+            if isinstance(field, (str, bytes, tuple, list)) and len(field) in (2, 3) and has_object(field[1], depth + 1):
+                return True
+        return False
+    return False
+
+
+#: The globals numpy's own object-array pickle names; the rest are listed as unsafe.
+_NUMPY_OWN = frozenset({
+    "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype",
+})
+OBJECT_ARRAY = "numpy object array (np.load(allow_pickle=True) unpickles it)"
+
+
+def object_globals(where: str, data: bytes | memoryview) -> list[str]:
+    """What an object array's pickle would run: the label, then every unsafe global in it."""
+    found = [OBJECT_ARRAY if not where else f"{where}: {OBJECT_ARRAY}"]
+    if data:
+        found += [name for name in screen(where or "object array", bytes(data[:LIMITS.pickle_bytes + 1])).unsafe
+                  if name not in _NUMPY_OWN]
+    return found
 
 
 def tensor_from(key: str, storage: str, header: NpyHeader, data_bytes: int) -> TensorMeta:
@@ -110,10 +153,13 @@ class NpyReader(FormatReader):
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         header = parse_header(src.read_at(0, 12 + _MAX_HEADER), path)
         tensor = tensor_from("", "", header, src.size - header.data_start)
-        foreign = ("numpy object array (pickled)",) if header.is_object else ()
+        foreign: tuple[str, ...] = ()
+        if header.is_object:
+            size = min(src.size - header.data_start, LIMITS.pickle_bytes + 1)
+            foreign = tuple(object_globals("", src.read_at(header.data_start, size)))
         digest = None
         if deep and isinstance(src, BufferSource):
             tensor = with_nonfinite(tensor, header, src.buffer[header.data_start:])
             digest = _deep.digest(src.buffer)
         return FileMeta(path, self.name, src.size, container="tensor", tensors=(tensor,),
-                        foreign_globals=foreign, deep=deep, digest=digest)
+                        foreign_globals=foreign, deep=deep, digest=digest, loaders=LOADERS[self.name] if foreign else ())

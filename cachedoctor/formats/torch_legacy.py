@@ -2,38 +2,63 @@
 
 Layout: four pickles (magic number, protocol version, system info, the object with storage
 ids as persistent ids), a pickled list of storage keys, then for each key an int64 element
-count and the raw bytes. All pickles go through the restricted unpickler.
+count and the raw bytes. torch.load(weights_only=False) unpickles all five in that order, so
+each is walked statically for globals (a payload can hide in the magic-number pickle, pushed and
+popped before its STOP) before the restricted unpickler reads the structure.
 """
 
 from __future__ import annotations
 
 import io
 import struct
+from dataclasses import replace
 
 from cachedoctor.formats import _deep
 from cachedoctor.formats._dtypes import ITEMSIZE
+from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
-from cachedoctor.formats._unpickle import RestrictedUnpickler, StorageRef, legacy_storage_ref, walk
+from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, StorageRef, legacy_storage_ref, walk
+from cachedoctor.formats._verdict import LOADERS, bomb, growing_window, screen_sequence
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
 from cachedoctor.lifetime import reraise_interrupt
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
 _MAGIC_BYTES = MAGIC_NUMBER.to_bytes(10, "little")
-
-
-_PICKLE_WINDOW = 64 * 1024 * 1024
+_MAGIC_TEXT = str(MAGIC_NUMBER).encode()  # protocol 0 and 1 spell it as a text LONG
+_PICKLES = 5
 
 
 class TorchLegacyReader(FormatReader):
     name = "torch-legacy"
 
     def claims(self, head: bytes, src: Source) -> bool:
-        return head[:1] == b"\x80" and _MAGIC_BYTES in head[:32]
+        return (head[:1] == b"\x80" and _MAGIC_BYTES in head[:32]) or _MAGIC_TEXT in head[:40]
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
-        # The pickles come first; read them from an in-memory window. A stream that allocates
-        # what a (hostile) length field asks for would let a 1 KB file demand gigabytes.
-        stream = io.BytesIO(src.read_at(0, min(src.size, _PICKLE_WINDOW)))
+        # The pickles come first; read them from an in-memory window bounded by the pickle limit.
+        window, found = growing_window(src, LIMITS.pickle_bytes * _PICKLES,
+                                       lambda data: screen_sequence(data, _PICKLES, "legacy torch file"),
+                                       lambda result: result.truncated)
+        unsafe, ends, stopped = found.unsafe, found.ends, found.stopped
+        loaders = LOADERS[self.name]
+        if stopped is not None:
+            if unsafe:
+                return FileMeta(path, self.name, src.size, foreign_globals=tuple(unsafe), loaders=loaders,
+                                unreadable_reason=stopped)
+            raise ReadError("bad-pickle", f"legacy torch pickle does not load ({stopped})")
+        try:
+            meta = self._structure(path, src, window, ends, deep)
+        except ReadError as exc:
+            if exc.problem == "resource-bomb" or not unsafe:
+                raise
+            return FileMeta(path, self.name, src.size, foreign_globals=tuple(unsafe), loaders=loaders,
+                            unreadable_reason=exc.message)
+        if unsafe:
+            meta = replace(meta, foreign_globals=tuple(unsafe), loaders=loaders)
+        return meta
+
+    def _structure(self, path: str, src: Source, window: bytes, ends: list[int], deep: bool) -> FileMeta:
+        stream = io.BytesIO(window)
         refs: dict[str, StorageRef] = {}
 
         def persistent(pid: object) -> object:
@@ -42,30 +67,23 @@ class TorchLegacyReader(FormatReader):
                 refs.setdefault(ref.key, ref)
             return ref
 
-        foreign: list[str] = []
         try:
             header = [RestrictedUnpickler(stream).load() for _ in range(3)]
             if header[0] != MAGIC_NUMBER:
                 raise ReadError("bad-pickle", "legacy torch file with a wrong magic number")
-            unpickler = RestrictedUnpickler(stream, persistent)
-            try:
-                obj = unpickler.load()
-            finally:
-                foreign = unpickler.foreign
-            walked = walk(obj)
+            walked = walk(RestrictedUnpickler(stream, persistent).load())
             keys = RestrictedUnpickler(stream).load()
         except ReadError:
             raise
+        except PickleBomb as exc:
+            raise bomb("legacy torch file", str(exc)) from None
         except Exception as exc:  # hostile or damaged pickles raise anything
             reraise_interrupt(exc)
-            if foreign:
-                return FileMeta(path, self.name, src.size, foreign_globals=tuple(foreign),
-                                unreadable_reason=f"{type(exc).__name__}: {exc}"[:200])
             raise ReadError("bad-pickle", f"legacy torch pickle does not load ({type(exc).__name__}: {str(exc)[:120]})") from None
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise ReadError("bad-pickle", "legacy torch file without its storage key list")
 
-        pos = stream.tell()
+        pos = ends[-1]
         records: dict[str, tuple[int, int]] = {}  # key -> (data start, bytes)
         for key in keys:
             ref = refs.get(key)
@@ -94,10 +112,8 @@ class TorchLegacyReader(FormatReader):
             if deep and isinstance(src, BufferSource) and record is not None:
                 count = _deep.count_nonfinite(src.view(*record), t.dtype, numel, t.offset, t.shape, t.stride)
                 if count is not None:
-                    from dataclasses import replace
-
                     t = replace(t, nonfinite=count)
             tensors.append(t)
         digest = _deep.digest(src.buffer) if deep and isinstance(src, BufferSource) else None
         return FileMeta(path, self.name, src.size, container=walked.container, tensors=tuple(tensors),
-                        foreign_globals=tuple(foreign), missing_records=tuple(missing), deep=deep, digest=digest)
+                        missing_records=tuple(missing), deep=deep, digest=digest)

@@ -13,28 +13,33 @@ from typing import Any
 
 from cachedoctor.formats import _deep
 from cachedoctor.formats._dtypes import ITEMSIZE
+from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, FileSource, Source
-from cachedoctor.formats._unpickle import RestrictedUnpickler, StorageRef, Walked, walk, zip_storage_ref
-from cachedoctor.formats._zip import ZipDirectory, directory_of, is_zip, read_member
+from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, StorageRef, Walked, walk, zip_storage_ref
+from cachedoctor.formats._verdict import LOADERS, bomb, check_size, merge, screen
+from cachedoctor.formats._zip import ZipDirectory, ZipMember, directory_of, fold, is_zip, read_member
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
 from cachedoctor.lifetime import reraise_interrupt
 
-_PICKLE_LIMIT = 256 * 1024 * 1024
+TORCHSCRIPT = "torch.jit.load (a TorchScript archive: torch.load hands it to torch.jit.load, which runs its code)"
 
 
-def find_pickle(directory: ZipDirectory) -> tuple[str, str] | None:
-    """``(prefix, member name)`` of ``<arch>/data.pkl``, or ``None``."""
-    for name in directory.members:
-        if name == "data.pkl" or name.endswith("/data.pkl"):
-            return name[: -len("data.pkl")], name
-    return None
+def find_pickle(directory: ZipDirectory, index: dict[str, ZipMember] | None = None) -> tuple[str, ZipMember] | None:
+    """``(record prefix, member)`` of the ``data.pkl`` torch.load reads, as its reader finds it:
+    the prefix is the first entry's folder, and names match case-insensitively (miniz)."""
+    archive = directory.torch_archive()
+    if archive is None:
+        return None
+    prefix = f"{archive}/"
+    member = (index if index is not None else directory.torch_index()).get(fold(f"{prefix}data.pkl"))
+    return None if member is None else (prefix, member)
 
 
 def looks_like_torch(directory: ZipDirectory) -> bool:
     """A torch.save archive, even one that died before writing ``data.pkl``."""
     for name in directory.members:
-        tail = name.rsplit("/", 1)[-1]
-        if tail in ("data.pkl", "version", ".format_version", "byteorder") or "/data/" in name:
+        tail = name.rsplit("/", 1)[-1].lower()
+        if tail in ("data.pkl", "version", ".format_version", "byteorder") or "/data/" in name.lower():
             return True
     return False
 
@@ -45,32 +50,83 @@ def pickle_bytes(src: Source, directory: ZipDirectory) -> tuple[str, bytes]:
     if found is None:
         raise ReadError("missing-data-pkl",
                         "zip archive without data.pkl: a torch.save that died part way (failed locating file data.pkl)")
-    prefix, pkl_name = found
-    return prefix, read_member(src, directory.members[pkl_name], limit=_PICKLE_LIMIT)
+    prefix, member = found
+    check_size(member.name, member.size)
+    return prefix, read_member(src, member, limit=LIMITS.pickle_bytes)
 
 
-def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep: bool) -> FileMeta:
+def screen_members(src: Source, directory: ZipDirectory, chosen: ZipMember | None,
+                   chosen_data: bytes | None) -> list[str]:
+    """Globals outside the allow-list in *every* pickle of the archive: the ``data.pkl`` torch
+    reads and any other ``*.pkl`` member (a second data.pkl in another letter case or folder,
+    which another reader may pick). A TorchScript archive is itself unsafe."""
+    unsafe: list[str] = []
+    for member in directory.entries:
+        lowered = member.name.lower()
+        if not lowered.endswith(".pkl"):
+            continue
+        if lowered.rsplit("/", 1)[-1] == "constants.pkl":
+            merge(unsafe, [TORCHSCRIPT])
+        if chosen is not None and member == chosen and chosen_data is not None:
+            data = chosen_data
+        else:
+            check_size(member.name, member.size)
+            try:
+                data = read_member(src, member, limit=LIMITS.pickle_bytes)
+            except ReadError as exc:
+                if exc.problem == "resource-bomb":
+                    raise
+                continue  # a damaged extra member is no pickle anyone can load
+        merge(unsafe, screen(member.name, data).unsafe)
+    return unsafe
+
+
+def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep: bool,
+             loaders: tuple[str, ...] = LOADERS["torch-zip"]) -> FileMeta:
     """Metadata of a torch.save zip archive whose central directory is ``directory``."""
-    prefix, data = pickle_bytes(src, directory)
-    walked, foreign, failure = _unpickle(data)
+    ambiguous = directory.colliding()
+    index = directory.torch_index()
+    found = find_pickle(directory, index)
+    data: bytes | None = None
+    if found is not None:
+        check_size(found[1].name, found[1].size)
+        try:
+            data = read_member(src, found[1], limit=LIMITS.pickle_bytes)
+        except ReadError as exc:
+            if exc.problem != "ambiguous-member":
+                raise
+            ambiguous += tuple(exc.details.get("members", ()))
+            data = _member_data(src, found[1])
+    unsafe = screen_members(src, directory, found[1] if found else None, data)
+    if found is None or data is None:
+        if unsafe:
+            return FileMeta(path, fmt, src.size, foreign_globals=tuple(unsafe), loaders=loaders, ambiguous=ambiguous,
+                            unreadable_reason="no data.pkl where torch.load looks for it")
+        pickle_bytes(src, directory)  # raises missing-data-pkl
+    assert found is not None and data is not None
+    prefix = found[0]
+    walked, failure, too_big = _unpickle(data) if len(data) <= 64 * 1024 else _unpickle.__wrapped__(data)
+    if too_big is not None:
+        raise bomb(found[1].name, too_big)
     if failure is not None:
-        if foreign:
-            return FileMeta(path, fmt, src.size, foreign_globals=foreign, unreadable_reason=failure)
+        if unsafe or ambiguous:
+            return FileMeta(path, fmt, src.size, foreign_globals=tuple(unsafe), unreadable_reason=failure,
+                            loaders=loaders if unsafe else (), ambiguous=ambiguous)
         raise ReadError("bad-pickle", f"data.pkl does not unpickle ({failure})")
     assert walked is not None
 
     deep_buffer = deep and isinstance(src, BufferSource)
-    starts = _deep.member_starts(src, directory) if deep_buffer else {}
+    starts = _deep.member_starts(src, directory) if deep_buffer else {}  # type: ignore[arg-type]
     tensors: list[TensorMeta] = []
     missing: list[str] = []
     for key, rec in walked.tensors:
-        record = directory.members.get(f"{prefix}data/{rec.storage.key}")
+        record = index.get(fold(f"{prefix}data/{rec.storage.key}"))
         itemsize = ITEMSIZE.get(rec.dtype, 1)
         numel = _storage_elements(rec.storage, itemsize)
         if record is None and rec.storage.key not in missing:
             missing.append(rec.storage.key)
         nonfinite = None
-        if deep_buffer and record is not None and record.method == 0:
+        if deep_buffer and record is not None and record.method == 0 and record.name in starts:
             buffer = src.view(starts[record.name], record.size)  # type: ignore[union-attr]
             nonfinite = _deep.count_nonfinite(buffer, rec.dtype, numel, rec.offset, rec.size, rec.stride)
         tensors.append(TensorMeta(
@@ -84,25 +140,40 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
     if deep_buffer:
         crc_bad = _deep.crc_mismatches(src, directory, starts)  # type: ignore[arg-type]
         file_digest = _deep.digest(src.buffer)  # type: ignore[union-attr]
+        ambiguous += tuple(n for n in _deep.renamed_members(src, directory) if n not in ambiguous)  # type: ignore[arg-type]
     return FileMeta(path, fmt, src.size, container=walked.container, tensors=tuple(tensors),
-                    foreign_globals=foreign, missing_records=tuple(missing),
-                    deep=deep, crc_mismatches=crc_bad, digest=file_digest)
+                    foreign_globals=tuple(unsafe), missing_records=tuple(missing),
+                    deep=deep, crc_mismatches=crc_bad, digest=file_digest,
+                    loaders=loaders if unsafe else (), ambiguous=ambiguous)
+
+
+def _member_data(src: Source, member: ZipMember) -> bytes:
+    """A member's bytes as miniz reads them: from the data its local header leads to, whatever
+    name that header carries."""
+    from cachedoctor.formats._zip import data_offset, decompress
+
+    head = src.exact(member.header_offset, 30)
+    start = data_offset(head, member)
+    return decompress(src.exact(start, member.compressed_size), member)
 
 
 @lru_cache(maxsize=1024)
-def _unpickle(data: bytes) -> tuple[Walked | None, tuple[str, ...], str | None]:
-    """Restricted unpickle of ``data.pkl``: ``(tensors, foreign globals, failure)``.
+def _unpickle(data: bytes) -> tuple[Walked | None, str | None, str | None]:
+    """Restricted unpickle of ``data.pkl``: ``(tensors, failure, resource bomb)``.
 
     Memoised on the pickle's bytes: files of one aspect bucket (or one text encoder) carry
-    byte-identical pickles, so a large cache unpickles a handful of distinct ones.
+    byte-identical pickles, so a large cache unpickles a handful of distinct ones. Runs only on
+    pickles the static walk has passed (no resource bomb reaches it).
     """
     unpickler = RestrictedUnpickler(data, zip_storage_ref)
     try:
         walked = walk(unpickler.load())
+    except PickleBomb as exc:
+        return None, None, str(exc)
     except Exception as exc:  # hostile or damaged pickles raise anything: catch broadly
         reraise_interrupt(exc)
-        return None, tuple(unpickler.foreign), f"{type(exc).__name__}: {str(exc)[:120]}"
-    return walked, tuple(unpickler.foreign), None
+        return None, f"{type(exc).__name__}: {str(exc)[:120]}", None
+    return walked, None, None
 
 
 def _storage_elements(ref: StorageRef, itemsize: int) -> int:
@@ -130,7 +201,11 @@ def read_torch_object(path: str) -> Any:
         src = FileSource(handle.fileno(), size)
         if not is_zip(src.read_at(0, 4)):
             raise ReadError("unknown-format", "not a torch.save zip archive")
-        _, data = pickle_bytes(src, directory_of(src))
+        directory = directory_of(src)
+        _, data = pickle_bytes(src, directory)
+        unsafe = screen_members(src, directory, None, None)
+    if unsafe:
+        raise ReadError("bad-pickle", f"the archive names {unsafe[0]}, which a cache index never holds")
     unpickler = RestrictedUnpickler(data, zip_storage_ref)
     try:
         obj = unpickler.load()

@@ -23,6 +23,9 @@ from cachedoctor.repair.specs import TemplateFinder, spec_for
 _KIND_FOR_FIX = {Fix.CLONE_STORAGE: ActionKind.CLONE_STORAGE, Fix.REWRITE_CPU: ActionKind.REWRITE_CPU,
                  Fix.QUARANTINE: ActionKind.QUARANTINE, Fix.RECOMPUTE: ActionKind.RECOMPUTE}
 _ORDER = (Fix.RECOMPUTE, Fix.QUARANTINE, Fix.CLONE_STORAGE, Fix.REWRITE_CPU)
+#: Kinds whose file must leave the cache even when it cannot be made again: loading it runs code
+#: or stalls the trainer.
+_DANGEROUS = frozenset({"unsafe-pickle", "read-timeout"})
 
 
 def root_of(path: str, roots: list[str]) -> str:
@@ -78,6 +81,8 @@ def plan_repair(findings: Iterable[Finding], roots: list[str], expected: dict[st
             spec, blocked = spec_for(path, entries[0] if entries else None, layout, templates)
             if spec is not None and spec.role not in _roles(modalities):
                 blocked = f"needs an encoder for {'captions' if spec.role == 'text' else 'images'} (--encoder)"
+            if blocked is not None and _DANGEROUS & set(kinds) and before is not None:
+                kind, spec, blocked = ActionKind.QUARANTINE, None, None  # never left where a trainer loads it
         plan.actions.append(Action(kind, path, root, kinds, source, before, spec, blocked))
     return plan
 

@@ -17,7 +17,7 @@ from cachedoctor.formats import FileMeta, ReadError, UnreadableFile, claims_cach
 from cachedoctor.lifetime import reraise_interrupt
 
 #: Read errors that, under a name that does not claim a cache format, mean "not ours".
-_FOREIGN_PROBLEMS = frozenset({"empty", "unknown-format", "not-torch"})
+_FOREIGN_PROBLEMS = frozenset({"empty", "unknown-format", "not-torch", "legacy-tar"})
 _RESOLUTION = re.compile(r"\d+x\d+")
 
 
