@@ -66,6 +66,7 @@ ManifestOption = Annotated[Optional[str], typer.Option("--manifest", help="A man
 StateOption = Annotated[Optional[str], typer.Option("--state", help="The state database that lets a rescan read only changed files (default: .cachedoctor/state.sqlite in each cache folder).", metavar="PATH")]
 NoStateOption = Annotated[bool, typer.Option("--no-state", help="Read every file; neither use nor write the state database.")]
 SampleOption = Annotated[Optional[str], typer.Option("--sample", help="Deep-read this share of the files, rotating through the cache run by run (never-checked files first): 5% or 3/10.", metavar="SHARE")]
+FileTimeoutOption = Annotated[Optional[float], typer.Option("--file-timeout", min=0.1, help="Seconds to judge one file; a file that takes longer is reported (read-timeout) and its reader stopped. Default 10.", show_default=False, metavar="SECONDS")]
 ExcludeOption = Annotated[Optional[list[str]], typer.Option("--exclude", help="Skip files and folders matching this glob (relative to each PATH, or a name); repeatable.", show_default=False, metavar="GLOB")]
 
 
@@ -87,6 +88,7 @@ def scan(
     state: StateOption = None,
     no_state: NoStateOption = False,
     sample: SampleOption = None,
+    file_timeout: FileTimeoutOption = None,
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="Leave out the findings recorded in this baseline file.", metavar="FILE")] = None,
     write_baseline: Annotated[Optional[str], typer.Option("--write-baseline", help="Record today's findings in FILE, so later scans with --baseline FILE report only new ones.", metavar="FILE")] = None,
 ) -> int:
@@ -105,7 +107,7 @@ def scan(
     env = _ENV.get()
     settings = resolve_settings(env, ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout,
                          config=config, manifest=manifest, exclude=exclude, state=state, no_state=no_state,
-                         sample=sample)
+                         sample=sample, file_timeout=file_timeout)
     if settings is None:
         return EXIT_COULD_NOT_RUN
     if settings.sample.value and settings.state.value is False:
@@ -122,7 +124,8 @@ def scan(
         return EXIT_COULD_NOT_RUN
     options = ScanOptions(deep=bool(settings.deep.value), workers=settings.workers.value,
                           exclude=tuple(settings.exclude.value), state=state_choice(settings.state.value),
-                          sample=Sample.parse(settings.sample.value) if settings.sample.value else None)
+                          sample=Sample.parse(settings.sample.value) if settings.sample.value else None,
+                          file_timeout=settings.file_timeout.value)
     layout_options = LayoutOptions(config=config, manifest=manifest, model_family=model_family, output_dir=output_dir)
     try:
         for target in targets:  # a missing target is the user's first problem, whatever the layout

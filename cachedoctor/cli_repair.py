@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cachedoctor.cli import ConfigOption, LayoutOption, ModelFamilyOption, OutputDirOption, _ENV, app
+from cachedoctor.cli import ConfigOption, FileTimeoutOption, LayoutOption, ModelFamilyOption, OutputDirOption, _ENV, app
 from cachedoctor.errors import PathError
 from cachedoctor.layouts import LayoutName
 from cachedoctor.report import EXIT_COULD_NOT_RUN
@@ -45,6 +45,7 @@ def repair(
     manifest: ManifestOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
+    file_timeout: FileTimeoutOption = None,
 ) -> int:
     """Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder."""
     from cachedoctor.checks import CHECKS
@@ -52,17 +53,18 @@ def repair(
     from cachedoctor.repair.runner import RepairOptions, still_broken
 
     env = _ENV.get()
-    resolved = _resolved(ctx, paths, layout, config, manifest)
+    resolved = _resolved(ctx, paths, layout, config, manifest, file_timeout)
     if resolved is None:
         return EXIT_COULD_NOT_RUN
-    targets, layout, config, manifest = resolved
+    targets, layout, config, manifest, file_timeout = resolved
     kinds = frozenset(k.strip() for k in only.split(",") if k.strip()) if only else None
     known = {c.kind for c in CHECKS}
     if kinds and kinds - known:
         env.error(f"--only: unknown kind(s) {', '.join(sorted(kinds - known))}; choose from {', '.join(sorted(known))}")
         return EXIT_COULD_NOT_RUN
     options = RepairOptions(deep=deep, encoders=tuple(encoder or ()), gpus=gpus, device=device, workers=workers,
-                            batch_size=batch_size, only=kinds, dry_run=dry_run, fresh=fresh and not resume)
+                            batch_size=batch_size, only=kinds, dry_run=dry_run, fresh=fresh and not resume,
+                            file_timeout=file_timeout)
     out = env.stdout
 
     outcome = _run(targets, layout, LayoutOptions(config=config, manifest=manifest, model_family=model_family,
@@ -78,20 +80,22 @@ def repair(
 
 
 def _resolved(ctx: typer.Context, paths: list[str] | None, layout: LayoutName, config: str | None,
-              manifest: str | None) -> tuple[list[str], LayoutName, str | None, str | None] | None:
+              manifest: str | None, file_timeout: float | None = None
+              ) -> tuple[list[str], LayoutName, str | None, str | None, float] | None:
     """Targets, layout, config and manifest as ``scan`` resolves them (command line, then
     ``CACHEDOCTOR_*``, then ``[tool.cachedoctor]``), so a project's config serves every command;
     ``None`` after saying on stderr what is wrong."""
     from cachedoctor.cli_settings import resolve_settings
 
-    settings = resolve_settings(_ENV.get(), ctx, paths=paths, layout=layout, config=config, manifest=manifest, fail_on=None)
+    settings = resolve_settings(_ENV.get(), ctx, paths=paths, layout=layout, config=config, manifest=manifest, fail_on=None,
+                                file_timeout=file_timeout)
     if settings is None:
         return None
     config, manifest = settings.config.value, settings.manifest.value
     targets = _targets(list(settings.paths.value), config, manifest)
     if targets is None:
         return None
-    return targets, LayoutName(settings.layout.value), config, manifest
+    return targets, LayoutName(settings.layout.value), config, manifest, settings.file_timeout.value
 
 
 def _targets(paths: list[str] | None, config: str | None, manifest: str | None) -> list[str] | None:
@@ -220,6 +224,7 @@ def recover(
     manifest: ManifestOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
+    file_timeout: FileTimeoutOption = None,
 ) -> int:
     """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
     from cachedoctor.layouts import LayoutOptions
@@ -228,13 +233,13 @@ def recover(
 
     env = _ENV.get()
     out = env.stdout
-    resolved = _resolved(ctx, paths, layout, config, manifest)
+    resolved = _resolved(ctx, paths, layout, config, manifest, file_timeout)
     if resolved is None:
         return EXIT_COULD_NOT_RUN
-    targets, layout, config, manifest = resolved
+    targets, layout, config, manifest, file_timeout = resolved
     layout_options = LayoutOptions(config=config, manifest=manifest, model_family=model_family, output_dir=output_dir)
     try:
-        found = survey(targets, layout, layout_options)
+        found = survey(targets, layout, layout_options, file_timeout=file_timeout)
     except PathError as exc:
         env.error(f"{exc.path}: {exc.message}")
         return EXIT_COULD_NOT_RUN
@@ -250,7 +255,7 @@ def recover(
         return EXIT_COULD_NOT_RUN
     resumed = found.interrupted[0][1] if found.interrupted else None
     encoders = tuple(encoder or ()) or (resumed.encoders if resumed else ())
-    options = RepairOptions(deep=True, encoders=encoders, only=None if resumed else CRASH_KINDS)
+    options = RepairOptions(deep=True, encoders=encoders, only=None if resumed else CRASH_KINDS, file_timeout=file_timeout)
     print("", file=out)
     outcome = _run(targets, layout, layout_options, options, yes)
     if isinstance(outcome, int):

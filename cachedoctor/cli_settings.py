@@ -12,8 +12,8 @@ import os
 
 import typer
 
-from cachedoctor.cli import (_ENV, ConfigOption, DeepOption, ExcludeOption, FailOnOption, LayoutOption, ManifestOption,
-                             NoStateOption, PathsArgument, SampleOption, StateOption, WorkersOption, app)
+from cachedoctor.cli import (_ENV, ConfigOption, DeepOption, ExcludeOption, FailOnOption, FileTimeoutOption, LayoutOption,
+                             ManifestOption, NoStateOption, PathsArgument, SampleOption, StateOption, WorkersOption, app)
 from cachedoctor.environment import Environment
 from cachedoctor.layouts import LayoutName
 from cachedoctor.report import EXIT_COULD_NOT_RUN, FailOn
@@ -71,12 +71,13 @@ def config_show(
     state: StateOption = None,
     no_state: NoStateOption = False,
     sample: SampleOption = None,
+    file_timeout: FileTimeoutOption = None,
 ) -> int:
     """Print each scan setting, its value and where it came from (the same options as scan)."""
     env = _ENV.get()
     settings = resolve_settings(env, ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout,
                          config=config, manifest=manifest, exclude=exclude, state=state, no_state=no_state,
-                         sample=sample)
+                         sample=sample, file_timeout=file_timeout)
     if settings is None:
         return EXIT_COULD_NOT_RUN
     print(f"config file: {settings.file or '(none found)'}", file=env.stdout)

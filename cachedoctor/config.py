@@ -58,10 +58,11 @@ class Settings:
     severity: Setting
     state: Setting  # None: <target>/.cachedoctor/state.sqlite; False: none; else a path
     sample: Setting
+    file_timeout: Setting  # seconds to judge one file before it is reported as read-timeout
     file: str | None = None  # the config file used, if any
 
     NAMES = ("paths", "config", "layout", "manifest", "fail_on", "workers", "deep", "exclude", "severity",
-             "state", "sample")
+             "state", "sample", "file_timeout")
 
     def items(self) -> list[tuple[str, Setting]]:
         return [(name, getattr(self, name)) for name in self.NAMES]
@@ -183,6 +184,17 @@ def _state(value: Any) -> str | bool:
     raise ValueError("expected a path for the state database, or false for none")
 
 
+def _seconds(value: Any) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueError("expected a number of seconds greater than 0") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 86400:
+        raise ValueError("expected a number of seconds greater than 0")
+    return float(value)
+
+
 def _sample(value: Any) -> str:
     from cachedoctor.scan.sample import Sample
 
@@ -204,10 +216,11 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "severity": ("severity", _severity, None),
     "state": ("state", _state, "STATE"),
     "sample": ("sample", _sample, "SAMPLE"),
+    "file_timeout": ("file-timeout", _seconds, "FILE_TIMEOUT"),
 }
 _DEFAULTS: dict[str, Any] = {"paths": (), "config": None, "layout": "auto", "manifest": None, "fail_on": "error",
                              "workers": None, "deep": False, "exclude": (), "severity": {},
-                             "state": None, "sample": None}
+                             "state": None, "sample": None, "file_timeout": 10.0}
 _RELATIVE = ("config", "manifest", "state")  # file paths, relative to the config file's folder
 
 

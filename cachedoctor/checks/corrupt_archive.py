@@ -48,8 +48,8 @@ class CorruptArchive(Check):
             problems.append(f"storage record data/{key} is missing")
         seen: set[str | None] = set()
         for t in meta.tensors:
-            if t.record_bytes is None or t.storage_numel is None or t.dtype == "object":
-                continue  # an object array's record is a pickle (unsafe-pickle), not elements
+            if t.record_bytes is None or t.storage_numel is None or t.dtype == "object" or t.dtype.startswith("numpy:"):
+                continue  # an object array's record is a pickle (unsafe-pickle); numpy-only dtypes size their own items
             if t.storage not in seen:
                 seen.add(t.storage)
                 need = t.storage_numel * t.itemsize

@@ -86,15 +86,61 @@ def _mapped(fd: int, size: int) -> Iterator[memoryview]:
             pass
 
 
+_TAR, _PLAIN = READERS[-2], READERS[-1]
+
+
 def _dispatch(path: str, src: Source, deep: bool) -> FileMeta | None:
     head = src.read_at(0, 64)
     for reader in READERS:
         if reader.claims(head, src):
-            return reader.read(path, src, deep=deep)
+            if head[:4] == b"PK\x03\x04":
+                return reader.read(path, src, deep=deep)  # torch.load, np.load and pickle.load all see a zip
+            return _with_polyglots(path, head, src, reader, deep)
     if is_zip(head):
         directory_of(src)  # a damaged zip says so; an intact foreign zip is named as such
         raise ReadError("unknown-format", "a zip archive that is neither a torch.save nor an np.savez file")
     return None
+
+
+def _with_polyglots(path: str, head: bytes, src: Source, reader: FormatReader, deep: bool) -> FileMeta:
+    """Read a non-zip file with the reader that claimed it, and also as what other loaders see.
+
+    A file can be two formats at once: a valid safetensors file whose length field starts a
+    pickle, a tar whose first member is named like npy magic, a tar header that is a pickle.
+    torch.load tries ``tarfile`` first on any non-zip file and ``pickle.load`` reads any bytes,
+    so whatever the tar and plain-pickle readers find dangerous is added to the verdict.
+    """
+    try:
+        meta: FileMeta | None = reader.read(path, src, deep=deep)
+        failure: ReadError | None = None
+    except ReadError as exc:
+        if exc.problem == "resource-bomb":
+            raise
+        meta, failure = None, exc
+    unsafe: list[str] = list(meta.foreign_globals) if meta is not None else []
+    loaders: list[str] = list(meta.loaders) if meta is not None else []
+    for other in (_TAR, _PLAIN):
+        if other is reader or (other is _PLAIN and reader.name == "torch-legacy") or not other.claims(head, src):
+            continue  # (a legacy torch file's reader already walks every pickle in it)
+        try:
+            found = other.read(path, src, deep=False)
+        except ReadError:
+            continue  # harmless as that format, or a bomb only by that reading: the claimed reader's verdict stands
+        for name in found.foreign_globals:
+            if name not in unsafe:
+                unsafe.append(name)
+        loaders += [loader for loader in found.loaders if loader not in loaders]
+    if meta is None:
+        if not unsafe:
+            assert failure is not None
+            raise failure
+        return FileMeta(path, reader.name, src.size, foreign_globals=tuple(unsafe), loaders=tuple(loaders),
+                        unreadable_reason=failure.message if failure else None)
+    if len(unsafe) == len(meta.foreign_globals):
+        return meta
+    from dataclasses import replace
+
+    return replace(meta, foreign_globals=tuple(unsafe), loaders=tuple(loaders))
 
 
 __all__ = [

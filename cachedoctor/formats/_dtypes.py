@@ -48,8 +48,10 @@ def numpy_descr_to_dtype(descr: str) -> tuple[str, int]:
     if not isinstance(descr, str) or len(descr) < 2:
         raise ValueError(f"not a numpy dtype descr: {descr!r}")
     order, kind, digits = descr[0], descr[1], descr[2:]
-    if order not in "<>|=" or not digits.isdigit():
+    if order not in "<>|=":
         raise ValueError(f"not a numpy dtype descr: {descr!r}")
+    if not digits.isdigit():  # datetime64 ('<M8[ns]') and other descrs with units: kept by name
+        return f"numpy:{descr}", 0
     size = int(digits)
     if kind == "b" and size == 1:
         return "bool", 1

@@ -46,6 +46,8 @@ _TENSOR_REBUILDS = (
     "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor", "_rebuild_wrapper_subclass",
     "_rebuild_device_tensor_from_cpu_tensor", "_rebuild_device_tensor_from_numpy",
 )
+_QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
+             "per_channel_affine_float_qparams")
 _LAYOUTS = ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "_mkldnn", "jagged")
 
 
@@ -60,6 +62,7 @@ def _allowed() -> frozenset[str]:
     }
     names.update(f"torch._utils.{f}" for f in _TENSOR_REBUILDS)
     names.update(f"torch.{layout}" for layout in _LAYOUTS)
+    names.update(f"torch.{scheme}" for scheme in _QSCHEMES)
     for cls in STORAGE_DTYPE:
         names.add(f"torch.{cls}")
         names.add(f"torch.cuda.{cls}")
@@ -389,6 +392,8 @@ _FIXED_EFFECT = {
 def _line_value(op: int, line: bytes) -> object:
     """Check a protocol-0 text argument the way the C unpickler parses it."""
     text = line.decode("latin1")
+    if op in (0x49, 0x4C, 0x46, 0x67, 0x70):
+        text = text.split("\0", 1)[0]  # C parses these up to a NUL (strtol, PyLong_FromString)
     try:
         if op == 0x49:  # INT
             if text in ("00", "01"):

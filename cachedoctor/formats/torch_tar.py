@@ -73,12 +73,17 @@ class TorchTarReader(FormatReader):
                     seen += 1
                     if seen > _MAX_ENTRIES:
                         raise bomb("tar archive", f"more than {_MAX_ENTRIES:,} entries")
-                    if info.name not in _MEMBERS or not info.isfile():
+                    if info.name not in _MEMBERS or not (info.isfile() or info.issym() or info.islnk()):
                         continue
-                    if info.size > _MEMBER_LIMIT:
-                        raise bomb(info.name, f"a {info.size:,}-byte member")
-                    handle = tar.extractfile(info)
-                    data = handle.read() if handle is not None else b""
+                    try:  # tar.extract follows a link to the member it names, and so does this
+                        handle = tar.extractfile(info)
+                    except KeyError:
+                        merge(unsafe, [f"a {info.name} link to {info.linkname[:80]!r}, outside the archive, "
+                                       "which torch.load would unpickle"])
+                        continue
+                    data = handle.read(_MEMBER_LIMIT + 1) if handle is not None else b""
+                    if len(data) > _MEMBER_LIMIT:
+                        raise bomb(info.name, f"a member of more than {_MEMBER_LIMIT:,} bytes")
                     merge(unsafe, _screen_member(info.name, data))
         except tarfile.TarError as exc:
             if not unsafe:

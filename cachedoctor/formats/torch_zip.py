@@ -61,6 +61,7 @@ def screen_members(src: Source, directory: ZipDirectory, chosen: ZipMember | Non
     reads and any other ``*.pkl`` member (a second data.pkl in another letter case or folder,
     which another reader may pick). A TorchScript archive is itself unsafe."""
     unsafe: list[str] = []
+    opcodes = 0
     for member in directory.entries:
         lowered = member.name.lower()
         if not lowered.endswith(".pkl"):
@@ -77,7 +78,11 @@ def screen_members(src: Source, directory: ZipDirectory, chosen: ZipMember | Non
                 if exc.problem == "resource-bomb":
                     raise
                 continue  # a damaged extra member is no pickle anyone can load
-        merge(unsafe, screen(member.name, data).unsafe)
+        result = screen(member.name, data)
+        merge(unsafe, result.unsafe)
+        opcodes += result.opcodes
+        if opcodes > LIMITS.opcodes:  # one budget for the whole file, however many pickles it holds
+            raise bomb(member.name, f"more than {LIMITS.opcodes:,} opcodes in all its pickles", opcodes)
     return unsafe
 
 

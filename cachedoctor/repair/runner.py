@@ -35,6 +35,7 @@ class RepairOptions:
     only: frozenset[str] | None = None
     dry_run: bool = False
     fresh: bool = False  # abandon an interrupted run instead of finishing it
+    file_timeout: float | None = 10.0  # the scan's per-file time guard (read-timeout)
 
 
 @dataclass
@@ -59,7 +60,8 @@ def _scan(targets: list[str], layout: LayoutName, layout_options: LayoutOptions,
     plan, line = plan_for(layout, targets, layout_options)
     expected = {p: list(e) for folder in (plan.expected.values() if plan else ()) for p, e in folder.items()}
     roots = plan.roots if plan is not None else targets
-    result = scan(roots, ScanOptions(deep=options.deep, workers=options.scan_workers), dataset=plan)
+    result = scan(roots, ScanOptions(deep=options.deep, workers=options.scan_workers, file_timeout=options.file_timeout),
+                  dataset=plan)
     return result, expected, line, (plan.layout if plan else None)
 
 

@@ -148,6 +148,9 @@ class Collector:
             if o.format:
                 record.formats[o.format] += 1
         sig = record.sigs.get(o.path)
+        if o.transient:
+            record.settled = False  # read again next time: a timeout says little about the file
+            return
         if fresh and sig is not None:
             deep_scan = record.store.scan_id if o.path in record.deep else None
             record.fresh.append(Upsert(os.path.basename(o.path), sig, record.store.is_racy(sig.mtime_ns, sig.ctime_ns), deep_scan, o.xxh3,

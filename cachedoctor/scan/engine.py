@@ -10,19 +10,17 @@ pool start-up, easy to profile).
 from __future__ import annotations
 
 import os
-import signal
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from cachedoctor.findings import Finding
-from cachedoctor.lifetime import die_with_parent
 from cachedoctor.layouts.interface import DatasetPlan
 from cachedoctor.scan.collect import Collector, Progress, Record, ScanError, ScanStats
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.incremental import StateSet, plan_folder
 from cachedoctor.scan.inspect import inspect_chunk
+from cachedoctor.scan.pool import Chunk, run_pool
 from cachedoctor.scan.sample import Sample, choose
 from cachedoctor.scan.walk import Folder, WalkError, check_targets, walk
 
@@ -39,6 +37,7 @@ class ScanOptions:
     state: str | None = None
     sample: Sample | None = None  # deep-read this share, chosen through the state (implies deep reads)
     deep_changed: bool = False  # read deep whatever changed since the state's record (recover)
+    file_timeout: float | None = 10.0  # seconds to judge one file before it is reported (read-timeout)
 
     @property
     def mode(self) -> str:
@@ -95,9 +94,9 @@ def _scan(roots: list[str], options: ScanOptions, progress: Progress | None, dat
     workers = options.workers or os.cpu_count() or 1
     if workers <= 1:
         for folder_id, items, facts, digest in chunks:
-            collector.add(folder_id, inspect_chunk(items, facts, digest))
+            collector.add(folder_id, inspect_chunk(items, facts, digest, options.file_timeout))
     else:
-        _run_pool(chunks, workers, collector)
+        run_pool(chunks, workers, collector, options.file_timeout)
     if matcher is not None:
         collector.findings.extend(matcher.finish())
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
@@ -108,9 +107,6 @@ def _scan(roots: list[str], options: ScanOptions, progress: Progress | None, dat
                      options.sample.text if options.sample else None, stats.files_seen,
                      stats.files_seen - stats.files_reused, len(findings))
     return ScanResult(roots, options, findings, stats, errors, 0.0, dataset)
-
-
-Chunk = tuple[int, list[tuple[str, bool]], bool, bool]  # folder id, (path, deep) items, facts, digest
 
 
 def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: Collector,
@@ -147,38 +143,5 @@ def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: Collecto
             collector.add(folder_id, reused, fresh=False)
         for i in range(0, len(items), size):
             yield folder_id, items[i:i + size], facts or store is not None, store is not None
-
-
-def _init_worker(parent: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    die_with_parent(parent)  # a SIGKILLed scan leaves no reader behind holding its stdout
-
-
-def _run_pool(chunks: Iterator[Chunk], workers: int, collector: Collector) -> None:
-    import multiprocessing
-
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
-    context = multiprocessing.get_context(method)
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                               initargs=(os.getpid(),))
-    in_flight: dict[Future, int] = {}
-    limit = workers * 4
-    try:
-        for folder_id, items, facts, digest in chunks:
-            if len(in_flight) >= limit:
-                _drain(in_flight, collector, FIRST_COMPLETED)
-            in_flight[pool.submit(inspect_chunk, items, facts, digest)] = folder_id
-        while in_flight:
-            _drain(in_flight, collector, FIRST_COMPLETED)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-
-
-def _drain(in_flight: dict[Future, int], collector: Collector, when: str) -> None:
-    done, _ = wait(in_flight, return_when=when)
-    for future in done:
-        collector.add(in_flight.pop(future), future.result())
 
 

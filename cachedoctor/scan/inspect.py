@@ -15,6 +15,7 @@ from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is
 from cachedoctor.findings import Finding
 from cachedoctor.formats import FileMeta, ReadError, UnreadableFile, claims_cache, read_file
 from cachedoctor.lifetime import reraise_interrupt
+from cachedoctor.scan.watchdog import FileTimeout, file_timer, mark
 
 #: Read errors that, under a name that does not claim a cache format, mean "not ours".
 _FOREIGN_PROBLEMS = frozenset({"empty", "unknown-format", "not-torch", "legacy-tar"})
@@ -36,6 +37,7 @@ class Outcome:
     values: tuple[tuple[str, tuple[float, ...]], ...] = ()
     deep: bool = False  # the data was read (CRCs, NaN/Inf), not only the metadata
     xxh3: str | None = None  # of the whole file, when read deep for the state database
+    transient: bool = False  # judged by circumstance (a timeout): not kept in the state database
 
 
 def inspect_path(path: str, *, deep: bool, entry_facts: bool = False, digest: bool = False) -> Outcome:
@@ -133,6 +135,32 @@ def _peer_key(key: str) -> str:
     return _RESOLUTION.sub("HxW", key)
 
 
-def inspect_chunk(items: list[tuple[str, bool]], facts: bool = False, digest: bool = False) -> list[Outcome]:
-    """Inspect ``(path, deep)`` items; ``facts`` for dataset scans and the state database."""
-    return [inspect_path(p, deep=deep, entry_facts=facts, digest=digest) for p, deep in items]
+def inspect_chunk(items: list[tuple[str, bool]], facts: bool = False, digest: bool = False,
+                  timeout: float | None = None, slot: int | None = None) -> list[Outcome]:
+    """Inspect ``(path, deep)`` items; ``facts`` for dataset scans and the state database.
+
+    With ``timeout``, a file not judged in that many seconds is reported as ``read-timeout``;
+    ``slot`` is where a pool worker tells the parent which file it is on (``watchdog.py``).
+    """
+    outcomes: list[Outcome] = []
+    with file_timer(timeout) as arm:
+        for index, (path, deep) in enumerate(items):
+            try:
+                mark(slot, index)
+                arm(True)
+                outcome = inspect_path(path, deep=deep, entry_facts=facts, digest=digest)
+                arm(False)
+            except FileTimeout:
+                outcome = timed_out(path, timeout or 0.0)
+            outcomes.append(outcome)
+    mark(slot, -1)
+    return outcomes
+
+
+def timed_out(path: str, seconds: float) -> Outcome:
+    """The outcome of a file whose reader was stopped after ``seconds``."""
+    from dataclasses import replace
+
+    error = ReadError("timeout", f"not judged within {seconds:g} s (--file-timeout): its reader was stopped; "
+                      "the file defeats the readers' bounds or its storage stalls", seconds=seconds)
+    return replace(_judge(Inspected(path, _size(path), error=error), None, None), transient=True)

@@ -1,0 +1,94 @@
+"""A per-file time guard, so that no file can stall a scan (``--file-timeout``, default 10 s).
+
+Every reader is bounded, so a file that still takes seconds was built to defeat the bounds or
+sits on storage that stalls. Two layers stop it:
+
+* inside the process reading it, ``SIGALRM`` interrupts Python code after ``seconds``
+  (:func:`file_timer`): the file is reported as ``read-timeout`` and the worker goes on;
+* a C call that ignores signals (a decompressor, a huge allocation) is caught by the parent: each
+  worker notes in a shared slot which file of its chunk it is on and since when, and the parent
+  kills a worker whose file has run past ``seconds`` plus a grace period (:class:`Slots`). The
+  pool is then replaced, the file reported, and the rest of the chunks read again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+#: How much longer than ``--file-timeout`` the parent waits before it kills a worker: the
+#: worker's own alarm should have fired by then.
+GRACE = 2.0
+
+
+class FileTimeout(BaseException):
+    """Raised inside a read that ran out of time. A ``BaseException``, so that the readers'
+    ``except Exception`` (one damaged file must not stop a scan) cannot swallow it."""
+
+
+@contextlib.contextmanager
+def file_timer(seconds: float | None) -> Iterator[Callable[[bool], None]]:
+    """Yield ``arm(on)``: ``arm(True)`` gives the code that follows ``seconds`` before
+    :class:`FileTimeout` is raised in it, ``arm(False)`` stops the clock. One handler per chunk
+    and one ``setitimer`` per call keep the cost under a microsecond. Outside the main thread,
+    or without ``seconds``, ``arm`` does nothing."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield lambda on: None
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise FileTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    setitimer, which = signal.setitimer, signal.ITIMER_REAL
+    try:
+        yield lambda on: setitimer(which, seconds if on else 0)  # type: ignore[arg-type]
+    finally:
+        setitimer(which, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Slots:
+    """Shared memory in which each in-flight chunk's worker records ``(pid, file index, start)``."""
+
+    def __init__(self, count: int, context: Any) -> None:
+        self.array = context.RawArray("d", count * 3)
+        self.free = list(range(count - 1, -1, -1))
+
+    def take(self) -> int:
+        slot = self.free.pop()
+        self.array[slot * 3:slot * 3 + 3] = [0.0, -1.0, 0.0]
+        return slot
+
+    def give_back(self, slot: int) -> None:
+        self.free.append(slot)
+
+    def stuck(self, slot: int, seconds: float) -> tuple[int, int] | None:
+        """``(pid, file index)`` when the chunk in ``slot`` has been on one file for too long."""
+        pid, index, started = self.array[slot * 3:slot * 3 + 3]
+        if pid and index >= 0 and time.monotonic() - started > seconds + GRACE:
+            return int(pid), int(index)
+        return None
+
+
+_worker_slots: Any = None  # the shared array, in a worker process
+
+
+def attach(array: Any) -> None:
+    """In a worker: remember the shared slots (called by the pool initializer)."""
+    global _worker_slots
+    _worker_slots = array
+
+
+def mark(slot: int | None, index: int) -> None:
+    """In a worker: chunk ``slot`` is starting its file ``index`` now (``-1``: done)."""
+    if slot is None or _worker_slots is None:
+        return
+    base = slot * 3
+    _worker_slots[base] = os.getpid()
+    _worker_slots[base + 1] = index
+    _worker_slots[base + 2] = time.monotonic()

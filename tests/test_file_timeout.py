@@ -1,0 +1,76 @@
+"""No file can stall a scan: ``--file-timeout`` reports a file whose read runs too long and goes
+on with the others (issue 11). The stall is real: a FIFO named like a cache file, whose open
+blocks until a writer comes, which none does (storage that hangs looks the same to a reader)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from cachedoctor.scan.collect import Collector
+from cachedoctor.scan.inspect import inspect_chunk
+from cachedoctor.scan.pool import run_pool
+from factories import peers
+
+
+def _fifo(folder: Path, name: str = "stall.pt") -> str:
+    path = folder / name
+    os.mkfifo(path)
+    return str(path)
+
+
+def test_the_alarm_reports_a_stalled_read_and_the_chunk_goes_on(tmp_path: Path) -> None:
+    good = peers(tmp_path, n=1)[0]
+    stall = _fifo(tmp_path)
+    outcomes = inspect_chunk([(stall, False), (str(good), False)], timeout=0.3)
+    assert [(f.kind, f.details["seconds"]) for f in outcomes[0].findings] == [("read-timeout", 0.3)]
+    assert outcomes[0].transient  # not kept in the state database: the next scan tries again
+    assert outcomes[1].path == str(good) and outcomes[1].status == "read" and outcomes[1].findings == ()
+
+
+@contextlib.contextmanager
+def _no_alarm(seconds: float | None) -> Iterator[object]:
+    yield lambda on: None
+
+
+def test_a_worker_stuck_where_its_alarm_cannot_reach_is_killed_and_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent's backstop: with the workers' own alarm switched off (as a C call that never
+    returns to Python would switch it off), the stuck worker is killed, the file reported, and
+    every other file of the chunks in flight still judged, by a fresh pool."""
+    monkeypatch.setattr("cachedoctor.scan.inspect.file_timer", _no_alarm)  # inherited by the forked workers
+    files = [str(p) for p in peers(tmp_path, n=5)]
+    stall = _fifo(tmp_path)
+    collector = Collector(None)
+    folder = collector.open_folder(str(tmp_path), 3)
+    chunks = [(folder, [(files[0], False), (stall, False), (files[1], False)], False, False),
+              (folder, [(files[2], False), (files[3], False)], False, False),
+              (folder, [(files[4], False)], False, False)]
+    run_pool(iter(chunks), 2, collector, 0.3)
+    assert [(f.kind, f.path) for f in collector.findings] == [("read-timeout", stall)]
+    assert collector.stats.files_seen == 6 and collector.stats.files_read == 6
+    assert collector.folders == {}  # the folder closed: every chunk came back exactly once
+
+
+def test_file_timeout_must_be_positive(tmp_path: Path) -> None:
+    from cachedoctor.cli import run
+    from cachedoctor.environment import Environment
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["scan", str(tmp_path), "--file-timeout", "0"], Environment(stdout=out, stderr=err, cwd=str(tmp_path),
+                                                                         environ={}))
+    assert code == 2 and "--file-timeout" in err.getvalue()
+
+
+def test_file_timeout_comes_from_the_config_file_too(tmp_path: Path) -> None:
+    from cachedoctor.config import resolve
+
+    (tmp_path / "cachedoctor.toml").write_text("file-timeout = 2.5\n")
+    settings = resolve({}, {}, str(tmp_path))
+    assert settings.file_timeout.value == 2.5 and settings.file_timeout.source.endswith("cachedoctor.toml")
+    assert resolve({}, {"CACHEDOCTOR_FILE_TIMEOUT": "4"}, str(tmp_path)).file_timeout.value == 4.0
