@@ -122,6 +122,12 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     if not go:
         distributed.finish(rank)
         raise Declined()
+    if interrupted is not None and not rank.distributed:  # its process is gone: a temp file in its
+        # quarantine is a copy it never finished (ranks share the folder: one may be copying now)
+        from cachedoctor.repair.quarantine import Quarantine
+
+        for root in roots_seen:
+            Quarantine(root, interrupted.run_id).clean_temps()
     journals = {root: Journal(root, journal_rank) for root in roots_acted}
     for root, journal in journals.items():
         journal.start(outcome.run_id, argv, json.dumps(list(options.encoders)) if options.encoders else None,
