@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from cachedoctor.atomic import fsync_dir, is_own_temp, transfer
+from cachedoctor.atomic import TEMP_SUFFIX, fsync_dir, is_own_temp, temp_prefix_for, temp_target, transfer
 from cachedoctor.errors import PathError
 
 STATE_DIR = ".cachedoctor"
@@ -191,6 +191,7 @@ def restore(root: str, run: QuarantineRun, new_run_id: str) -> list[tuple[str, s
         try:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with file_lock(target):
+                _drop_temps_of(target)
                 if os.path.exists(target):
                     aside.keep(target, ("restore",), f"replaced by restore of {run.run_id}")
                 transfer(src, target)
@@ -202,6 +203,17 @@ def restore(root: str, run: QuarantineRun, new_run_id: str) -> list[tuple[str, s
         done.append((src, target))
     shutil.rmtree(run.folder)
     return done
+
+
+def _drop_temps_of(target: str) -> None:
+    """Remove the temp files of an earlier copy to ``target`` that a kill cut short. Their writer
+    held ``target``'s lock for their whole life; we hold it now, so they are abandoned."""
+    import glob
+
+    pattern = glob.escape(os.path.join(os.path.dirname(target), temp_prefix_for(target))) + "*" + TEMP_SUFFIX
+    for temp in glob.glob(pattern):
+        if temp_target(temp) == target:
+            os.unlink(temp)
 
 
 def purge(run: QuarantineRun) -> int:
