@@ -8,7 +8,8 @@
   ``fsync``, ``utime``, and every SQLite statement that writes) and makes the
   ``CACHEDOCTOR_FAULT_AT``-th fail with ``CACHEDOCTOR_FAULT_ERRNO`` (ENOSPC or EIO; SQLite gets
   ``SQLITE_FULL`` or ``SQLITE_IOERR``). With ``CACHEDOCTOR_FAULT_COUNT=FILE`` it fails nothing
-  and writes the number of calls to FILE at exit, so a test can plant a fault at each one.
+  and writes, at exit, one line per call naming its call site (the innermost cachedoctor
+  ``file:line``), so a test can plant a fault at the first call of every site.
   This is the OS/SQLite boundary, not the code under test: cachedoctor runs unchanged.
 * :func:`live_group` lists the processes of a killed run's process group that are still
   alive (zombies are dead: they only wait for their new parent to reap them).
@@ -26,7 +27,7 @@ from typing import Iterator
 import pytest
 
 INJECT_SITECUSTOMIZE = r'''
-import atexit, builtins, errno, os, sqlite3
+import atexit, builtins, errno, os, sqlite3, sys
 
 _root = os.environ.get("CACHEDOCTOR_FAULT_ROOT", "/nonexistent")
 _at = int(os.environ.get("CACHEDOCTOR_FAULT_AT", "0") or 0)
@@ -43,17 +44,33 @@ def _ours(path):
         return False
 
 
+_where = []
+
+
+def _caller():
+    """The innermost cachedoctor line on the stack: the call site."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if "/cachedoctor/" in name:
+            return f"{name.rsplit('/cachedoctor/', 1)[1]}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
 def _site(*paths):
     """Count one write call; raise the planted error when it is the chosen one."""
     if os.getpid() != _pid or not any(_ours(p) for p in paths if isinstance(p, (str, bytes, os.PathLike))):
         return
     _n[0] += 1
+    if _count_file:
+        _where.append(_caller())
     if _n[0] == _at:
         raise OSError(_errno, os.strerror(_errno), os.fsdecode(paths[0]))
 
 
 if _count_file:
-    atexit.register(lambda: os.getpid() == _pid and open(_count_file, "w").write(str(_n[0])))
+    atexit.register(lambda: os.getpid() == _pid and _open(_count_file, "w").write("\n".join(_where)))
 
 _open = builtins.open
 def open(file, mode="r", *args, **kwargs):

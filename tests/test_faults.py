@@ -131,15 +131,16 @@ def test_restore_on_a_nearly_full_disk_stops_in_one_line_or_finishes(tmp_path: P
     file (which must itself be kept aside): it restores everything or stops in one line; the
     same restore then finishes; every version of every file is somewhere."""
     pristine = tmp_path / "pristine"
-    make_cache(pristine, strays=4)
-    originals = tree(pristine)
-    assert cli("repair", str(pristine), "--yes").returncode == 1
-    (run_id,) = os.listdir(pristine / ".cachedoctor" / "quarantine")
-    (pristine / "tmpStray000").write_bytes(b"a new file where a quarantined one was")
-    every = {**originals, "new": b"a new file where a quarantined one was"}
     problems: list[str] = []
     with tmpfs(tmp_path / "fs", 2048) as fs:
-        cache = fs / "cache"
+        cache = fs / "cache"  # built and repaired in place: the quarantine records absolute paths
+        make_cache(cache, strays=4)
+        originals = tree(cache)
+        assert cli("repair", str(cache), "--yes").returncode == 1
+        (run_id,) = os.listdir(cache / ".cachedoctor" / "quarantine")
+        (cache / "tmpStray000").write_bytes(b"a new file where a quarantined one was")
+        every = {**originals, "new": b"a new file where a quarantined one was"}
+        shutil.copytree(cache, pristine)
         for kb in FREE_KB:
             shutil.rmtree(cache, ignore_errors=True)
             shutil.copytree(pristine, cache, symlinks=True)
@@ -161,44 +162,49 @@ def test_restore_on_a_nearly_full_disk_stops_in_one_line_or_finishes(tmp_path: P
 
 # --- an injected error at every write call site ------------------------------------------------
 
-def _sites(tmp_path: Path, cache: Path, args: tuple[str, ...]) -> int:
+def _sites(tmp_path: Path, cache: Path, args: tuple[str, ...]) -> dict[int, str]:
+    """The first call (1-based) of each distinct write call site of a run, and the site."""
     count = tmp_path / "count"
     proc = cli(*args, PYTHONPATH=str(inject_dir(tmp_path)), CACHEDOCTOR_FAULT_ROOT=str(cache),
                CACHEDOCTOR_FAULT_COUNT=str(count))
     assert proc.returncode in (0, 1), proc.stderr
-    return int(count.read_text())
+    first: dict[str, int] = {}
+    for i, site in enumerate(count.read_text().splitlines(), 1):
+        first.setdefault(site, i)
+    return {i: site for site, i in first.items()}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["scan", "repair", "restore"])
 def test_a_write_error_at_every_call_site(tmp_path: Path, command: str) -> None:
-    """ENOSPC and EIO alternately at the 1st, 2nd, ... write call of a run (file opens,
-    writes, renames, links, fsyncs, SQLite statements), for every call the run makes. Scan must
+    """ENOSPC and EIO alternately at the first call of every write call site of a run (file
+    opens, writes, renames, links, fsyncs, SQLite statements; a site is a line of cachedoctor
+    that makes the call, found by a counting run first). Scan must
     report its findings all the same (exit 1); repair and restore finish or stop with one line
     and exit 2; nothing is lost and no temp file stays."""
-    pristine = tmp_path / "pristine"
-    make_cache(pristine, strays=2)
-    before = tree(pristine)
+    cache, pristine = tmp_path / "cache", tmp_path / "pristine"
+    make_cache(cache, strays=2)
+    before = tree(cache)
+    run_id = ""
     if command == "restore":
-        assert cli("repair", str(pristine), "--yes").returncode == 1
-        (run_id,) = os.listdir(pristine / ".cachedoctor" / "quarantine")
-        (pristine / "tmpStray000").write_bytes(b"replaced since")
+        assert cli("repair", str(cache), "--yes").returncode == 1
+        (run_id,) = os.listdir(cache / ".cachedoctor" / "quarantine")
+        (cache / "tmpStray000").write_bytes(b"replaced since")
         before["new"] = b"replaced since"
-    cache = tmp_path / "cache"
+    shutil.copytree(cache, pristine)
     args = {"scan": ("scan", str(cache), "--format", "json"), "repair": ("repair", str(cache), "--yes"),
-            "restore": ("quarantine", "restore", run_id if command == "restore" else "", str(cache))}[command]
-    shutil.copytree(pristine, cache)
+            "restore": ("quarantine", "restore", run_id, str(cache))}[command]
     expected = findings(cli("scan", str(cache), "--no-state", "--format", "json"))
-    n = _sites(tmp_path, cache, args)
-    assert n >= 3
+    sites = _sites(tmp_path, cache, args)
+    assert len(sites) >= 3, sites
     problems: list[str] = []
-    for at in range(1, n + 1):
+    for k, (at, site) in enumerate(sorted(sites.items())):
         shutil.rmtree(cache)
         shutil.copytree(pristine, cache)
-        code = "ENOSPC" if at % 2 else "EIO"
+        code = "ENOSPC" if k % 2 == 0 else "EIO"
         proc = cli(*args, PYTHONPATH=str(inject_dir(tmp_path)), CACHEDOCTOR_FAULT_ROOT=str(cache),
                    CACHEDOCTOR_FAULT_AT=str(at), CACHEDOCTOR_FAULT_ERRNO=code)
-        label = f"{command}, {code} at write call {at} of {n}"
+        label = f"{command}, {code} at write call {at} ({site})"
         if "Traceback" in proc.stderr:
             problems.append(f"{label}: traceback {proc.stderr[-1500:]}")
         elif command == "scan":

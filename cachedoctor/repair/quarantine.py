@@ -153,11 +153,17 @@ def list_runs(root: str) -> list[QuarantineRun]:
         files = []
         for rel in sorted(_files(folder)):
             record = records.get(rel, {})
-            original = record.get("original") or os.path.join(root, _original_rel(rel))
+            original = record.get("original")
+            if not isinstance(original, str) or not _inside(original, root):  # a cache moved since: restore into it
+                original = os.path.join(root, _original_rel(rel))
             files.append(QuarantinedFile(rel, os.path.getsize(os.path.join(folder, rel)), original,
                                          tuple(record.get("reasons") or ()), str(record.get("action") or "unknown")))
         runs.append(QuarantineRun(run_id, folder, tuple(files)))
     return runs
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.isabs(path) and not os.path.relpath(path, root).startswith(os.pardir)
 
 
 def _original_rel(rel: str) -> str:
