@@ -7,12 +7,19 @@ failure the temp file is removed and the target is untouched.
 Temp files are named ``.cachedoctor-<purpose>-<random>.tmp``: the scan reports stray ``*.tmp``
 files as ``partial-write``, and ``repair`` recognises this prefix as its own interrupted writes,
 which it may delete (it wrote them, they hold no user data) instead of quarantining.
+
+:func:`transfer` moves or copies a whole file across file systems with the same guarantee: the
+quarantine, ``keep``, ``move`` and ``restore`` all go through it, so a cache folder that is a
+symlink to another mount is handled in one place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
+import signal
 import tempfile
 from typing import BinaryIO, Callable, Iterator, TextIO
 
@@ -90,6 +97,49 @@ def atomic_binary(path: str, *, prefix: str = TEMP_PREFIX,
     links the old file into the quarantine there, so no instant exists without either copy).
     """
     return _atomic(path, "wb", prefix, before_replace)  # type: ignore[return-value]
+
+
+_CROSS_DEVICE = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP)  # link(2) refusals a copy gets round
+_CHUNK = 1 << 20
+
+
+def transfer(src: str, dest: str, *, keep_source: bool = False) -> None:
+    """Put ``src``'s bytes at ``dest`` (replacing it). Without ``keep_source`` a move: a rename
+    when both are on one file system, else a copy to a temp file beside ``dest`` (so on its file
+    system), fsynced and renamed, and only then ``src`` removed. With ``keep_source`` a hard
+    link, else the same copy. Killed at any instant, ``src`` is whole or ``dest`` is (maybe
+    both); what may be left is a ``.cachedoctor-<name>-*.tmp`` beside ``dest``."""
+    try:
+        if keep_source:
+            os.link(src, dest)
+        else:
+            os.replace(src, dest)
+    except OSError as exc:
+        if exc.errno not in (_CROSS_DEVICE if keep_source else (errno.EXDEV,)):
+            raise
+        _copy(src, dest)
+        if not keep_source:
+            os.unlink(src)
+    fsync_dir(os.path.dirname(dest))
+    if not keep_source:
+        fsync_dir(os.path.dirname(src))
+
+
+_COPIES = {"n": 0}
+
+
+def _copy(src: str, dest: str) -> None:
+    """The cross-file-system half of :func:`transfer`. ``CACHEDOCTOR_TEST_KILL_IN_COPY=N``
+    (tests only) SIGKILLs the process in the N-th copy, once part of it is in the temp file."""
+    kill_at = os.environ.get("CACHEDOCTOR_TEST_KILL_IN_COPY")
+    _COPIES["n"] += 1
+    with open(src, "rb") as source, atomic_binary(dest, prefix=temp_prefix_for(dest)) as out:
+        os.fchmod(out.fileno(), os.fstat(source.fileno()).st_mode & 0o7777)
+        while chunk := source.read(_CHUNK):
+            out.write(chunk[:len(chunk) // 2] if kill_at == str(_COPIES["n"]) else chunk)
+            if kill_at == str(_COPIES["n"]):
+                out.flush()  # half of it in the temp file: what a kill mid-copy leaves
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
 def temp_prefix_for(path: str) -> str:

@@ -1,5 +1,8 @@
 """The ``cachedoctor`` command line (Typer). Every could-not-run problem is one line, exit 2.
 
+A failure to write that no command caught closer to it (an ``OSError`` or SQLite error) still
+ends in one line and exit 2 here, never in a traceback and exit 1 (see ``faults.py``).
+
 ``run(argv, env)`` is the testable entry point: it returns the exit code instead of exiting and
 takes an :class:`Environment`, so tests can fake terminals. Heavy imports (rich, numpy) happen
 only on the paths that need them; torch is never imported by ``scan``.
@@ -297,6 +300,18 @@ def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
         return EXIT_COULD_NOT_RUN
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
+    except Exception as exc:  # the safety net of the fault model (faults.py): OSError, SQLite
+        from cachedoctor.faults import last_resort
+        from cachedoctor.lifetime import caused_by_interrupt
+
+        line = last_resort(exc)
+        if caused_by_interrupt(exc):
+            code = EXIT_INTERRUPTED
+        elif line is None:
+            raise  # a bug: the traceback is what a report needs
+        else:
+            env.error(line)
+            return EXIT_COULD_NOT_RUN
     finally:
         _ENV.reset(token)
     if code == EXIT_INTERRUPTED:  # typer hands Ctrl-C back as 130, returned or raised

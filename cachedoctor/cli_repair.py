@@ -190,7 +190,11 @@ def quarantine_restore(run_id: Annotated[str, typer.Argument(metavar="RUN")], ro
     if run is None:
         return EXIT_COULD_NOT_RUN
     aside = f"restore-{new_run_id()}"
-    done = restore(base, run, aside)
+    try:
+        done = restore(base, run, aside)
+    except PathError as exc:
+        env.error(f"{exc.path}: {exc.message}")
+        return EXIT_COULD_NOT_RUN
     print(f"restored {len(done)} file(s) from {run_id}; the files they replaced are in quarantine run {aside}", file=env.stdout)
     return 0
 

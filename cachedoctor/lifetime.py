@@ -4,7 +4,10 @@ A SIGKILLed ``scan`` or ``repair`` must not leave workers behind: they would hol
 stdout and stderr open (a caller waiting for EOF hangs), keep reading a cache that a new run is
 repairing, or write behind its back. Linux's ``PR_SET_PDEATHSIG`` has the kernel send SIGKILL
 when the parent dies; the check after it closes the window in which the parent died before the
-call was made. Elsewhere it does nothing.
+call was made (repair's spawned workers pass the parent's pid too: they start a whole Python
+before they get there). Elsewhere it does nothing. What such a kill leaves for a moment are
+zombies: dead workers reparented to pid 1, which may take seconds to reap them; the crash tests
+check the killed run's process group for processes still alive, not for zombies.
 
 Ctrl-C can land inside a lazy import (numpy on the first deep read, torch on the first
 rewrite), where Python may wrap the ``KeyboardInterrupt`` in another exception: on 3.11 an

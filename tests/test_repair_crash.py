@@ -31,6 +31,7 @@ import pytest
 import torch
 
 from factories import save_pt, saved_on
+from faults_harness import live_group
 from repair_factories import POOL, Dataset, simpletuner, tree_bytes
 
 pytestmark = pytest.mark.slow
@@ -110,8 +111,22 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run(argv: list[str], cwd: Path, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, cwd=cwd, env=child_env(**extra), capture_output=True, text=True, timeout=TIMEOUT_S)
+class _Done(subprocess.CompletedProcess):  # type: ignore[type-arg]
+    pid: int
+
+
+def run(argv: list[str], cwd: Path, **extra: str) -> "_Done":
+    """Run to the end in a session of its own (its pid is its process group, for live_group)."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=child_env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    done = _Done(argv, proc.returncode, out, err)
+    done.pid = proc.pid
+    return done
 
 
 def running_run(b: Broken) -> str | None:
@@ -257,7 +272,9 @@ def test_sigkill_at_every_crash_point_then_repair_again(tmp_path: Path) -> None:
         first = run(repair_argv(b), b.ds.root, CACHEDOCTOR_TEST_KILL_AT=str(k))
         if first.returncode != -signal.SIGKILL:
             return [f"k={k}: the first repair was not SIGKILLed: exit {first.returncode} {first.stderr[-500:]}"]
-        return after_kill_problems(b, f"k={k}", journaled=True)
+        alive = live_group(first.pid)
+        left = [f"k={k}: still alive a second after the kill: {alive}"] if alive else []
+        return left + after_kill_problems(b, f"k={k}", journaled=True)
 
     with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2))) as pool:
         problems = [p for ps in pool.map(one, range(1, n + 1), cases) for p in ps]
@@ -284,11 +301,14 @@ def test_sigkill_at_random_times_then_repair_again(tmp_path: Path) -> None:
     for i, b in enumerate(cases):
         delay = duration * (i + rng.random()) / kills
         proc = subprocess.Popen(repair_argv(b), cwd=b.ds.root, env=child_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
         time.sleep(delay)
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGKILL)  # not reaped yet: the pid is still this child's
         out, err = proc.communicate(timeout=TIMEOUT_S)
+        alive = live_group(proc.pid)  # its process group: every descendant (zombies are dead)
+        if alive:
+            problems.append(f"kill {i} at {delay:.2f}s: still alive a second later: {alive}")
         if proc.returncode not in (0, -signal.SIGKILL):
             problems.append(f"kill {i} at {delay:.2f}s: exit {proc.returncode} {out[-500:]} {err[-500:]}")
         problems += after_kill_problems(b, f"kill {i} at {delay:.2f}s of {duration:.2f}s")

@@ -6,8 +6,13 @@ marked interrupted: stopped by a full disk or a dead worker, both of which promi
 resumes it under the same run id (one quarantine folder per logical repair), skips what was
 verified, and does the rest. WAL mode and a busy timeout let two repairs, or the workers of one,
 share the database. Under torchrun each rank keeps its own file (``journal-rank<k>.sqlite``): a
-database shared over NFS by many hosts is not safe. A full disk under the journal itself is a
-:class:`RepairError` naming the journal, like a full disk under a cache file.
+database shared over NFS by many hosts is not safe.
+
+Faults (``faults.py``): any SQLite or OS error while writing the journal (a full disk, which
+SQLite may report as ``SQLITE_FULL`` or as an I/O error on the WAL index; a damaged page) is a
+:class:`RepairError` naming the journal, like a full disk under a cache file. A journal that
+cannot be read when a repair looks for an interrupted run is :class:`JournalUnreadable`: it
+may hold that run's history, so repair stops and says how to go on (``--fresh`` moves it aside).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
+from cachedoctor.faults import could_not_write, is_full, move_aside, reason
 from cachedoctor.repair.interface import Action, ItemResult, ItemState, RepairError
 from cachedoctor.repair.quarantine import STATE_DIR
 
@@ -92,23 +98,63 @@ def interrupted_run(root: str, rank: int | None = None) -> "Interrupted | None":
     """The interrupted run recorded under ``root``, if any, without creating anything."""
     if not os.path.exists(journal_path(root, rank)):
         return None
-    journal = Journal(root, rank)
+    path = journal_path(root, rank)
+    try:
+        journal = Journal(root, rank)
+    except RepairError as exc:
+        raise unreadable(path, exc.__context__ or exc) from None
     try:
         return journal.interrupted()
+    except sqlite3.Error as exc:
+        raise unreadable(path, exc) from None
     finally:
         journal.close()
 
 
+def holds_no_open_run(root: str, rank: int | None = None) -> bool:
+    """Whether a journal that failed to open can still be read far enough to show that no run in
+    it is unfinished (then it holds nothing to resume, and can be moved aside without asking)."""
+    try:
+        db = sqlite3.connect(f"file:{journal_path(root, rank)}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error:
+        return False
+    try:
+        (open_runs,) = db.execute("SELECT count(*) FROM runs WHERE status IN ('running', 'interrupted')").fetchone()
+        db.execute("SELECT count(*) FROM items").fetchone()
+        return open_runs == 0
+    except sqlite3.Error:
+        return False
+    finally:
+        db.close()
+
+
+class JournalUnreadable(RepairError):
+    """The journal cannot be read: an interrupted run in it can be neither resumed nor ruled out."""
+
+
 @contextlib.contextmanager
-def _disk_full(path: str) -> Iterator[None]:
-    """SQLite's "database or disk is full" as the one-line could-not-run error, not a traceback."""
+def _guard(path: str) -> Iterator[None]:
+    """Any failure to write the journal as the one-line could-not-run error, not a traceback."""
     try:
         yield
-    except sqlite3.OperationalError as exc:
-        if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_FULL:
-            raise
-        raise RepairError(path, f"no space left on the device for the repair journal ({exc}). Free some space, "
-                                "then run the same `cachedoctor repair` again: it resumes") from None
+    except (sqlite3.Error, OSError) as exc:
+        raise RepairError(path, could_not_write(exc, path, "the repair journal",
+                                                "run the same `cachedoctor repair` again: it resumes")) from None
+
+
+def unreadable(path: str, exc: BaseException) -> RepairError:
+    """Why a journal could not be read, and what to do: free space, or ``--fresh``."""
+    if is_full(exc, path):
+        return RepairError(path, could_not_write(exc, path, "the repair journal", "run the same command again"))
+    return JournalUnreadable(path, f"cannot read the repair journal ({reason(exc)}), which may hold an interrupted "
+                                   "repair; run the same `cachedoctor repair` with --fresh to move the journal aside "
+                                   "and start a new run (the quarantine stays)")
+
+
+def move_journal_aside(root: str, rank: int | None = None) -> str:
+    """An unreadable journal (``repair --fresh``, or no unfinished run in it): keep it for a
+    post-mortem and start a new one; where it went."""
+    return move_aside(journal_path(root, rank))
 
 
 def abandon(root: str, rank: int | None, run_id: str) -> None:
@@ -131,20 +177,25 @@ def finish_run(root: str, rank: int | None, run_id: str, status: str) -> None:
 class Journal:
     def __init__(self, root: str, rank: int | None = None) -> None:
         self.path = journal_path(root, rank)
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        # Used by one thread at a time (the main thread, then recompute's writer thread).
-        self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
-        with _disk_full(self.path):
-            self.db.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode survives any process crash (SIGKILL, OOM) with the database
-            # consistent; a power cut may lose the last rows, which the next run's fresh scan makes up for.
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA busy_timeout=60000")
-            self.db.executescript(_SCHEMA)
+        with _guard(self.path):
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            # Used by one thread at a time (the main thread, then recompute's writer thread).
+            self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                # NORMAL in WAL mode survives any process crash (SIGKILL, OOM) with the database
+                # consistent; a power cut may lose the last rows, which the next run's fresh scan makes up for.
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.execute("PRAGMA busy_timeout=60000")
+                self.db.executescript(_SCHEMA)
+            except BaseException:
+                self.close()
+                raise
         self.run_id: str | None = None
 
     def close(self) -> None:
-        self.db.close()
+        with contextlib.suppress(sqlite3.Error):
+            self.db.close()
 
     def interrupted(self) -> Interrupted | None:
         """The newest run that is marked running (or interrupted) but whose process is gone."""
@@ -165,7 +216,7 @@ class Journal:
               resumed: bool) -> None:
         self.run_id = run_id
         pid = os.getpid()
-        with _disk_full(self.path), self.db:
+        with _guard(self.path), self.db:
             self.db.execute("INSERT OR IGNORE INTO runs (run_id, started, status, host, pid, pid_start, argv, encoder, fingerprint) "
                             "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
                             (run_id, time.time(), socket.gethostname(), pid, _process_start(pid),
@@ -177,17 +228,17 @@ class Journal:
     def plan(self, actions: list[Action]) -> None:
         """Record every action before the first change (an existing row keeps its state)."""
         now = time.time()
-        with _disk_full(self.path), self.db:
+        with _guard(self.path), self.db:
             self.db.execute("BEGIN")  # one transaction for the whole plan (autocommit would commit per row)
             self.db.executemany("INSERT OR IGNORE INTO items (run_id, path, action, state, updated) VALUES (?, ?, ?, ?, ?)",
                                 [(self.run_id, a.path, a.to_json(), ItemState.PLANNED.value, now) for a in actions])
 
     def record(self, result: ItemResult) -> None:
-        with _disk_full(self.path), self.db:
+        with _guard(self.path), self.db:
             self.db.execute("UPDATE items SET state=?, message=?, quarantined=COALESCE(?, quarantined), updated=? "
                             "WHERE run_id=? AND path=?",
                             (result.state.value, result.message, result.quarantined, time.time(), self.run_id, result.path))
 
     def finish(self, status: str = "done") -> None:
-        with _disk_full(self.path), self.db:
+        with _guard(self.path), self.db:
             self.db.execute("UPDATE runs SET status=?, finished=? WHERE run_id=?", (status, time.time(), self.run_id))

@@ -8,12 +8,14 @@ the explanation. The scan never enters ``.cachedoctor/``.
 Files are kept by hard link when the original stays in place until the replacement is renamed
 over it (no bytes copied, and the link exists before the original name changes), and by rename
 when the file is moved out. Both stay on the cache's own file system; a root that spans file
-systems falls back to a copy, fsynced, before the original is touched.
+systems (a subfolder that is a symlink to another mount) falls back to a copy into a temp file,
+fsynced and renamed, before the original is touched: ``keep``, ``move`` and ``restore`` all go
+through ``atomic.transfer``. A temp file a kill left inside a run is no quarantined file:
+``list`` and ``restore`` ignore it, and the run that resumes (or a restore) removes it.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -21,7 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from cachedoctor.atomic import atomic_binary, fsync_dir
+from cachedoctor.atomic import TEMP_SUFFIX, fsync_dir, is_own_temp, temp_prefix_for, temp_target, transfer
+from cachedoctor.errors import PathError
 
 STATE_DIR = ".cachedoctor"
 RECORDS = ".records.jsonl"
@@ -73,14 +76,7 @@ class Quarantine:
             if os.path.samefile(dest, path):
                 return dest  # a resumed run already linked it
             dest = _free_name(dest)
-        try:
-            os.link(path, dest)
-        except OSError as exc:
-            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
-                raise
-            with open(path, "rb") as src, atomic_binary(dest) as out:
-                shutil.copyfileobj(src, out, 1 << 20)
-        fsync_dir(os.path.dirname(dest))
+        transfer(path, dest, keep_source=True)
         self._record(dest, path, reasons, action)
         return dest
 
@@ -90,18 +86,20 @@ class Quarantine:
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if os.path.exists(dest):
             dest = _free_name(dest)
-        try:
-            os.rename(path, dest)
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
-            with open(path, "rb") as src, atomic_binary(dest) as out:
-                shutil.copyfileobj(src, out, 1 << 20)
-            os.unlink(path)
-        fsync_dir(os.path.dirname(dest))
-        fsync_dir(os.path.dirname(path))
+        transfer(path, dest)
         self._record(dest, path, reasons, action)
         return dest
+
+    def clean_temps(self) -> int:
+        """Remove the temp files a killed copy left in this run's folder (call only when no
+        process is writing to this run: the one resuming it). How many there were."""
+        n = 0
+        for dirpath, _dirs, names in os.walk(self.folder):
+            for name in names:
+                if is_own_temp(name):
+                    os.unlink(os.path.join(dirpath, name))
+                    n += 1
+        return n
 
     def _record(self, dest: str, original: str, reasons: tuple[str, ...], action: str) -> None:
         record = {"path": os.path.relpath(dest, self.folder), "original": original, "reasons": list(reasons),
@@ -137,8 +135,8 @@ def _records(folder: str) -> dict[str, dict]:
 def _files(folder: str) -> Iterator[str]:
     for dirpath, _dirs, names in os.walk(folder):
         for name in names:
-            if dirpath == folder and name == RECORDS:
-                continue
+            if (dirpath == folder and name == RECORDS) or is_own_temp(name):
+                continue  # a temp file is a copy a kill cut short: its source is still whole
             yield os.path.relpath(os.path.join(dirpath, name), folder)
 
 
@@ -155,11 +153,17 @@ def list_runs(root: str) -> list[QuarantineRun]:
         files = []
         for rel in sorted(_files(folder)):
             record = records.get(rel, {})
-            original = record.get("original") or os.path.join(root, _original_rel(rel))
+            original = record.get("original")
+            if not isinstance(original, str) or not _inside(original, root):  # a cache moved since: restore into it
+                original = os.path.join(root, _original_rel(rel))
             files.append(QuarantinedFile(rel, os.path.getsize(os.path.join(folder, rel)), original,
                                          tuple(record.get("reasons") or ()), str(record.get("action") or "unknown")))
         runs.append(QuarantineRun(run_id, folder, tuple(files)))
     return runs
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.isabs(path) and not os.path.relpath(path, root).startswith(os.pardir)
 
 
 def _original_rel(rel: str) -> str:
@@ -172,10 +176,17 @@ def find_run(root: str, run_id: str) -> QuarantineRun | None:
     return next((r for r in list_runs(root) if r.run_id == run_id), None)
 
 
+class RestoreError(PathError):
+    """A restore stopped part way (a full disk, an I/O error); the rest is still in the run."""
+
+
 def restore(root: str, run: QuarantineRun, new_run_id: str) -> list[tuple[str, str]]:
     """Put every file of ``run`` back where it was. A file now at that place (the repaired
     version) is itself quarantined under ``new_run_id`` first, so a restore loses nothing
-    either. Returns ``(quarantined file, restored path)`` pairs."""
+    either. Returns ``(quarantined file, restored path)`` pairs. A failure stops it with
+    :class:`RestoreError`: what is restored is in the cache, the rest still in the run, and
+    the same restore again goes on."""
+    from cachedoctor.faults import could_not_write
     from cachedoctor.repair.locks import file_lock
 
     aside = Quarantine(root, new_run_id)
@@ -183,15 +194,32 @@ def restore(root: str, run: QuarantineRun, new_run_id: str) -> list[tuple[str, s
     for item in run.files:
         src = os.path.join(run.folder, item.relpath)
         target = item.original if os.path.isabs(item.original) else os.path.join(root, item.original)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with file_lock(target):
-            if os.path.exists(target):
-                aside.keep(target, ("restore",), f"replaced by restore of {run.run_id}")
-            os.replace(src, target)
-            fsync_dir(os.path.dirname(target))
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with file_lock(target):
+                _drop_temps_of(target)
+                if os.path.exists(target):
+                    aside.keep(target, ("restore",), f"replaced by restore of {run.run_id}")
+                transfer(src, target)
+        except OSError as exc:
+            left = len(run.files) - len(done)
+            then = (f"run the same `cachedoctor quarantine restore {run.run_id}` again: {len(done)} file(s) are back, "
+                    f"{left} still in the quarantine")
+            raise RestoreError(target, could_not_write(exc, target, "the restored file", then)) from None
         done.append((src, target))
     shutil.rmtree(run.folder)
     return done
+
+
+def _drop_temps_of(target: str) -> None:
+    """Remove the temp files of an earlier copy to ``target`` that a kill cut short. Their writer
+    held ``target``'s lock for their whole life; we hold it now, so they are abandoned."""
+    import glob
+
+    pattern = glob.escape(os.path.join(os.path.dirname(target), temp_prefix_for(target))) + "*" + TEMP_SUFFIX
+    for temp in glob.glob(pattern):
+        if temp_target(temp) == target:
+            os.unlink(temp)
 
 
 def purge(run: QuarantineRun) -> int:

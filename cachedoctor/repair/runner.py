@@ -18,7 +18,8 @@ from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair import distributed
 from cachedoctor.repair.interface import Action, ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
-from cachedoctor.repair.journal import Interrupted, Journal, abandon, finish_run, interrupted_run, new_run_id
+from cachedoctor.repair.journal import (Interrupted, Journal, JournalUnreadable, abandon, finish_run, holds_no_open_run,
+                                        interrupted_run, move_journal_aside, new_run_id)
 from cachedoctor.repair.planner import plan_repair
 from cachedoctor.scan import ScanOptions, ScanResult, scan
 
@@ -53,6 +54,7 @@ class RepairOutcome:
     problems: list[str] = field(default_factory=list)
     after: ScanResult | None = None
     leader: bool = True
+    notes: list[str] = field(default_factory=list)  # about the run itself (a journal moved aside)
 
 
 def _scan(targets: list[str], layout: LayoutName, layout_options: LayoutOptions, options: RepairOptions,
@@ -95,7 +97,7 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     # Every scanned root, not only those with work left: a run killed after its last write left
     # its journal in a root that is clean now, and must be closed there.
     roots_seen = sorted(set(roots_acted) | {r if os.path.isdir(r) else os.path.dirname(r) for r in roots})
-    interrupted = next((i for root in roots_seen if (i := interrupted_run(root, journal_rank)) is not None), None)
+    interrupted = _interrupted(roots_seen, journal_rank, options, outcome.notes)
     fingerprints = ",".join(e.fingerprint() for e in encoders) or None
     if interrupted is not None and options.fresh and not options.dry_run:
         for root in roots_acted:
@@ -122,6 +124,12 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     if not go:
         distributed.finish(rank)
         raise Declined()
+    if interrupted is not None and not rank.distributed:  # its process is gone: a temp file in its
+        # quarantine is a copy it never finished (ranks share the folder: one may be copying now)
+        from cachedoctor.repair.quarantine import Quarantine
+
+        for root in roots_seen:
+            Quarantine(root, interrupted.run_id).clean_temps()
     journals = {root: Journal(root, journal_rank) for root in roots_acted}
     for root, journal in journals.items():
         journal.start(outcome.run_id, argv, json.dumps(list(options.encoders)) if options.encoders else None,
@@ -166,6 +174,24 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     if rank.leader:
         outcome.after = _scan(targets, layout, layout_options, options)[0]
     return outcome
+
+
+def _interrupted(roots: list[str], rank: int | None, options: RepairOptions, notes: list[str]) -> Interrupted | None:
+    """The first interrupted run recorded in ``roots``' journals. A journal that cannot be read
+    stops the repair (it may hold that run) unless ``--fresh`` gives it up, or what can still be
+    read of it shows no unfinished run: then it is moved aside and a new one started."""
+    found = None
+    for root in roots:
+        try:
+            run = interrupted_run(root, rank)
+        except JournalUnreadable:
+            if options.dry_run or not (options.fresh or holds_no_open_run(root, rank)):
+                raise
+            aside = move_journal_aside(root, rank)
+            notes.append(f"the repair journal in {root} could not be read; moved it to {aside} and started a new one")
+            continue
+        found = found or run
+    return found
 
 
 def _share(actions: list[Action], rank) -> list[Action]:  # type: ignore[no-untyped-def]

@@ -175,8 +175,10 @@ def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None: 
 
 
 def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, queue,  # type: ignore[no-untyped-def]
-                 workers_on_cpu: int) -> None:
-    die_with_parent()
+                 workers_on_cpu: int, parent: int | None = None) -> None:
+    # With the parent's pid: a spawned worker starts Python before it gets here, and a parent
+    # SIGKILLed in that window would otherwise leave it running on, writing to the cache.
+    die_with_parent(parent)
     try:
         work(batches, encoder_specs, device, run_id, queue.put, workers_on_cpu)
     except BaseException as exc:  # reported by the parent; the items stay unfinished in the journal
@@ -197,7 +199,7 @@ def run_pool(shares: list[list[Batch]], encoder_specs: list[str], devices: list[
     for share, device in zip(shares, devices):
         if share:
             proc = ctx.Process(target=_worker_main, daemon=True,
-                               args=(share, encoder_specs, device, run_id, queue, devices.count("cpu")))
+                               args=(share, encoder_specs, device, run_id, queue, devices.count("cpu"), os.getpid()))
             proc.start()
             procs.append(proc)
     problems: list[str] = []

@@ -24,6 +24,8 @@ def print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
     print(f"cachedoctor repair: {result.stats.files_read} files scanned ({mode}), {len(result.findings)} finding(s) in {files} file(s)", file=out)
     if outcome.layout_line:
         print(outcome.layout_line, file=out)
+    for note in getattr(outcome, "notes", ()):
+        print(f"note: {note}", file=out)
     if outcome.interrupted is not None:
         gone = outcome.interrupted
         print(f"resuming interrupted run {gone.run_id}: {len(gone.verified)} item(s) were finished before it stopped, "

@@ -30,7 +30,12 @@ class StateSet:
 
     def __init__(self, stores: list[StateStore], notes: list[str]) -> None:
         self.stores = sorted(stores, key=lambda s: len(s.base), reverse=True)  # nested targets: nearest first
-        self.notes = notes
+        self._notes = notes
+
+    @property
+    def notes(self) -> list[str]:
+        """Why a store could not be opened, then why one was given up during the scan."""
+        return self._notes + [note for store in self.stores for note in store.notes]
 
     @classmethod
     def open(cls, roots: list[str], state: str | None) -> "StateSet":
@@ -57,7 +62,10 @@ class StateSet:
         return cls(stores, notes)
 
     def store_for(self, folder: str) -> StateStore | None:
-        return next((s for s in self.stores if s.covers(folder)), None)
+        """The nearest store covering ``folder``; ``None`` when there is none or it was given up
+        (its folders are then read as with ``--no-state``)."""
+        store = next((s for s in self.stores if s.covers(folder)), None)
+        return store if store is not None and store.alive else None
 
     def close(self) -> None:
         for store in self.stores:

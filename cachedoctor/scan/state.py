@@ -9,8 +9,15 @@ of an unchanged cache cost about one ``stat`` walk.
 SQLite in WAL mode with a busy timeout, written in short ``BEGIN IMMEDIATE`` batches, so two
 scans of one cache at once neither corrupt it nor starve each other (on a network file system,
 where WAL is unsafe across machines, a rollback journal: see ``fsinfo.py``). The database sits inside
-the cache, so it is as untrusted as the cache files: JSON only, never pickles; a database that
-does not open is moved aside and rebuilt; one written by another cachedoctor is emptied.
+the cache, so it is as untrusted as the cache files: JSON only, never pickles; every row carries
+a seal (an xxh3 of its fields), so a flipped byte that still decodes is a row to read again, not
+a wrong finding; one written by another cachedoctor is emptied.
+
+Faults (``faults.py``): the state only saves work, so it never stops a scan. A database that does
+not open is moved aside (``state.sqlite.broken-<time>``) and rebuilt (``statedb.py``). Any SQLite
+error after that (a damaged page, a row that does not decode, an I/O error) moves it aside too,
+says so in a note, and the scan finishes without it; the next scan starts a new one. A full
+disk moves nothing: the note says so, and the database stays as its last commit left it.
 
 Racy entries (git's "racy git"): a file changed in the same clock tick as its recorded mtime
 cannot be told from the recorded version by its stat. Each scan first touches a clock file
@@ -27,24 +34,15 @@ from typing import Iterable, NamedTuple
 
 from cachedoctor import __version__
 from cachedoctor.errors import PathError
-from cachedoctor.fsinfo import is_network
+from cachedoctor.faults import is_full, move_aside, reason
+from cachedoctor.scan.statedb import connect, guarded, immediate, seal, unseal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: sealed rows
 STATE_FILE = "state.sqlite"
 _CLOCK_FILE = "state.clock"
 _FLUSH_ROWS = 2000
 _FLUSH_SECONDS = 0.25
-_BUSY_MS = 60_000
 
-_TABLES = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS scans (id INTEGER PRIMARY KEY, started REAL, finished REAL, deep INTEGER,
-    sample TEXT, files INTEGER, reread INTEGER, findings INTEGER);
-CREATE TABLE IF NOT EXISTS files (folder BLOB, name BLOB, size INTEGER, mtime_ns INTEGER, ctime_ns INTEGER,
-    ino INTEGER, racy INTEGER, scan INTEGER, deep_scan INTEGER, xxh3 TEXT, outcome TEXT,
-    PRIMARY KEY (folder, name)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS folders (folder BLOB PRIMARY KEY, digest TEXT, result TEXT, scan INTEGER) WITHOUT ROWID;
-"""
 
 
 class StateError(PathError):
@@ -99,9 +97,10 @@ class StateStore:
     def __init__(self, path: str, base: str, db: sqlite3.Connection, clock_ns: int) -> None:
         self.path = path
         self.base = base
-        self.db = db
+        self.db: sqlite3.Connection | None = db
         self.clock_ns = clock_ns
         self.scan_id = 0
+        self.notes: list[str] = []  # what went wrong after opening (at most one: the store is then given up)
         self._pending: list[tuple[str, tuple]] = []
         self._flushed = time.monotonic()
         self._visited: set[bytes] = set()
@@ -112,21 +111,51 @@ class StateStore:
     def open(cls, path: str, base: str, *, explicit: bool) -> tuple["StateStore | None", str | None]:
         """The store and a note for the report. ``explicit`` (``--state``) turns "cannot" into
         :class:`StateError`; otherwise the scan goes on without state and says why."""
+        db = None
         try:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            db, note = _connect(path)
+            db, note = connect(path, _producer)
             clock = os.path.join(os.path.dirname(path), _CLOCK_FILE)
             with open(clock, "a"):
                 pass
             os.utime(clock)  # now, by the file system's own clock and granularity
             clock_ns = os.stat(clock).st_mtime_ns
         except (OSError, sqlite3.Error) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc)
+            if db is not None:
+                db.close()
+            why = reason(exc)
             if explicit:
-                raise StateError(path, f"cannot use as the state database ({reason}); pass another --state or --no-state") from None
-            return None, (f"no state kept: cannot write {path} ({reason}), so the next scan reads every file "
+                raise StateError(path, f"cannot use as the state database ({why}); pass another --state or --no-state") from None
+            return None, (f"no state kept: cannot write {path} ({why}), so the next scan reads every file "
                           "again; pass --state PATH on a writable disk, or --no-state")
         return cls(path, base, db, clock_ns), note
+
+    @property
+    def alive(self) -> bool:
+        return self.db is not None
+
+    def _fail(self, exc: sqlite3.Error) -> None:
+        """Give the database up for the rest of this scan: a full disk leaves it as its last
+        commit did (still sound); anything else may be damage, so it is moved aside."""
+        db, self.db = self.db, None
+        self._pending.clear()
+        if db is not None:
+            try:
+                db.close()
+            except sqlite3.Error:
+                pass
+        if is_full(exc, self.path):
+            self.notes.append(f"no state kept: cannot write {self.path} ({reason(exc)}), so the next scan reads "
+                              "this scan's changes again; free some space, or pass --state PATH on another disk")
+            return
+        try:
+            aside = move_aside(self.path)
+        except OSError as err:
+            self.notes.append(f"the state database {self.path} failed ({reason(exc)}) and cannot be moved aside "
+                              f"({reason(err)}); this scan finished without it; delete it, or pass --no-state")
+            return
+        self.notes.append(f"the state database {self.path} failed during the scan ({reason(exc)}); moved it to "
+                          f"{aside}; this scan finished without it, and the next one starts a new one")
 
     # --- keys -------------------------------------------------------------------------------
 
@@ -141,32 +170,43 @@ class StateStore:
 
     # --- one scan ---------------------------------------------------------------------------
 
+    @guarded(lambda: None)
     def begin(self) -> None:
         """Number this scan (its deep reads are stamped with it; the sample order follows it)."""
         self.flush()
+        assert self.db is not None
         self.scan_id = int(self.db.execute("SELECT coalesce(max(id), 0) + 1 FROM scans").fetchone()[0])
         self._started = time.time()
 
+    @guarded(lambda: None)
     def folder_result(self, folder: str, digest: str) -> str | None:
+        assert self.db is not None
         key = self.key(folder)
         self._visited.add(key)
         row = self.db.execute("SELECT result FROM folders WHERE folder = ? AND digest = ?", (key, digest)).fetchone()
-        return row[0] if row else None
+        return unseal(row[0], key, digest) if row else None
 
+    @guarded(dict)
     def rows(self, folder: str) -> dict[str, Row]:
+        assert self.db is not None
         key = self.key(folder)
         self._visited.add(key)
         out = {}
         for name, size, mtime, ctime, ino, racy, deep_scan, xxh3, outcome in self.db.execute(
                 "SELECT name, size, mtime_ns, ctime_ns, ino, racy, deep_scan, xxh3, outcome FROM files "
                 "WHERE folder = ?", (key,)):
-            out[os.fsdecode(name)] = Row(Sig(size, mtime, ctime, ino), bool(racy), deep_scan, xxh3, outcome)
+            text = unseal(outcome, key, name, size, mtime, ctime, ino, racy, deep_scan, xxh3)
+            if text is None:  # damaged: listed (so a vanished file's row is deleted), never reused (no stat is -1)
+                out[os.fsdecode(name)] = Row(Sig(-1, -1, -1, -1), True, None, None, "")
+            else:
+                out[os.fsdecode(name)] = Row(Sig(size, mtime, ctime, ino), bool(racy), deep_scan, xxh3, text)
         return out
 
     def is_racy(self, mtime_ns: int, ctime_ns: int) -> bool:
         """Changed in the clock tick this scan began: the stat cannot vouch for the content."""
         return mtime_ns >= self.clock_ns or ctime_ns >= self.clock_ns
 
+    @guarded(lambda: None)
     def save(self, folder: str, upserts: list[Upsert], gone: Iterable[str], digest: str | None,
              result: str | None) -> None:
         """Record a folder's fresh reads; ``digest``/``result`` when the whole folder is settled."""
@@ -174,36 +214,44 @@ class StateStore:
         self._visited.add(key)
         pending = self._pending
         for u in upserts:
+            name, racy = os.fsencode(u.name), int(u.racy)
+            sealed = seal(key, name, *u.sig, racy, u.deep_scan, u.xxh3, u.outcome) + "|" + u.outcome
             pending.append(("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                            (key, os.fsencode(u.name), *u.sig, int(u.racy), self.scan_id, u.deep_scan, u.xxh3, u.outcome)))
+                            (key, name, *u.sig, racy, self.scan_id, u.deep_scan, u.xxh3, sealed)))
         for name in gone:
             pending.append(("DELETE FROM files WHERE folder = ? AND name = ?", (key, os.fsencode(name))))
         if digest is not None and result is not None:
-            pending.append(("INSERT OR REPLACE INTO folders VALUES (?,?,?,?)", (key, digest, result, self.scan_id)))
+            pending.append(("INSERT OR REPLACE INTO folders VALUES (?,?,?,?)",
+                            (key, digest, seal(key, digest, result) + "|" + result, self.scan_id)))
         else:
             pending.append(("DELETE FROM folders WHERE folder = ?", (key,)))
         if len(pending) >= _FLUSH_ROWS or time.monotonic() - self._flushed > _FLUSH_SECONDS:
             self.flush()
 
+    @guarded(lambda: None)
     def flush(self) -> None:
         if self._pending:
-            with _immediate(self.db):
+            assert self.db is not None
+            with immediate(self.db):
                 for sql, params in self._pending:
                     self.db.execute(sql, params)
             self._pending.clear()
             self._wrote = True
         self._flushed = time.monotonic()
 
+    @guarded(lambda: None)
     def finish(self, walked: list[str], deep: bool, sample: str | None, files: int, reread: int,
                findings: int) -> None:
         """Forget folders under the fully walked ``walked`` targets that this scan did not see,
         and record the scan in ``scans``; a scan that changed nothing writes nothing at all."""
         self.flush()
+        if self.db is None:
+            return
         keys = [self.key(t) for t in walked]
         gone = [f for f in self._recorded_folders() if f not in self._visited and any(_under(f, k) for k in keys)]
         if not gone and not self._wrote:
             return
-        with _immediate(self.db):
+        with immediate(self.db):
             for folder in gone:
                 self.db.execute("DELETE FROM files WHERE folder = ?", (folder,))
                 self.db.execute("DELETE FROM folders WHERE folder = ?", (folder,))
@@ -212,24 +260,30 @@ class StateStore:
 
     def _recorded_folders(self) -> list[bytes]:
         """Every folder with rows, by a skip scan of the primary key (not a read of every row)."""
+        assert self.db is not None
         return [f for (f,) in self.db.execute(
             "WITH RECURSIVE f(folder) AS (SELECT min(folder) FROM files UNION ALL "
             "SELECT (SELECT min(folder) FROM files WHERE folder > f.folder) FROM f WHERE f.folder IS NOT NULL) "
             "SELECT folder FROM f WHERE folder IS NOT NULL")]
 
     def close(self) -> None:
-        try:
-            self.flush()
-        finally:
-            self.db.close()
+        self.flush()
+        db, self.db = self.db, None
+        if db is not None:
+            try:
+                db.close()
+            except sqlite3.Error as exc:
+                self._fail(exc)
 
     # --- sampled deep reads -----------------------------------------------------------------
 
+    @guarded(lambda: 0)
     def choose(self, candidates: Iterable[tuple[str, str, int, int, int]], parts: int, of: int) -> int:
         """Pick ``parts/of`` of the candidates ``(folder, name, tier, last_deep, order)`` to read deep:
         tier 0 (never read deep, or changed since) first, then the longest ago, then a fixed
         hash order. Each deep read moves a file to the back, so the sample rotates."""
         db = self.db
+        assert db is not None
         db.execute("CREATE TEMP TABLE IF NOT EXISTS candidates (folder BLOB, name BLOB, tier INTEGER, "
                    "last_deep INTEGER, ord INTEGER)")
         db.execute("CREATE TEMP TABLE IF NOT EXISTS chosen (folder BLOB, name BLOB, PRIMARY KEY (folder, name)) "
@@ -245,72 +299,15 @@ class StateStore:
         db.execute("DELETE FROM temp.candidates")
         return budget
 
+    @guarded(set)
     def chosen(self, folder: str) -> set[str]:
+        assert self.db is not None
         return {os.fsdecode(n) for (n,) in self.db.execute("SELECT name FROM temp.chosen WHERE folder = ?",
                                                              (self.key(folder),))}
 
 
 def _under(folder: bytes, key: bytes) -> bool:
     return key == b"." or folder == key or folder.startswith(key.rstrip(b"/") + b"/")
-
-
-class _immediate:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``: take the write lock up front, so a waiting writer
-    queues on the busy timeout instead of failing on a lock upgrade."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-
-    def __enter__(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, *rest: object) -> None:
-        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
-
-
-def _connect(path: str) -> tuple[sqlite3.Connection, str | None]:
-    """Open (creating, or rebuilding one that is not a usable database) with WAL and our tables."""
-    note = None
-    try:
-        return _prepare(path), None
-    except sqlite3.DatabaseError as exc:
-        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-            raise
-        aside = f"{path}.broken-{time.strftime('%Y%m%d-%H%M%S')}"
-        os.replace(path, aside)
-        for suffix in ("-wal", "-shm"):
-            if os.path.exists(path + suffix):
-                os.replace(path + suffix, aside + suffix)
-        note = f"the state database {path} could not be read ({exc}); moved it to {aside} and started a new one"
-    return _prepare(path), note
-
-
-def _prepare(path: str) -> sqlite3.Connection:
-    db = sqlite3.connect(path, timeout=_BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
-    try:
-        db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
-        db.execute(f"PRAGMA journal_mode = {'DELETE' if is_network(os.path.dirname(path)) else 'WAL'}")
-        db.execute("PRAGMA synchronous = NORMAL")
-        producer = _producer()
-        try:
-            row = db.execute("SELECT value FROM meta WHERE key = 'producer'").fetchone()
-        except sqlite3.OperationalError:  # no tables yet
-            row = None
-        if row is not None and row[0] == producer:
-            return db  # the common case: nothing to write
-        with _immediate(db):
-            for statement in _TABLES.strip().split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            row = db.execute("SELECT value FROM meta WHERE key = 'producer'").fetchone()
-            if row is None or row[0] != producer:  # another version's outcomes: start over
-                db.execute("DELETE FROM files")
-                db.execute("DELETE FROM folders")
-                db.execute("INSERT OR REPLACE INTO meta VALUES ('producer', ?)", (producer,))
-    except BaseException:
-        db.close()
-        raise
-    return db
 
 
 __all__ = ["Row", "STATE_FILE", "Sig", "StateError", "StateStore", "Upsert", "default_path", "sig_of"]

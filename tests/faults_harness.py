@@ -1,0 +1,279 @@
+"""The fault-injection harness: small real file systems, injected write errors, process checks.
+
+* :func:`tmpfs` mounts a real tmpfs of a given size (skipping, with the reason, where this
+  machine does not let us mount) and :func:`fill` fills it to leave an exact amount free.
+* :data:`INJECT_SITECUSTOMIZE` is a ``sitecustomize.py`` for a child process: it counts every
+  write call on a path under ``CACHEDOCTOR_FAULT_ROOT`` (``open`` for writing, ``os.open`` with a
+  write flag, writes through ``os.fdopen``, ``os.replace``/``rename``/``link``/``mkdir``,
+  ``fsync``, ``utime``, and every SQLite statement that writes) and makes the
+  ``CACHEDOCTOR_FAULT_AT``-th fail with ``CACHEDOCTOR_FAULT_ERRNO`` (ENOSPC or EIO; SQLite gets
+  ``SQLITE_FULL`` or ``SQLITE_IOERR``). With ``CACHEDOCTOR_FAULT_COUNT=FILE`` it fails nothing
+  and writes, at exit, one line per call naming its call site (the innermost cachedoctor
+  ``file:line``), so a test can plant a fault at the first call of every site.
+  This is the OS/SQLite boundary, not the code under test: cachedoctor runs unchanged.
+* :func:`live_group` lists the processes of a killed run's process group that are still
+  alive (zombies are dead: they only wait for their new parent to reap them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+INJECT_SITECUSTOMIZE = r'''
+import atexit, builtins, errno, os, sqlite3, sys
+
+_root = os.environ.get("CACHEDOCTOR_FAULT_ROOT", "/nonexistent")
+_at = int(os.environ.get("CACHEDOCTOR_FAULT_AT", "0") or 0)
+_errno = getattr(errno, os.environ.get("CACHEDOCTOR_FAULT_ERRNO", "ENOSPC"))
+_count_file = os.environ.get("CACHEDOCTOR_FAULT_COUNT")
+_n = [0]
+_pid = os.getpid()
+
+
+def _ours(path):
+    try:
+        return os.path.abspath(os.fsdecode(path)).startswith(_root)
+    except (TypeError, ValueError):
+        return False
+
+
+_where = []
+
+
+def _caller():
+    """The innermost cachedoctor line on the stack: the call site."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if "/cachedoctor/" in name:
+            return f"{name.rsplit('/cachedoctor/', 1)[1]}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+def _site(*paths):
+    """Count one write call; raise the planted error when it is the chosen one."""
+    if os.getpid() != _pid or not any(_ours(p) for p in paths if isinstance(p, (str, bytes, os.PathLike))):
+        return
+    _n[0] += 1
+    if _count_file:
+        _where.append(_caller())
+    if _n[0] == _at:
+        raise OSError(_errno, os.strerror(_errno), os.fsdecode(paths[0]))
+
+
+if _count_file:
+    atexit.register(lambda: os.getpid() == _pid and _open(_count_file, "w").write("\n".join(_where)))
+
+_open = builtins.open
+def open(file, mode="r", *args, **kwargs):
+    if isinstance(file, (str, bytes, os.PathLike)) and any(c in mode for c in "wax+"):
+        _site(file)
+    return _open(file, mode, *args, **kwargs)
+builtins.open = open
+
+_os_open = os.open
+def os_open(path, flags, *args, **kwargs):
+    if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+        _site(path)
+    return _os_open(path, flags, *args, **kwargs)
+os.open = os_open
+
+
+def _wrap2(name):
+    real = getattr(os, name)
+    def call(src, dst, *args, **kwargs):
+        _site(dst, src)
+        return real(src, dst, *args, **kwargs)
+    setattr(os, name, call)
+for _name in ("replace", "rename", "link"):
+    _wrap2(_name)
+
+
+def _wrap1(name):
+    real = getattr(os, name)
+    def call(path, *args, **kwargs):
+        _site(path)
+        return real(path, *args, **kwargs)
+    setattr(os, name, call)
+for _name in ("mkdir", "utime"):
+    _wrap1(_name)
+
+
+def _fd_path(fd):
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+_fsync = os.fsync
+def fsync(fd):
+    _site(_fd_path(fd if isinstance(fd, int) else fd.fileno()))
+    return _fsync(fd)
+os.fsync = fsync
+
+
+class _Writer:
+    def __init__(self, f, path):
+        self._f, self._path = f, path
+    def write(self, data):
+        _site(self._path)
+        return self._f.write(data)
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self._f.close()
+
+
+_fdopen = os.fdopen
+def fdopen(fd, *args, **kwargs):
+    f = _fdopen(fd, *args, **kwargs)
+    mode = args[0] if args else kwargs.get("mode", "r")
+    return _Writer(f, _fd_path(fd)) if any(c in mode for c in "wax+") else f
+os.fdopen = fdopen
+
+_READS = ("SELECT", "WITH", "PRAGMA BUSY", "PRAGMA SYNCHRONOUS")
+
+
+class _Connection(sqlite3.Connection):
+    def __init__(self, database, *args, **kwargs):
+        super().__init__(database, *args, **kwargs)
+        self._path = os.fsdecode(database).split("?")[0].removeprefix("file:")
+    def _check(self, sql):
+        if sql.lstrip().upper().startswith(_READS):
+            return
+        try:
+            _site(self._path)
+        except OSError:
+            full = _errno in (errno.ENOSPC, errno.EDQUOT)
+            exc = sqlite3.OperationalError("database or disk is full" if full else "disk I/O error")
+            exc.sqlite_errorcode = 13 if full else 10
+            raise exc from None
+    def execute(self, sql, *args):
+        self._check(sql)
+        return super().execute(sql, *args)
+    def executemany(self, sql, *args):
+        self._check(sql)
+        return super().executemany(sql, *args)
+    def executescript(self, sql):
+        self._check(sql)
+        return super().executescript(sql)
+    def commit(self):
+        if self.in_transaction:
+            self._check("COMMIT")
+        return super().commit()
+    def __exit__(self, kind, *rest):
+        if kind is None and self.in_transaction:
+            self._check("COMMIT")
+        return super().__exit__(kind, *rest)
+
+
+_connect = sqlite3.connect
+def connect(database, *args, **kwargs):
+    kwargs.setdefault("factory", _Connection)
+    return _connect(database, *args, **kwargs)
+sqlite3.connect = connect
+'''
+
+
+def inject_dir(tmp: Path) -> Path:
+    """A folder holding the injecting ``sitecustomize.py``, for a child's ``PYTHONPATH``."""
+    folder = tmp / "inject"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(INJECT_SITECUSTOMIZE)
+    return folder
+
+
+@contextlib.contextmanager
+def tmpfs(folder: Path, size_kb: int) -> Iterator[Path]:
+    """A real ``size_kb`` tmpfs mounted at ``folder`` (created empty); unmounted afterwards.
+    Skips the test, saying why, where this machine does not let us mount."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root and mount rights): {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def fill(folder: Path, leave_kb: int) -> Path:
+    """Fill the file system of ``folder`` until exactly ``leave_kb`` KiB are free."""
+    filler = folder / "filler.bin"
+    with open(filler, "wb", buffering=0) as out:  # unbuffered: nothing left to flush at close
+        with contextlib.suppress(OSError):
+            while True:
+                out.write(b"\0" * 4096)
+        assert os.statvfs(folder).f_bavail == 0
+        out.truncate(max(0, filler.stat().st_size - leave_kb * 1024))
+    return filler
+
+
+def _stat(pid: str) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def live_group(pgid: int, wait_s: float = 1.0) -> list[str]:
+    """Processes of process group ``pgid`` still alive (not zombies) once ``wait_s`` has passed
+    (returns as soon as none is: this is a deadline, not a timing assertion)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            fields = _stat(pid)
+            if fields is not None and int(fields[2]) == pgid and fields[0] != "Z":
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200] if _stat(pid) else b""
+                alive.append(f"{pid} {fields[0]} {cmd.decode(errors='replace')}")
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def one_line_error(stderr: str) -> str | None:
+    """The single ``cachedoctor: error: ...`` line, or ``None`` when stderr is anything else."""
+    lines = stderr.strip().splitlines()
+    if len(lines) != 1 or "Traceback" in stderr or not lines[0].startswith("cachedoctor: error: "):
+        return None
+    return lines[0][len("cachedoctor: error: "):]
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (relative path -> bytes), the ``.cachedoctor`` folder and lock
+    files aside, following symlinked folders."""
+    out = {}
+    for folder, dirs, names in os.walk(root, followlinks=True):  # a symlinked folder is part of the cache
+        dirs[:] = sorted(d for d in dirs if d != ".cachedoctor")
+        for name in sorted(names):
+            if name.startswith(".") and name.endswith(".lock"):
+                continue  # repair's lock files stay by design (locks.py)
+            path = Path(folder, name)
+            out[str(path.relative_to(root))] = path.read_bytes()
+    return out
+
+
+def quarantined(root: Path) -> list[bytes]:
+    """The bytes of every file in every quarantine run under ``root`` (temp files and records aside)."""
+    q = root / ".cachedoctor" / "quarantine"
+    return [p.read_bytes() for p in q.rglob("*") if p.is_file() and p.name != ".records.jsonl"
+            and not (p.name.startswith(".cachedoctor-") and p.name.endswith(".tmp"))] if q.is_dir() else []
+
+
+def lost(before: dict[str, bytes], root: Path) -> list[str]:
+    """Files of ``before`` whose bytes are now neither at their place nor in the quarantine."""
+    now, kept = tree(root), quarantined(root)
+    return sorted(r for r, data in before.items() if now.get(r) != data and data not in kept)
