@@ -55,9 +55,16 @@ class ZipDirectory:
 
     def torch_index(self) -> dict[str, ZipMember]:
         """Entries by case-folded name, each name resolved to the entry torch.load reads."""
+        if len(self.entries) == len(self.members):
+            joined = "\0".join(self.members)
+            if joined == joined.lower():  # the usual case: no upper case anywhere, no duplicates
+                return self.members
         index: dict[str, ZipMember] = {}
         for entry in self.entries:
-            index.setdefault(fold(entry.name), entry)
+            name = entry.name
+            key = name.lower() if name.isascii() else name.translate(_ASCII_LOWER)  # fold(), inlined: hot
+            if key not in index:
+                index[key] = entry
         if len(index) != len(self.entries):
             for key in self._collisions():
                 found = _miniz_binary_search(self.entries, key)
@@ -204,6 +211,7 @@ def _slice(src: Source, tail: bytes, tail_start: int, offset: int, length: int) 
 def _parse_central(cd: bytes, count: int, cd_offset: int) -> tuple[ZipMember, ...]:
     """Every central directory entry; the hot loop of a quick scan, so kept lean."""
     members: list[ZipMember] = []
+    append = members.append
     unpack, new, end, pos = _CENTRAL_ENTRY.unpack_from, tuple.__new__, len(cd), 0
     try:
         for _ in range(count):
@@ -220,7 +228,7 @@ def _parse_central(cd: bytes, count: int, cd_offset: int) -> tuple[ZipMember, ..
             name = raw_name.decode("utf-8" if flags & 0x800 or raw_name.isascii() else "cp437", "replace")
             if hoff + 30 + nlen + csize > cd_offset:
                 raise ReadError("truncated", f"member {name} runs past the central directory")
-            members.append(new(ZipMember, (name, method, crc, csize, usize, hoff)))
+            append(new(ZipMember, (name, method, crc, csize, usize, hoff)))
     except struct.error:
         raise ReadError("bad-zip", "central directory is cut short") from None
     return tuple(members)
@@ -257,10 +265,12 @@ def data_offset(local_header: bytes | memoryview, member: ZipMember) -> int:
 def local_name_differs(local_header: bytes | memoryview, member: ZipMember) -> bool:
     """Whether the local header names another file than the central directory does: miniz
     reads the data regardless, Python's zipfile refuses ("File name in directory ... differ")."""
-    nlen = struct.unpack_from("<H", local_header, 26)[0]
+    nlen = local_header[26] | local_header[27] << 8
     raw = bytes(local_header[30:30 + nlen])
     if len(raw) < nlen:
         return False  # not all of it in the bytes read; the caller reads more when it matters
+    if raw.isascii() and raw.decode("ascii") == member.name:
+        return False
     return member.name not in (raw.decode("utf-8", "replace"), raw.decode("cp437", "replace"))
 
 

@@ -37,11 +37,17 @@ def find_pickle(directory: ZipDirectory, index: dict[str, ZipMember] | None = No
 
 def looks_like_torch(directory: ZipDirectory) -> bool:
     """A torch.save archive, even one that died before writing ``data.pkl``."""
-    for name in directory.members:
-        tail = name.rsplit("/", 1)[-1].lower()
-        if tail in ("data.pkl", "version", ".format_version", "byteorder") or "/data/" in name.lower():
+    for name in directory.members:  # exact names first: the usual archive answers on its first member
+        if name.endswith(_TORCH_TAILS) or "/data/" in name:
+            return True
+    for name in directory.members:  # torch's reader ignores letter case
+        lowered = name.lower()
+        if lowered.endswith(_TORCH_TAILS) or "/data/" in lowered:
             return True
     return False
+
+
+_TORCH_TAILS = ("/data.pkl", "/version", "/.format_version", "/byteorder")
 
 
 def pickle_bytes(src: Source, directory: ZipDirectory) -> tuple[str, bytes]:
@@ -56,16 +62,20 @@ def pickle_bytes(src: Source, directory: ZipDirectory) -> tuple[str, bytes]:
 
 
 def screen_members(src: Source, directory: ZipDirectory, chosen: ZipMember | None,
-                   chosen_data: bytes | None) -> list[str]:
+                   chosen_data: bytes | None, index: dict[str, ZipMember] | None = None) -> list[str]:
     """Globals outside the allow-list in *every* pickle of the archive: the ``data.pkl`` torch
     reads and any other ``*.pkl`` member (a second data.pkl in another letter case or folder,
     which another reader may pick). A TorchScript archive is itself unsafe."""
     unsafe: list[str] = []
     opcodes = 0
-    for member in directory.entries:
+    if index is not None and len(index) == len(directory.entries):  # no duplicates: names already folded
+        pickles = [member for key, member in index.items() if key.endswith(".pkl")]
+    else:
+        pickles = [member for member in directory.entries if member.name.lower().endswith(".pkl")]
+    if len(pickles) == 1 and pickles[0] == chosen and chosen_data is not None:  # the usual torch.save archive
+        return list(screen(chosen.name, chosen_data).unsafe)
+    for member in pickles:
         lowered = member.name.lower()
-        if not lowered.endswith(".pkl"):
-            continue
         if lowered.rsplit("/", 1)[-1] == "constants.pkl":
             merge(unsafe, [TORCHSCRIPT])
         if chosen is not None and member == chosen and chosen_data is not None:
@@ -89,8 +99,8 @@ def screen_members(src: Source, directory: ZipDirectory, chosen: ZipMember | Non
 def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep: bool,
              loaders: tuple[str, ...] = LOADERS["torch-zip"]) -> FileMeta:
     """Metadata of a torch.save zip archive whose central directory is ``directory``."""
-    ambiguous = directory.colliding()
     index = directory.torch_index()
+    ambiguous = directory.colliding() if len(index) != len(directory.entries) else ()
     found = find_pickle(directory, index)
     data: bytes | None = None
     if found is not None:
@@ -102,7 +112,16 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
                 raise
             ambiguous += tuple(exc.details.get("members", ()))
             data = _member_data(src, found[1])
-    unsafe = screen_members(src, directory, found[1] if found else None, data)
+    if found is not None and data is not None and len(data) <= _MEMO_BYTES:
+        verdict, walked, failure, too_big = _verdict(data)  # one memoised look-up for the usual archive
+        unsafe = list(verdict)
+        if len(index) != len(directory.entries) or "\0".join(index).count(".pkl") > 1:
+            merge(unsafe, screen_members(src, directory, found[1], data, index))
+    else:
+        unsafe = screen_members(src, directory, found[1] if found else None, data, index)
+        walked = failure = too_big = None
+        if found is not None and data is not None:
+            walked, failure, too_big = _unpickle(data)
     if found is None or data is None:
         if unsafe:
             return FileMeta(path, fmt, src.size, foreign_globals=tuple(unsafe), loaders=loaders, ambiguous=ambiguous,
@@ -110,7 +129,6 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
         pickle_bytes(src, directory)  # raises missing-data-pkl
     assert found is not None and data is not None
     prefix = found[0]
-    walked, failure, too_big = _unpickle(data) if len(data) <= 64 * 1024 else _unpickle.__wrapped__(data)
     if too_big is not None:
         raise bomb(found[1].name, too_big)
     if failure is not None:
@@ -162,13 +180,22 @@ def _member_data(src: Source, member: ZipMember) -> bytes:
     return decompress(src.exact(start, member.compressed_size), member)
 
 
+_MEMO_BYTES = 64 * 1024
+
+
 @lru_cache(maxsize=1024)
+def _verdict(data: bytes) -> tuple[tuple[str, ...], Walked | None, str | None, str | None]:
+    """``(unsafe globals, tensors, failure, resource bomb)`` of one small ``data.pkl``, memoised
+    on its bytes: files of one aspect bucket (or one text encoder) carry byte-identical pickles,
+    so a large cache walks and unpickles a handful of distinct ones. A bomb raises."""
+    unsafe = screen("data.pkl", data).unsafe
+    return (unsafe, *_unpickle(data))
+
+
 def _unpickle(data: bytes) -> tuple[Walked | None, str | None, str | None]:
     """Restricted unpickle of ``data.pkl``: ``(tensors, failure, resource bomb)``.
 
-    Memoised on the pickle's bytes: files of one aspect bucket (or one text encoder) carry
-    byte-identical pickles, so a large cache unpickles a handful of distinct ones. Runs only on
-    pickles the static walk has passed (no resource bomb reaches it).
+    Runs only on pickles the static walk has passed (no resource bomb reaches it).
     """
     unpickler = RestrictedUnpickler(data, zip_storage_ref)
     try:

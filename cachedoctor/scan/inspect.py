@@ -146,14 +146,16 @@ def inspect_chunk(items: list[tuple[str, bool]], facts: bool = False, digest: bo
     with file_timer(timeout) as arm:
         for index, (path, deep) in enumerate(items):
             try:
-                mark(slot, index)
+                if slot is not None:
+                    mark(slot, index)
                 arm(True)
                 outcome = inspect_path(path, deep=deep, entry_facts=facts, digest=digest)
                 arm(False)
             except FileTimeout:
                 outcome = timed_out(path, timeout or 0.0)
             outcomes.append(outcome)
-    mark(slot, -1)
+    if slot is not None:
+        mark(slot, -1)
     return outcomes
 
 
