@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import signal
 import tempfile
 from typing import BinaryIO, Callable, Iterator, TextIO

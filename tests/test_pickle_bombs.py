@@ -12,7 +12,6 @@ files. No timing is asserted here.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from cachedoctor.atomic import TEMP_SUFFIX, fsync_dir, is_own_temp, temp_prefix_for, temp_target, transfer
+from cachedoctor.atomic import TEMP_SUFFIX, is_own_temp, temp_prefix_for, temp_target, transfer
 from cachedoctor.errors import PathError
 
 STATE_DIR = ".cachedoctor"
