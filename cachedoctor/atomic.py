@@ -18,9 +18,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import signal
 import tempfile
 from typing import BinaryIO, Callable, Iterator, TextIO
+
+from cachedoctor.lifetime import kill_due, kill_self
 
 TEMP_PREFIX = ".cachedoctor-"
 TEMP_SUFFIX = ".tmp"
@@ -124,21 +125,17 @@ def transfer(src: str, dest: str, *, keep_source: bool = False) -> None:
         fsync_dir(os.path.dirname(src))
 
 
-_COPIES = {"n": 0}
-
-
 def _copy(src: str, dest: str) -> None:
     """The cross-file-system half of :func:`transfer`. ``CACHEDOCTOR_TEST_KILL_IN_COPY=N``
     (tests only) SIGKILLs the process in the N-th copy, once part of it is in the temp file."""
-    kill_at = os.environ.get("CACHEDOCTOR_TEST_KILL_IN_COPY")
-    _COPIES["n"] += 1
+    kill = kill_due("CACHEDOCTOR_TEST_KILL_IN_COPY")
     with open(src, "rb") as source, atomic_binary(dest, prefix=temp_prefix_for(dest)) as out:
         os.fchmod(out.fileno(), os.fstat(source.fileno()).st_mode & 0o7777)
         while chunk := source.read(_CHUNK):
-            out.write(chunk[:len(chunk) // 2] if kill_at == str(_COPIES["n"]) else chunk)
-            if kill_at == str(_COPIES["n"]):
+            out.write(chunk[:len(chunk) // 2] if kill else chunk)
+            if kill:
                 out.flush()  # half of it in the temp file: what a kill mid-copy leaves
-                os.kill(os.getpid(), signal.SIGKILL)
+                kill_self()
 
 
 def temp_prefix_for(path: str) -> str:

@@ -9,6 +9,8 @@ before they get there). Elsewhere it does nothing. What such a kill leaves for a
 zombies: dead workers reparented to pid 1, which may take seconds to reap them; the crash tests
 check the killed run's process group for processes still alive, not for zombies.
 
+Crash tests stop real runs at named points (:func:`kill_due`, ``CACHEDOCTOR_TEST_KILL_*``).
+
 Ctrl-C can land inside a lazy import (numpy on the first deep read, torch on the first
 rewrite), where Python may wrap the ``KeyboardInterrupt`` in another exception: on 3.11 an
 interrupt inside a class body's ``__set_name__`` becomes a ``RuntimeError``. The broad
@@ -55,4 +57,21 @@ def reraise_interrupt(exc: BaseException) -> None:
         raise KeyboardInterrupt from exc
 
 
-__all__ = ["caused_by_interrupt", "die_with_parent", "reraise_interrupt"]
+_KILL_COUNTS: dict[str, int] = {}
+
+
+def kill_due(variable: str) -> bool:
+    """Crash tests only: whether this is the N-th call for ``variable`` (``VARIABLE=N`` in the
+    environment), where the caller SIGKILLs itself with :func:`kill_self`. Unset: always False."""
+    target = os.environ.get(variable)
+    if not target:
+        return False
+    _KILL_COUNTS[variable] = _KILL_COUNTS.get(variable, 0) + 1
+    return _KILL_COUNTS[variable] == int(target)
+
+
+def kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+__all__ = ["caused_by_interrupt", "die_with_parent", "kill_due", "kill_self", "reraise_interrupt"]

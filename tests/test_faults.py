@@ -261,17 +261,23 @@ def spanning(tmp_path: Path) -> tuple[Path, Path]:
     return cache, other
 
 
+def fill_other_mount(tmp_path: Path, cache: Path, other: Path) -> dict[str, bytes]:
+    """Put ``sub``'s files and three strays on the mounted ``other`` and link it in as ``sub``;
+    return the cache's tree as it is then."""
+    shutil.copytree(tmp_path / "sub-files", other, dirs_exist_ok=True)
+    for i in range(3):
+        (other / f"tmpStray{i:03d}").write_bytes(os.urandom(5000 + i))
+    (cache / "sub").symlink_to(other)
+    return tree(cache)
+
+
 @pytest.mark.slow
 def test_repair_and_restore_across_file_systems(tmp_path: Path) -> None:
     """Strays in a symlinked folder on another mount are copied into the quarantine (the
     rename would fail with EXDEV) and copied back by restore: every byte survives both ways."""
     cache, other = spanning(tmp_path)
     with tmpfs(other, 4096):
-        shutil.copytree(tmp_path / "sub-files", other, dirs_exist_ok=True)
-        for i in range(3):
-            (other / f"tmpStray{i:03d}").write_bytes(os.urandom(5000 + i))
-        (cache / "sub").symlink_to(other)
-        before = tree(cache)
+        before = fill_other_mount(tmp_path, cache, other)
         assert "sub/tmpStray002" in before
         repaired = cli("repair", str(cache), "--yes")
         assert repaired.returncode == 1 and "done: 3 verified" in repaired.stdout, repaired.stdout + repaired.stderr
@@ -290,11 +296,7 @@ def test_kills_during_cross_device_copies(tmp_path: Path) -> None:
     lost, no temp file stays, and no process of a killed run outlives it."""
     cache, other = spanning(tmp_path)
     with tmpfs(other, 4096):
-        shutil.copytree(tmp_path / "sub-files", other, dirs_exist_ok=True)
-        for i in range(3):
-            (other / f"tmpStray{i:03d}").write_bytes(os.urandom(5000 + i))
-        (cache / "sub").symlink_to(other)
-        before = tree(cache)
+        before = fill_other_mount(tmp_path, cache, other)
 
         killed = cli("repair", str(cache), "--yes", CACHEDOCTOR_TEST_KILL_IN_COPY="2")
         assert killed.returncode == -signal.SIGKILL, killed.stderr

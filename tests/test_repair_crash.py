@@ -31,7 +31,7 @@ import pytest
 import torch
 
 from factories import save_pt, saved_on
-from faults_harness import live_group
+from faults_harness import fill, live_group
 from repair_factories import POOL, Dataset, simpletuner, tree_bytes
 
 pytestmark = pytest.mark.slow
@@ -447,18 +447,6 @@ def tmpfs_over(folder: Path, size_kb: int) -> Iterator[None]:
         shutil.rmtree(folder)
         inside.rename(folder)
         shutil.rmtree(aside)
-
-
-def fill(folder: Path, leave_kb: int) -> Path:
-    """Fill the file system of ``folder`` until ``leave_kb`` KiB are free."""
-    filler = folder / "filler.bin"
-    with open(filler, "wb", buffering=0) as out:  # unbuffered: nothing left to flush at close
-        with contextlib.suppress(OSError):
-            while True:
-                out.write(b"\0" * 4096)
-        assert os.statvfs(folder).f_bavail == 0
-        out.truncate(max(0, filler.stat().st_size - leave_kb * 1024))
-    return filler
 
 
 def test_full_tmpfs_stops_cleanly(tmp_path: Path) -> None:

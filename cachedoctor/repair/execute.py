@@ -19,26 +19,16 @@ import os
 from typing import Callable
 
 from cachedoctor.atomic import atomic_binary, fsync_dir, temp_prefix_for, temp_target
-from cachedoctor.lifetime import reraise_interrupt
+from cachedoctor.lifetime import kill_due, kill_self, reraise_interrupt
 from cachedoctor.repair.interface import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
 from cachedoctor.repair.locks import file_lock
 from cachedoctor.repair.quarantine import Quarantine
 
-#: Steps between which a test may SIGKILL the process (``CACHEDOCTOR_TEST_KILL_AT``, tests only).
-_STEP = {"n": 0}
-
-
 def crash_point(name: str) -> None:
     """A named point in a repair; with ``CACHEDOCTOR_TEST_KILL_AT=N`` the N-th one SIGKILLs the
     process, so crash tests can stop a real repair between any two durable steps."""
-    target = os.environ.get("CACHEDOCTOR_TEST_KILL_AT")
-    if not target:
-        return
-    _STEP["n"] += 1
-    if _STEP["n"] == int(target):
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
+    if kill_due("CACHEDOCTOR_TEST_KILL_AT"):
+        kill_self()
 
 
 def disk_full(path: str, exc: OSError) -> RepairError:
