@@ -30,6 +30,7 @@ from typing import Iterator
 from cachedoctor.faults import could_not_write, is_full, move_aside, reason
 from cachedoctor.repair.interface import Action, ItemResult, ItemState, RepairError
 from cachedoctor.repair.quarantine import STATE_DIR
+from cachedoctor.sqlite_mode import set_journal_mode
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -182,11 +183,11 @@ class Journal:
             # Used by one thread at a time (the main thread, then recompute's writer thread).
             self.db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
             try:
-                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA busy_timeout=60000")
+                set_journal_mode(self.db, "WAL", 60.0)
                 # NORMAL in WAL mode survives any process crash (SIGKILL, OOM) with the database
                 # consistent; a power cut may lose the last rows, which the next run's fresh scan makes up for.
                 self.db.execute("PRAGMA synchronous=NORMAL")
-                self.db.execute("PRAGMA busy_timeout=60000")
                 self.db.executescript(_SCHEMA)
             except BaseException:
                 self.close()
@@ -229,7 +230,7 @@ class Journal:
         """Record every action before the first change (an existing row keeps its state)."""
         now = time.time()
         with _guard(self.path), self.db:
-            self.db.execute("BEGIN")  # one transaction for the whole plan (autocommit would commit per row)
+            self.db.execute("BEGIN IMMEDIATE")  # one transaction for the whole plan (autocommit would commit per row)
             self.db.executemany("INSERT OR IGNORE INTO items (run_id, path, action, state, updated) VALUES (?, ?, ?, ?, ?)",
                                 [(self.run_id, a.path, a.to_json(), ItemState.PLANNED.value, now) for a in actions])
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, TypeVar
 
 from cachedoctor.faults import is_full, move_aside
 from cachedoctor.fsinfo import is_network
+from cachedoctor.sqlite_mode import set_journal_mode
 
 _BUSY_MS = 60_000
 
@@ -63,7 +64,7 @@ def _prepare(path: str, producer_id: Callable[[], str]) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=_BUSY_MS / 1000, isolation_level=None, check_same_thread=False)
     try:
         db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
-        db.execute(f"PRAGMA journal_mode = {'DELETE' if is_network(os.path.dirname(path)) else 'WAL'}")
+        set_journal_mode(db, "DELETE" if is_network(os.path.dirname(path)) else "WAL", _BUSY_MS / 1000)
         db.execute("PRAGMA synchronous = NORMAL")
         producer = producer_id()
         try:
