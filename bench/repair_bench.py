@@ -128,14 +128,14 @@ def load_api() -> dict[str, Any]:
     def load() -> dict[str, Any]:
         from cachedoctor.encoders import load_encoder
         from cachedoctor.layouts import LayoutName, LayoutOptions
-        from cachedoctor.repair.interface import ItemState
+        from cachedoctor.repair.model import ItemState
         from cachedoctor.repair.journal import new_run_id
-        from cachedoctor.repair.runner import RepairOptions, _run_local, repair, still_broken
+        from cachedoctor.repair.run import RepairOptions, _run_local, repair, still_broken
         return {"repair": repair, "RepairOptions": RepairOptions, "_run_local": _run_local,
                 "still_broken": still_broken, "LayoutName": LayoutName, "LayoutOptions": LayoutOptions,
                 "ItemState": ItemState, "new_run_id": new_run_id, "load_encoder": load_encoder}
 
-    return _common.import_cachedoctor(load, PROG, "cachedoctor's repair API (cachedoctor.repair.runner.repair, "
+    return _common.import_cachedoctor(load, PROG, "cachedoctor's repair API (cachedoctor.repair.run.repair, "
                                       "_run_local, RepairOptions; cachedoctor.encoders.load_encoder)")
 
 

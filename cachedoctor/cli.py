@@ -103,7 +103,7 @@ def scan(
     from cachedoctor.layouts import LayoutOptions, plan_for
     from cachedoctor.scan import ScanOptions, TargetError
     from cachedoctor.scan import scan as run_scan
-    from cachedoctor.scan.sample import Sample
+    from cachedoctor.scan.state.sample import Sample
 
     from cachedoctor.cli_settings import resolve_settings, state_choice
 

@@ -50,7 +50,7 @@ def repair(
     """Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder."""
     from cachedoctor.checks import CHECKS
     from cachedoctor.layouts import LayoutOptions
-    from cachedoctor.repair.runner import RepairOptions, still_broken
+    from cachedoctor.repair.run import RepairOptions, still_broken
 
     env = _ENV.get()
     resolved = _resolved(ctx, paths, layout, config, manifest, file_timeout)
@@ -115,8 +115,8 @@ def _targets(paths: list[str] | None, config: str | None, manifest: str | None) 
 def _run(targets: list[str], layout: LayoutName, layout_options, options, yes: bool):  # type: ignore[no-untyped-def]
     """Run the repair machinery with the plan printed and the question asked; the outcome, or
     the exit code when it could not run or the user said no."""
-    from cachedoctor.repair.interface import Declined
-    from cachedoctor.repair.runner import repair as run_repair
+    from cachedoctor.repair.model import Declined
+    from cachedoctor.repair.run import repair as run_repair
 
     env = _ENV.get()
     out = env.stdout
@@ -233,7 +233,7 @@ def recover(
     """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
     from cachedoctor.layouts import LayoutOptions
     from cachedoctor.repair.recover import CRASH_KINDS, survey
-    from cachedoctor.repair.runner import RepairOptions, still_broken
+    from cachedoctor.repair.run import RepairOptions, still_broken
 
     env = _ENV.get()
     out = env.stdout

@@ -38,7 +38,7 @@ def resolve_settings(env: Environment, ctx: typer.Context, **cli: object):  # ty
             return None
         cli["state"] = False
     if cli.get("sample") is not None:
-        from cachedoctor.scan.sample import Sample
+        from cachedoctor.scan.state.sample import Sample
 
         try:
             cli["sample"] = Sample.parse(str(cli["sample"])).text
@@ -99,7 +99,7 @@ def shown(name: str, value: object) -> str:
 
 def state_choice(value: str | bool | None) -> str | None:
     """``ScanOptions.state`` from the setting: the default per-target database, none, or a path."""
-    from cachedoctor.scan.incremental import AUTO
+    from cachedoctor.scan.state.plan import AUTO
 
     if value is None:
         return AUTO

@@ -196,7 +196,7 @@ def _seconds(value: Any) -> float:
 
 
 def _sample(value: Any) -> str:
-    from cachedoctor.scan.sample import Sample
+    from cachedoctor.scan.state.sample import Sample
 
     if not isinstance(value, str):
         raise ValueError("expected a share such as \"5%\" or \"3/10\"")

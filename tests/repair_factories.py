@@ -64,9 +64,9 @@ def simpletuner(root: Path, n: int = 6, *, encoder: str = POOL, dtype: str = "bf
     import torch
 
     from cachedoctor.encoders import load_encoder
-    from cachedoctor.repair.interface import RecomputeSpec
+    from cachedoctor.repair.model import RecomputeSpec
     from cachedoctor.repair.recompute import prepare_image
-    from cachedoctor.repair.workers import cpu_threads
+    from cachedoctor.repair.pool import cpu_threads
 
     data, vae = root / "data", root / "cache" / "vae"
     data.mkdir(parents=True)

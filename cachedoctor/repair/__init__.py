@@ -1,3 +1,7 @@
-"""``cachedoctor repair``: planning (planner, specs), lossless fixes (lossless), the quarantine,
-recompute (recompute, workers, distributed), the journal, and the per-file locks. ``runner``
-ties them together; ``execute`` is the one place a cache file is replaced."""
+"""``cachedoctor repair``: ``run`` drives one repair end to end (scan, plan, confirm, act,
+rescan, judge); ``planner`` turns findings into actions; ``model`` is the vocabulary (actions,
+results); ``replace`` is the one place a cache file is replaced (lock, quarantine, atomic write,
+read back); ``lossless`` and ``recompute`` make the new bytes; ``pool`` runs recomputes on
+many devices; ``distributed`` runs under torchrun; ``journal``, ``quarantine`` and ``locks``
+keep it crash-safe; ``recover`` is ``cachedoctor recover``.
+"""

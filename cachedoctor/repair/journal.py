@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from cachedoctor.faults import could_not_write, is_full, move_aside, reason
-from cachedoctor.repair.interface import Action, ItemResult, ItemState, RepairError
+from cachedoctor.repair.model import Action, ItemResult, ItemState, RepairError
 from cachedoctor.repair.quarantine import STATE_DIR
 from cachedoctor.sqlite_mode import set_journal_mode
 

@@ -17,7 +17,7 @@ from typing import Iterable
 from cachedoctor.atomic import is_own_temp
 from cachedoctor.findings import Finding, Fix
 from cachedoctor.layouts.interface import Expected
-from cachedoctor.repair.interface import Action, ActionKind, RecomputeSpec, RepairPlan, Stat
+from cachedoctor.repair.model import Action, ActionKind, RecomputeSpec, RepairPlan, Stat
 from cachedoctor.repair.specs import TemplateFinder, spec_for
 
 _KIND_FOR_FIX = {Fix.CLONE_STORAGE: ActionKind.CLONE_STORAGE, Fix.REWRITE_CPU: ActionKind.REWRITE_CPU,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from cachedoctor.repair.interface import RecomputeSpec
+from cachedoctor.repair.model import RecomputeSpec
 from cachedoctor.repair.lossless import NotRewritable, serialize
 
 

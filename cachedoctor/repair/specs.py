@@ -15,7 +15,7 @@ import re
 from cachedoctor.formats import read_file
 from cachedoctor.formats.interface import FileMeta, ReadError
 from cachedoctor.layouts.interface import Expected
-from cachedoctor.repair.interface import RecomputeSpec
+from cachedoctor.repair.model import RecomputeSpec
 
 _CACHE_SUFFIXES = (".pt", ".npz", ".safetensors", ".pth", ".bin")
 _KOHYA_TE = ("_te_outputs.npz", "_te.npz")

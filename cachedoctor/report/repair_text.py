@@ -16,7 +16,7 @@ EXIT_REPAIRED, EXIT_NOT_CLEAN = 0, 1
 
 
 def print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
-    from cachedoctor.repair.interface import ActionKind
+    from cachedoctor.repair.model import ActionKind
 
     result, plan = outcome.before, outcome.plan
     mode = "deep" if result.options.deep else "quick"
@@ -47,7 +47,7 @@ def print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
 
 
 def print_result(outcome, broken: list[str], out, env) -> int:  # type: ignore[no-untyped-def]
-    from cachedoctor.repair.interface import ItemState
+    from cachedoctor.repair.model import ItemState
 
     states = Counter(r.state.value for r in outcome.results)
     print("done: " + ", ".join(f"{states.get(s.value, 0)} {s.value}" for s in

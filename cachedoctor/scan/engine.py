@@ -1,9 +1,9 @@
 """Drive a scan: walk folders, decide per folder what must be read, read it on N worker processes.
 
 Work goes out in chunks of a folder's files with a bounded number in flight, and a folder's
-peer checks run (in ``collect.py``) as soon as its last chunk is back, so memory stays flat
+peer checks run (in ``folders.py``) as soon as its last chunk is back, so memory stays flat
 however large the cache. With a state database, a folder's unchanged files are taken from it
-(``incremental.py``) and only the rest go to the workers. ``workers=1`` runs in-process (no
+(``state/plan.py``) and only the rest go to the workers. ``workers=1`` runs in-process (no
 pool start-up, easy to profile).
 """
 
@@ -16,12 +16,12 @@ from typing import Callable, Iterator
 
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
-from cachedoctor.scan.collect import Collector, Progress, Record, ScanError, ScanStats
+from cachedoctor.scan.folders import Collector, Progress, Record, ScanError, ScanStats
 from cachedoctor.scan.dataset import DatasetMatcher
-from cachedoctor.scan.incremental import StateSet, plan_folder
-from cachedoctor.scan.inspect import inspect_chunk
+from cachedoctor.scan.state.plan import StateSet, plan_folder
+from cachedoctor.scan.worker import inspect_chunk
 from cachedoctor.scan.pool import Chunk, run_pool
-from cachedoctor.scan.sample import Sample, choose
+from cachedoctor.scan.state.sample import Sample, choose
 from cachedoctor.scan.walk import Folder, WalkError, check_targets, walk
 
 

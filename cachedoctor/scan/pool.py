@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from cachedoctor.lifetime import die_with_parent
-from cachedoctor.scan.collect import Collector
-from cachedoctor.scan.inspect import Outcome, inspect_chunk, timed_out
+from cachedoctor.scan.folders import Collector
+from cachedoctor.scan.worker import Outcome, inspect_chunk, timed_out
 from cachedoctor.scan.watchdog import Slots, attach
 
 Chunk = tuple[int, list[tuple[str, bool]], bool, bool]  # folder id, (path, deep) items, facts, digest

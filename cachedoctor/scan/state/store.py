@@ -14,7 +14,7 @@ a seal (an xxh3 of its fields), so a flipped byte that still decodes is a row to
 a wrong finding; one written by another cachedoctor is emptied.
 
 Faults (``faults.py``): the state only saves work, so it never stops a scan. A database that does
-not open is moved aside (``state.sqlite.broken-<time>``) and rebuilt (``statedb.py``). Any SQLite
+not open is moved aside (``state.sqlite.broken-<time>``) and rebuilt (``db.py``). Any SQLite
 error after that (a damaged page, a row that does not decode, an I/O error) moves it aside too,
 says so in a note, and the scan finishes without it; the next scan starts a new one. A full
 disk moves nothing: the note says so, and the database stays as its last commit left it.
@@ -35,7 +35,7 @@ from typing import Iterable, NamedTuple
 from cachedoctor import __version__
 from cachedoctor.errors import PathError
 from cachedoctor.faults import is_full, move_aside, reason
-from cachedoctor.scan.statedb import connect, guarded, immediate, seal, unseal
+from cachedoctor.scan.state.db import connect, guarded, immediate, seal, unseal
 
 SCHEMA_VERSION = 2  # 2: sealed rows
 STATE_FILE = "state.sqlite"

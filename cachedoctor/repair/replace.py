@@ -20,7 +20,7 @@ from typing import Callable
 
 from cachedoctor.atomic import atomic_binary, fsync_dir, temp_prefix_for, temp_target
 from cachedoctor.lifetime import kill_due, kill_self, reraise_interrupt
-from cachedoctor.repair.interface import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
+from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
 from cachedoctor.repair.locks import file_lock
 from cachedoctor.repair.quarantine import Quarantine
 
@@ -124,7 +124,7 @@ def _cleanup(action: Action) -> ItemResult:
 def verify_written(action: Action) -> str | None:
     """Read the new file back deep with the safe reader and run the file checks on it; for a
     recompute also check the latent size and dtype the layout expects."""
-    from cachedoctor.scan.inspect import inspect_path
+    from cachedoctor.scan.worker import inspect_path
 
     outcome = inspect_path(action.path, deep=True, entry_facts=True)
     if outcome.status != "read":

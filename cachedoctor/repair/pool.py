@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 from cachedoctor.errors import PathError
 from cachedoctor.lifetime import die_with_parent, reraise_interrupt
-from cachedoctor.repair.interface import Action, ItemResult, ItemState, RepairError
+from cachedoctor.repair.model import Action, ItemResult, ItemState, RepairError
 
 Batch = list[Action]
 OnResult = Callable[[ItemResult], None]
@@ -130,7 +130,7 @@ def _encode_batch(batch: Batch, prepared: list, image, run_id: str, on_result: O
                   writer: ThreadPoolExecutor, pending: list) -> None:
     import torch
 
-    from cachedoctor.repair.execute import run_action, verify_written
+    from cachedoctor.repair.replace import run_action, verify_written
     from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.recompute import build_file
 
@@ -160,7 +160,7 @@ def _encode_batch(batch: Batch, prepared: list, image, run_id: str, on_result: O
 
 
 def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None:  # type: ignore[no-untyped-def]
-    from cachedoctor.repair.execute import run_action, verify_written
+    from cachedoctor.repair.replace import run_action, verify_written
     from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.recompute import build_file
 

@@ -23,7 +23,7 @@ from PIL import Image
 
 from cachedoctor.cli import run
 from cachedoctor.environment import Environment
-from cachedoctor.repair.workers import cpu_threads
+from cachedoctor.repair.pool import cpu_threads
 from factories import save_pt, saved_on
 from repair_factories import POOL, image, simpletuner, tree_bytes
 from tiny_models import build_tiny_clip, build_tiny_vae
@@ -162,7 +162,7 @@ def _kohya(folder: Path, n: int) -> list[Path]:
     """kohya sd-scripts latents: ``<stem>_<W>x<H>_sdxl.npz`` with ``latents_<h>x<w>``,
     ``original_size_<h>x<w>`` and ``crop_ltrb_<h>x<w>``, made with the pool encoder."""
     from cachedoctor.encoders import load_encoder
-    from cachedoctor.repair.interface import RecomputeSpec
+    from cachedoctor.repair.model import RecomputeSpec
     from cachedoctor.repair.recompute import prepare_image
 
     enc = load_encoder(POOL)
@@ -209,7 +209,7 @@ def test_onetrainer_dict_recomputed(tmp_path: Path) -> None:
     """A OneTrainer variation folder: ``<i>.pt`` dicts indexed by ``aggregate.pt``; the missing
     entry comes back with the same keys and value types as its peers."""
     from cachedoctor.encoders import load_encoder
-    from cachedoctor.repair.interface import RecomputeSpec
+    from cachedoctor.repair.model import RecomputeSpec
     from cachedoctor.repair.recompute import prepare_image
 
     enc = load_encoder(POOL)

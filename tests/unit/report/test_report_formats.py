@@ -26,7 +26,7 @@ from cachedoctor.report.junit_format import xml_text
 from cachedoctor.scan import ScanOptions, scan
 from factories import latent, peers, save_pt, saved_on
 
-JUNIT_XSD = xmlschema.XMLSchema(str(Path(__file__).parent / "schemas" / "junit.xsd"))
+JUNIT_XSD = xmlschema.XMLSchema(str(Path(__file__).resolve().parents[2] / "schemas" / "junit.xsd"))
 KINDS = [c.kind for c in CHECKS]
 LEAK_MESSAGE = "<root> is a view of a larger batch: the file stores 3584 bytes for 512 (7.0x)"
 GPU_MESSAGE = ("tensors are tagged cuda:1: loading without map_location fails on a CPU machine or lands them "

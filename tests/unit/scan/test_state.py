@@ -17,7 +17,7 @@ import pytest
 from cachedoctor.cli import run
 from cachedoctor.environment import Environment
 from cachedoctor.scan import ScanOptions, scan
-from cachedoctor.scan.sample import Sample
+from cachedoctor.scan.state.sample import Sample
 from factories import flip_data_byte, latent, peers, save_pt, settle
 
 

@@ -207,10 +207,10 @@ def test_journal_records_the_run_and_each_item(tmp_path: Path) -> None:
 def test_a_file_gone_between_listing_and_reading_is_skipped_not_an_error(tmp_path: Path) -> None:
     """A concurrent writer (or repair) may rename or remove a file after the walk listed it; the
     scan counts it as skipped instead of failing with exit 2, and repair leaves it alone."""
-    from cachedoctor.repair.interface import Action, ActionKind, ItemState
-    from cachedoctor.repair.execute import run_action
+    from cachedoctor.repair.model import Action, ActionKind, ItemState
+    from cachedoctor.repair.replace import run_action
     from cachedoctor.repair.quarantine import Quarantine
-    from cachedoctor.scan.inspect import inspect_path
+    from cachedoctor.scan.worker import inspect_path
 
     gone = inspect_path(str(tmp_path / "vanished.pt"), deep=False)
     temp = inspect_path(str(tmp_path / "tmpAbCdEfGh"), deep=False)

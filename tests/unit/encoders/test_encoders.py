@@ -21,7 +21,7 @@ import torch
 from cachedoctor.encoders import BUILTINS, ENTRY_POINT_GROUP, Encoder, EncoderError, Modality, Scaling, available, load_encoder
 from tiny_models import CLIP_MAX_LENGTH, T5_MAX_LENGTH, build_tiny_clip, build_tiny_t5, build_tiny_vae, ldm_vae_state_dict
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)

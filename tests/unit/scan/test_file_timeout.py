@@ -11,8 +11,8 @@ from typing import Iterator
 
 import pytest
 
-from cachedoctor.scan.collect import Collector
-from cachedoctor.scan.inspect import inspect_chunk
+from cachedoctor.scan.folders import Collector
+from cachedoctor.scan.worker import inspect_chunk
 from cachedoctor.scan.pool import run_pool
 from factories import peers
 
@@ -42,7 +42,7 @@ def test_a_worker_stuck_where_its_alarm_cannot_reach_is_killed_and_replaced(
     """The parent's backstop: with the workers' own alarm switched off (as a C call that never
     returns to Python would switch it off), the stuck worker is killed, the file reported, and
     every other file of the chunks in flight still judged, by a fresh pool."""
-    monkeypatch.setattr("cachedoctor.scan.inspect.file_timer", _no_alarm)  # inherited by the forked workers
+    monkeypatch.setattr("cachedoctor.scan.worker.file_timer", _no_alarm)  # inherited by the forked workers
     files = [str(p) for p in peers(tmp_path, n=5)]
     stall = _fifo(tmp_path)
     collector = Collector(None)

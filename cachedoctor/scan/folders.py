@@ -14,11 +14,11 @@ from typing import Callable
 
 from cachedoctor.checks import PEER_CHECKS, Found, PeerEntry, PeerGroup
 from cachedoctor.findings import Finding
-from cachedoctor.scan.codec import outcome_to_text
+from cachedoctor.scan.state.codec import outcome_to_text
 from cachedoctor.scan.dataset import DatasetMatcher
-from cachedoctor.scan.incremental import decode_result, folder_result
-from cachedoctor.scan.inspect import Outcome
-from cachedoctor.scan.state import Sig, StateStore, Upsert
+from cachedoctor.scan.state.plan import decode_result, folder_result
+from cachedoctor.scan.worker import Outcome
+from cachedoctor.scan.state.store import Sig, StateStore, Upsert
 
 Progress = Callable[[int, int], None]  # (files done, bytes done)
 

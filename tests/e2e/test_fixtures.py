@@ -10,7 +10,7 @@ import pytest
 
 from cachedoctor.scan import ScanOptions, scan
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 CACHES = FIXTURES / "caches"
 
 

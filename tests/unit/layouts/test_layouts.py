@@ -22,7 +22,7 @@ import pytest
 from cachedoctor.cli import run
 from cachedoctor.environment import Environment
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 DATASETS = FIXTURES / "datasets"
 EXPECTED = json.loads((DATASETS / "expected.json").read_text())
 CASES = {case["name"]: case for case in EXPECTED["cases"]}

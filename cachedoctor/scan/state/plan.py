@@ -15,9 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from cachedoctor.findings import Finding
-from cachedoctor.scan.codec import finding_from_json, finding_to_json, outcome_from_text
-from cachedoctor.scan.inspect import Outcome
-from cachedoctor.scan.state import Row, Sig, StateStore, default_path, sig_of
+from cachedoctor.scan.state.codec import finding_from_json, finding_to_json, outcome_from_text
+from cachedoctor.scan.worker import Outcome
+from cachedoctor.scan.state.store import Row, Sig, StateStore, default_path, sig_of
 
 #: ``ScanOptions.state``: no state; a store in every folder target (created); only where one exists.
 NO_STATE: None = None

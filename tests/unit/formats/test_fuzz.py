@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from safetensors.torch import save
 
 from cachedoctor.formats import ReadError, UnreadableFile, read_file
-from cachedoctor.scan.inspect import inspect_path
+from cachedoctor.scan.worker import inspect_path
 from factories import gzipped, latent, pt_bytes
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair import distributed
-from cachedoctor.repair.interface import Action, ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
+from cachedoctor.repair.model import Action, ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
 from cachedoctor.repair.journal import (Interrupted, Journal, JournalUnreadable, abandon, finish_run, holds_no_open_run,
                                         interrupted_run, move_journal_aside, new_run_id)
 from cachedoctor.repair.planner import plan_repair
@@ -71,7 +71,7 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
            argv: list[str], confirm: Callable[[RepairOutcome], bool], show_plan: Callable[[RepairOutcome], None],
            ) -> RepairOutcome:
     from cachedoctor.encoders import load_encoder
-    from cachedoctor.repair.workers import devices_for, visible_gpus
+    from cachedoctor.repair.pool import devices_for, visible_gpus
 
     encoders = [load_encoder(spec) for spec in options.encoders]  # cheap: validates paths, loads nothing
     modalities = {e.modality.value for e in encoders}
@@ -210,7 +210,7 @@ def _run_lossless(actions: list[Action], run_id: str, record: Callable[[ItemResu
 
 
 def _run_local(action: Action, run_id: str, on_done: Callable[[ItemResult], None] | None = None) -> ItemResult:
-    from cachedoctor.repair.execute import run_action, verify_written
+    from cachedoctor.repair.replace import run_action, verify_written
     from cachedoctor.repair.lossless import rewrite_bytes
     from cachedoctor.repair.quarantine import Quarantine
 
@@ -223,7 +223,7 @@ def _run_local(action: Action, run_id: str, on_done: Callable[[ItemResult], None
 
 def _recompute(actions: list[Action], options: RepairOptions, outcome: RepairOutcome,
                record: Callable[[ItemResult], None], rank, devices_for) -> None:  # type: ignore[no-untyped-def]
-    from cachedoctor.repair.workers import make_batches, run_pool, split, work
+    from cachedoctor.repair.pool import make_batches, run_pool, split, work
 
     batches = make_batches(actions, options.batch_size)
     if rank.distributed:

@@ -198,7 +198,7 @@ def test_ctrl_c_wrapped_by_a_lazy_import_is_still_ctrl_c(tmp_path: Path, monkeyp
         class finfo:  # noqa: N801  what `import numpy` was building when the signal came
             epsneg = Interrupting()
 
-    monkeypatch.setattr("cachedoctor.scan.inspect.read_file", read_while_importing)
+    monkeypatch.setattr("cachedoctor.scan.worker.read_file", read_while_importing)
     code, out, err = cli("scan", str(tmp_path), "--deep", "--workers", "1", "--no-state")
     assert (code, out) == (130, "")
     assert err.strip() == "cachedoctor: error: interrupted; nothing was changed"

@@ -20,7 +20,7 @@ from cachedoctor.environment import Environment
 from factories import latent, peers, pt_bytes, save_pt, saved_on
 from repair_factories import POOL, simpletuner
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 
 #: The README's job-script snippets ("In CI and at the start of a training job"), verbatim.

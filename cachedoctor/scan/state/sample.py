@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Iterable, Iterator
 
-from cachedoctor.scan.state import StateStore, sig_of
+from cachedoctor.scan.state.store import StateStore, sig_of
 from cachedoctor.scan.walk import Folder
 
 
