@@ -12,11 +12,18 @@ Two shapes of the same bug (formats.md, "The batch leak"):
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from typing import Iterable, TypedDict
 
 from cachedoctor.checks.interface import Check, Inspected, PeerGroup, feature_dim
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.formats.interface import TensorMeta
+
+
+class _Leak(TypedDict):
+    keys: list[str]
+    storage_bytes: int
+    needed_bytes: int
+    offset: int
 
 
 class BatchLeak(Check):
@@ -48,7 +55,7 @@ class BatchLeak(Check):
         for t in meta.tensors:
             if t.stride is not None and t.storage_numel is not None:
                 by_storage[t.storage].append(t)
-        leaks = []
+        leaks: list[_Leak] = []
         for views in by_storage.values():
             numel = views[0].storage_numel or 0
             touched = [(t.offset, t.offset + span) for t in views if (span := t.span) > 0]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import _compat_pickle
 import struct
+from typing import cast
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -291,7 +292,7 @@ class _Walker:
                 elif cat == _C_GET:
                     if arg not in memo:
                         raise _Stop(f"memo value {arg!r:.20} not found")
-                    stack.append(memo[arg])  # type: ignore[index]
+                    stack.append(memo[arg])
                 elif cat == _C_FIXED:
                     if op == 0x30 and marks and marks[-1] == len(stack):  # POP takes the mark
                         marks.pop()
@@ -332,7 +333,7 @@ class _Walker:
                         del stack[marks.pop():]
                         fence = marks[-1] if marks else 0
                         self.calls = True
-                    module, name = arg  # type: ignore[misc]
+                    module, name = cast("tuple[str, str]", arg)  # a LINE2 argument
                     self._global(module, name)
                     stack.append(None)
                 elif cat == _C_STACK_GLOBAL:
@@ -350,7 +351,7 @@ class _Walker:
                         raise _Stop("unpickling stack underflow at STOP")
                     return pos
                 elif cat == _C_PROTO:
-                    if arg > 5:  # type: ignore[operator]
+                    if cast(int, arg) > 5:
                         raise _Stop(f"unsupported pickle protocol: {arg}")
                 elif cat == _C_BUFFER:
                     if len(stack) <= fence:

@@ -251,7 +251,8 @@ class RestrictedUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         full = canonical(module, name)  # __builtin__.set in protocol 0-2 pickles is builtins.set
-        found = ALLOWED_GLOBALS.get(tuple(full.rsplit(".", 1)))  # type: ignore[arg-type]
+        owner, _, attr = full.rpartition(".")
+        found = ALLOWED_GLOBALS.get((owner, attr))
         if found is not None:
             return found
         if full not in self.foreign:

@@ -48,7 +48,7 @@ def check_size(where: str, size: int) -> None:
 def screen(where: str, data: bytes | memoryview, start: int = 0) -> PickleScan:
     """The static walk of one pickle; a resource bomb raises instead of returning."""
     small = start == 0 and isinstance(data, bytes) and len(data) <= _MEMO_BYTES
-    result = scan_bytes(data) if small else scan(data, start)  # type: ignore[arg-type]
+    result = scan_bytes(data) if small else scan(data, start)
     if result.bomb is not None:
         raise bomb(where, result.bomb, result.opcodes)
     return result

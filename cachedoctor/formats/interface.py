@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from cachedoctor.formats._source import Source
@@ -128,11 +128,12 @@ class ReadError(Exception):
         self.message = message
         self.details = details
 
-    def __reduce__(self):  # keep ReadError picklable across scan workers despite kwargs
+    # Keep ReadError picklable across scan workers despite kwargs.
+    def __reduce__(self) -> tuple[Callable[..., ReadError], tuple[type[ReadError], str, str, dict[str, Any]]]:
         return (_rebuild_read_error, (type(self), self.problem, self.message, self.details))
 
 
-def _rebuild_read_error(cls: type, problem: str, message: str, details: dict) -> "ReadError":
+def _rebuild_read_error(cls: type[ReadError], problem: str, message: str, details: dict[str, Any]) -> ReadError:
     return cls(problem, message, **details)
 
 

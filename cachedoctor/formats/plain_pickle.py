@@ -28,14 +28,16 @@ _BOMB_EVIDENCE = 16
 
 def _walk(src: Source) -> Sequence | ReadError:
     """The static walk of the file's pickles, once per source (claims and read share it)."""
-    cached = getattr(src, "_pickle_walk", None)
+    cached: Sequence | ReadError | None = getattr(src, "_pickle_walk", None)
     if cached is None:
         try:
-            _, cached = growing_window(src, LIMITS.pickle_bytes, lambda data: screen_sequence(data, _SEQUENCE, "pickle"),
+            _, walked = growing_window(src, LIMITS.pickle_bytes, lambda data: screen_sequence(data, _SEQUENCE, "pickle"),
                                        lambda result: not result.ends and result.truncated)
         except ReadError as exc:
             cached = exc
-        src._pickle_walk = cached  # type: ignore[attr-defined]
+        else:
+            cached = walked
+        src._pickle_walk = cached
     return cached
 
 
