@@ -19,7 +19,8 @@ import contextlib
 import errno
 import os
 import tempfile
-from typing import BinaryIO, Callable, Iterator, TextIO, TypeVar
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, TextIO, TypeVar
 
 from cachedoctor.lifetime import kill_due, kill_self
 

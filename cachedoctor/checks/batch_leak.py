@@ -12,7 +12,8 @@ Two shapes of the same bug (formats.md, "The batch leak"):
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, TypedDict
+from collections.abc import Iterable
+from typing import TypedDict
 
 from cachedoctor.checks.interface import Check, Inspected, PeerGroup, feature_dim
 from cachedoctor.findings import Finding, Fix, Severity
@@ -78,11 +79,11 @@ class BatchLeak(Check):
                 leaks=leaks)
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
-        for key in group.keys():
+        for key in group.keys():  # noqa: SIM118 - PeerGroup.keys() is a sorted list, not a dict view
             rank, _ = group.majority(key, lambda t: len(t.shape))
             if rank is None:
                 continue
-            feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)
+            feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)  # noqa: B023 - called at once
             for entry in group.entries:
                 for t in entry.tensors:
                     if t.key == key and is_leading_batch(t.shape, rank, feature, key):

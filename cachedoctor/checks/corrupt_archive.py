@@ -7,7 +7,8 @@ computes every member's CRC-32 itself.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from cachedoctor.checks.interface import Check, Inspected, describe_read_error
 from cachedoctor.findings import Finding, Fix, Severity

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import abc
 from collections import Counter
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Hashable, Iterable, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.formats.interface import FileMeta, ReadError

@@ -8,8 +8,9 @@ the scan reports as ``unsafe-pickle`` whatever the file's name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from cachedoctor.formats._pickle_scan import LIMITS, PickleScan, scan, scan_bytes
 from cachedoctor.formats.interface import ReadError
@@ -54,7 +55,7 @@ def screen(where: str, data: bytes | memoryview, start: int = 0) -> PickleScan:
     return result
 
 
-def growing_window(src: "Source", limit: int, walk: Callable[[bytes], R], truncated: Callable[[R], bool]) -> tuple[bytes, R]:
+def growing_window(src: Source, limit: int, walk: Callable[[bytes], R], truncated: Callable[[R], bool]) -> tuple[bytes, R]:
     """Run ``walk`` on the file's first bytes, reading more (up to ``limit``) while it reports
     running out: the pickles of a file come first, and are small next to its tensors."""
     size = min(src.size, limit)

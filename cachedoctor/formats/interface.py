@@ -9,8 +9,9 @@ Readers never execute anything from the file.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cachedoctor.formats._source import Source
@@ -52,7 +53,7 @@ class TensorMeta:
         if self.stride is None:
             return self.numel
         span = 1
-        for size, stride in zip(self.shape, self.stride):
+        for size, stride in zip(self.shape, self.stride, strict=False):
             if size == 0:
                 return 0
             span += (size - 1) * stride
@@ -152,11 +153,11 @@ class FormatReader(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def claims(self, head: bytes, src: "Source") -> bool:
+    def claims(self, head: bytes, src: Source) -> bool:
         """Whether the file's first bytes (``head``, up to 64) are this format's magic."""
 
     @abc.abstractmethod
-    def read(self, path: str, src: "Source", *, deep: bool) -> FileMeta:
+    def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         """Describe the file whose bytes ``src`` holds (all of them in memory in deep mode).
 
         Raises :class:`ReadError` when the bytes are not a valid file of this format.

@@ -52,7 +52,7 @@ class PlainPickleReader(FormatReader):
         walked = _walk(src)
         if isinstance(walked, ReadError):  # a resource bomb, if enough of it walked as a pickle
             return walked.details.get("opcodes", 0) >= _BOMB_EVIDENCE
-        return bool(walked.ends) or bool(walked.unsafe) and walked.calls
+        return bool(walked.ends) or (bool(walked.unsafe) and walked.calls)
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         walked = _walk(src)

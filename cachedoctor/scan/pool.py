@@ -12,15 +12,16 @@ from __future__ import annotations
 import os
 import signal
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from cachedoctor.lifetime import die_with_parent
 from cachedoctor.scan.folders import Collector
-from cachedoctor.scan.worker import Outcome, inspect_chunk, timed_out
 from cachedoctor.scan.watchdog import Slots, attach
+from cachedoctor.scan.worker import Outcome, inspect_chunk, timed_out
 
 Chunk = tuple[int, list[tuple[str, bool]], bool, bool]  # folder id, (path, deep) items, facts, digest
 
