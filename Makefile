@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints-dev.txt
 	@echo "installing cachedoctor and its pinned development set into $(VENV) ..."
 	@# torch first and alone, pinned to the CPU build: an unpinned torch pulls GBs of CUDA wheels.
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_FLAGS) -c constraints-dev.txt torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints-dev.txt -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints-dev.txt -e '.[test,lint]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -42,6 +42,17 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The lint and type gate: ruff's rules, ruff's formatting (check only), mypy (its files and
+# options are in pyproject.toml). All three run, so one report shows every failure.
+LINT_PATHS := cachedoctor tests bench fixtures
+.PHONY: lint
+lint: $(STAMP)
+	@rc=0; \
+	$(VENV)/bin/ruff check $(LINT_PATHS) || rc=1; \
+	$(VENV)/bin/ruff format --check $(LINT_PATHS) || rc=1; \
+	$(VENV)/bin/mypy || rc=1; \
+	exit $$rc
 
 bench: $(STAMP)
 	$(PY) bench/scan_bench.py

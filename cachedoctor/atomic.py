@@ -19,12 +19,15 @@ import contextlib
 import errno
 import os
 import tempfile
-from typing import BinaryIO, Callable, Iterator, TextIO
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, TextIO, TypeVar
 
 from cachedoctor.lifetime import kill_due, kill_self
 
 TEMP_PREFIX = ".cachedoctor-"
 TEMP_SUFFIX = ".tmp"
+
+_Stream = TypeVar("_Stream", BinaryIO, TextIO)
 
 
 def is_own_temp(name: str) -> bool:
@@ -63,14 +66,13 @@ def _mode_for(path: str) -> int:
 
 
 @contextlib.contextmanager
-def _atomic(path: str, mode: str, prefix: str,
-            before_replace: Callable[[], None] | None = None) -> Iterator[BinaryIO | TextIO]:
+def _atomic(path: str, open_fd: Callable[[int], _Stream], prefix: str,
+            before_replace: Callable[[], None] | None = None) -> Iterator[_Stream]:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=folder)
     try:
         os.fchmod(fd, _mode_for(path))  # mkstemp makes 0600; keep the old file's mode, or the umask's
-        kwargs = {"encoding": "utf-8"} if "b" not in mode else {}
-        with os.fdopen(fd, mode, **kwargs) as out:
+        with open_fd(fd) as out:
             yield out
             out.flush()
             os.fsync(out.fileno())
@@ -86,7 +88,7 @@ def _atomic(path: str, mode: str, prefix: str,
 
 def atomic_text(path: str, *, prefix: str = TEMP_PREFIX) -> contextlib.AbstractContextManager[TextIO]:
     """A text stream; on a clean exit it replaces ``path``. ``OSError`` passes through."""
-    return _atomic(path, "w", prefix)  # type: ignore[return-value]
+    return _atomic(path, _open_text, prefix)
 
 
 def atomic_binary(path: str, *, prefix: str = TEMP_PREFIX,
@@ -96,7 +98,15 @@ def atomic_binary(path: str, *, prefix: str = TEMP_PREFIX,
     ``before_replace`` runs once the new content is durable and before the rename (repair
     links the old file into the quarantine there, so no instant exists without either copy).
     """
-    return _atomic(path, "wb", prefix, before_replace)  # type: ignore[return-value]
+    return _atomic(path, _open_binary, prefix, before_replace)
+
+
+def _open_text(fd: int) -> TextIO:
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
+def _open_binary(fd: int) -> BinaryIO:
+    return os.fdopen(fd, "wb")
 
 
 _CROSS_DEVICE = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP)  # link(2) refusals a copy gets round

@@ -7,8 +7,9 @@ records of plain values.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 
 class Severity(str, enum.Enum):

@@ -29,4 +29,4 @@ FILE_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_file i
 PEER_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_peers is not Check.check_peers)
 ENTRY_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_entry is not Check.check_entry)
 
-__all__ = ["CHECKS", "ENTRY_CHECKS", "FILE_CHECKS", "Found", "KINDS", "PEER_CHECKS", "Check", "Inspected", "PeerEntry", "PeerGroup", "PeerTensor", "is_temp_name"]
+__all__ = ["CHECKS", "ENTRY_CHECKS", "FILE_CHECKS", "KINDS", "PEER_CHECKS", "Check", "Found", "Inspected", "PeerEntry", "PeerGroup", "PeerTensor", "is_temp_name"]

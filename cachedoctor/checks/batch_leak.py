@@ -12,11 +12,19 @@ Two shapes of the same bug (formats.md, "The batch leak"):
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
+from typing import TypedDict
 
 from cachedoctor.checks.interface import Check, Inspected, PeerGroup, feature_dim
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.formats.interface import TensorMeta
+
+
+class _Leak(TypedDict):
+    keys: list[str]
+    storage_bytes: int
+    needed_bytes: int
+    offset: int
 
 
 class BatchLeak(Check):
@@ -48,7 +56,7 @@ class BatchLeak(Check):
         for t in meta.tensors:
             if t.stride is not None and t.storage_numel is not None:
                 by_storage[t.storage].append(t)
-        leaks = []
+        leaks: list[_Leak] = []
         for views in by_storage.values():
             numel = views[0].storage_numel or 0
             touched = [(t.offset, t.offset + span) for t in views if (span := t.span) > 0]
@@ -71,11 +79,11 @@ class BatchLeak(Check):
                 leaks=leaks)
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
-        for key in group.keys():
+        for key in group.keys():  # noqa: SIM118 - PeerGroup.keys() is a sorted list, not a dict view
             rank, _ = group.majority(key, lambda t: len(t.shape))
             if rank is None:
                 continue
-            feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)
+            feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)  # noqa: B023 - called at once
             for entry in group.entries:
                 for t in entry.tensors:
                     if t.key == key and is_leading_batch(t.shape, rank, feature, key):

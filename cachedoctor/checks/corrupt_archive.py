@@ -7,7 +7,8 @@ computes every member's CRC-32 itself.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from cachedoctor.checks.interface import Check, Inspected, describe_read_error
 from cachedoctor.findings import Finding, Fix, Severity
@@ -64,5 +65,6 @@ class CorruptArchive(Check):
                    for b in meta.crc_mismatches]
             problem = "bad-crc" if crc and len(crc) == len(problems) else \
                 "ambiguous-member" if meta.ambiguous and len(meta.ambiguous) == len(problems) else "bad-record"
+            extra: dict[str, Any] = {"crc": crc} if crc else {}
             yield self.finding(item.path, problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
-                               problem=problem, problems=problems, **({"crc": crc} if crc else {}))
+                               problem=problem, problems=problems, **extra)

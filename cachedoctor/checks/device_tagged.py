@@ -7,7 +7,7 @@ tensors to be on the same device". SimpleTuner and OneTrainer save without ``.cp
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Inspected
 from cachedoctor.findings import Finding, Fix, Severity

@@ -6,7 +6,7 @@ trains with mixed precision inputs, or fails a ``torch.stack`` in the collate fu
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, PeerGroup
 from cachedoctor.findings import Finding, Fix, Severity
@@ -28,7 +28,7 @@ class DtypeMismatch(Check):
               "file goes to the quarantine. It is not cast in place.")
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
-        majority = {key: group.majority(key, lambda t: t.dtype) for key in group.keys()}
+        majority = {key: group.majority(key, lambda t: t.dtype) for key in group.keys()}  # noqa: SIM118 - not a dict
         for entry in group.entries:
             odd = [(t.key, t.dtype, majority[t.key]) for t in entry.tensors
                    if majority[t.key][0] is not None and t.dtype != majority[t.key][0]]

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import abc
 from collections import Counter
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Hashable, Iterable
+from typing import Any, ClassVar, TypeVar
 
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.formats.interface import FileMeta, ReadError
 from cachedoctor.layouts.interface import Expected
+
+_H = TypeVar("_H", bound=Hashable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +55,12 @@ class PeerGroup:
     folder: str
     entries: tuple[PeerEntry, ...]
 
-    def majority(self, key: str, value_of: Any) -> tuple[Hashable | None, int]:
+    def majority(self, key: str, value_of: Callable[[PeerTensor], _H | None]) -> tuple[_H | None, int]:
         """The value ``value_of(tensor)`` that more than half of ``key``'s tensors share.
 
         Returns ``(None, n)`` when there is no strict majority (a tie cannot say who is wrong).
         """
-        counts: Counter = Counter(value_of(t) for e in self.entries for t in e.tensors if t.key == key)
+        counts: Counter[_H | None] = Counter(value_of(t) for e in self.entries for t in e.tensors if t.key == key)
         total = sum(counts.values())
         if not counts:
             return None, 0

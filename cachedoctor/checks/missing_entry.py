@@ -7,7 +7,7 @@ is where the file should be and its source the item, so ``repair`` can encode ex
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity

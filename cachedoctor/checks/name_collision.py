@@ -8,7 +8,7 @@ the same size. Nothing can repair that but a rename, so the fix is ``none``.
 from __future__ import annotations
 
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity

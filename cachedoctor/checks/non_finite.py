@@ -5,7 +5,7 @@ Trainers find these lazily, one batch at a time, as a NaN loss hours into a run.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Inspected
 from cachedoctor.findings import Finding, Fix, Severity

@@ -7,7 +7,7 @@ caches (OneTrainer), it is an item the trainer will still load. Quarantined, nev
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity

@@ -8,7 +8,7 @@ the file is reported instead of skipped.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Inspected
 from cachedoctor.findings import Finding, Fix, Severity

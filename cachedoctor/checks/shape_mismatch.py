@@ -16,7 +16,7 @@ Any of them means the trainer would stack mismatched tensors or train at the wro
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.checks.batch_leak import is_leading_batch
 from cachedoctor.checks.interface import Check, Found, Inspected, PeerGroup, feature_dim
@@ -57,11 +57,11 @@ class ShapeMismatch(Check):
                                    key=t.key, shape=list(t.shape), expected_hw=list(want))
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
-        for key in group.keys():
+        for key in group.keys():  # noqa: SIM118 - PeerGroup.keys() is a sorted list, not a dict view
             rank, _ = group.majority(key, lambda t: len(t.shape))
             if rank is None:
                 continue
-            feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)
+            feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)  # noqa: B023 - called at once
             for entry in group.entries:
                 for t in entry.tensors:
                     if t.key != key or is_leading_batch(t.shape, rank, feature, key):

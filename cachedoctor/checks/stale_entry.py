@@ -8,7 +8,7 @@ reading a stale entry trains on the old image or caption without a word.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity

@@ -9,7 +9,7 @@ stalls or kills the trainer just as surely.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Inspected
 from cachedoctor.findings import Finding, Fix, Severity

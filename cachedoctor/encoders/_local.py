@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import xxhash
 

@@ -109,7 +109,7 @@ class DiffusersVAE(Encoder):
         self._model = model.to(device).eval()
         self._device = device
 
-    def encode(self, batch: "torch.Tensor") -> dict[str, "torch.Tensor"]:
+    def encode(self, batch: torch.Tensor) -> dict[str, torch.Tensor]:
         import torch
 
         if self._model is None:
@@ -177,7 +177,7 @@ def _check_safetensors_header(path: Path) -> None:
         raise EncoderError(str(path), f"not a safetensors file (no valid header); {WHAT_TO_PASS}")
 
 
-def _load_folder(folder: Path, dtype: "torch.dtype") -> Any:
+def _load_folder(folder: Path, dtype: torch.dtype) -> Any:
     from diffusers import AutoencoderKL
 
     names = {p.name for p in weight_files(folder)}

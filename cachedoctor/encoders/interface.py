@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cachedoctor.errors import PathError
 
@@ -93,7 +94,7 @@ class Encoder(abc.ABC):
         """Load the weights onto ``device`` (``"cpu"``, ``"cuda:0"``); called once per worker."""
 
     @abc.abstractmethod
-    def encode(self, batch: Any) -> dict[str, "torch.Tensor"]:
+    def encode(self, batch: Any) -> dict[str, torch.Tensor]:
         """Encode one batch under ``torch.inference_mode()``; deterministic for a given input.
 
         IMAGE: ``batch`` is a float32 CPU tensor ``[B, 3, H, W]`` in ``[-1, 1]``; returns

@@ -125,7 +125,7 @@ class TransformersText(Encoder):
         self._model = model.to(device, getattr(torch, self.dtype)).eval()
         self._device = device
 
-    def encode(self, batch: list[str]) -> dict[str, "torch.Tensor"]:
+    def encode(self, batch: list[str]) -> dict[str, torch.Tensor]:
         import torch
 
         if self._model is None:

@@ -10,7 +10,7 @@ import contextlib
 import io
 import mmap
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from cachedoctor.formats._source import BufferSource, FileSource, Source
 from cachedoctor.formats._zip import directory_of, is_zip
@@ -144,6 +144,6 @@ def _with_polyglots(path: str, head: bytes, src: Source, reader: FormatReader, d
 
 
 __all__ = [
-    "CACHE_SUFFIXES", "FileMeta", "FormatReader", "MemberCrc", "READERS", "ReadError", "TensorMeta",
+    "CACHE_SUFFIXES", "READERS", "FileMeta", "FormatReader", "MemberCrc", "ReadError", "TensorMeta",
     "UnreadableFile", "claims_cache", "read_file",
 ]

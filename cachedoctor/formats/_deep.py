@@ -6,7 +6,7 @@ here (lazily), never torch: bfloat16 and float8 are tested on their bit patterns
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 try:  # ISA-L's CRC-32 is the same polynomial as zlib's, about six times faster (SIMD)
     from isal.isal_zlib import crc32
@@ -87,7 +87,7 @@ def count_nonfinite(buffer: memoryview, dtype: str, numel: int, offset: int,
         stride = _contiguous(shape)
     if any(s == 0 for s in shape):
         return 0
-    span = 1 + sum((s - 1) * st for s, st in zip(shape, stride))
+    span = 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=False))
     if offset + span > numel:
         return None
     storage = np.frombuffer(buffer, dtype=np_dtype, count=numel)

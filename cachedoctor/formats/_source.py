@@ -7,14 +7,23 @@ bytes); the quick path reads only the few ranges it needs through ``os.pread``.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from cachedoctor.formats.interface import ReadError
+
+if TYPE_CHECKING:
+    from cachedoctor.formats._verdict import Sequence
+    from cachedoctor.formats._zip import ZipDirectory
 
 
 class Source:
     """``size`` bytes readable at any offset."""
 
     size: int
+    # What the readers parse once per source (sniffing and reading share it); unset until first
+    # use, so read them with ``getattr(src, name, None)``.
+    _zip_directory: ZipDirectory
+    _pickle_walk: Sequence | ReadError
 
     def read_at(self, offset: int, length: int) -> bytes:  # pragma: no cover - interface
         raise NotImplementedError

@@ -19,8 +19,9 @@ import io
 import pickle
 import reprlib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 from cachedoctor.formats._dtypes import ITEMSIZE, STORAGE_DTYPE, TORCH_ALIASES
 from cachedoctor.formats._pickle_scan import canonical
@@ -93,7 +94,7 @@ class Opaque:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __call__(self, *args: Any, **kwargs: Any) -> "Opaque":
+    def __call__(self, *args: Any, **kwargs: Any) -> Opaque:
         return Opaque(self.name)
 
     def __setstate__(self, state: Any) -> None:  # BUILD on an opaque object does nothing
@@ -251,7 +252,8 @@ class RestrictedUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         full = canonical(module, name)  # __builtin__.set in protocol 0-2 pickles is builtins.set
-        found = ALLOWED_GLOBALS.get(tuple(full.rsplit(".", 1)))  # type: ignore[arg-type]
+        owner, _, attr = full.rpartition(".")
+        found = ALLOWED_GLOBALS.get((owner, attr))
         if found is not None:
             return found
         if full not in self.foreign:

@@ -8,8 +8,9 @@ the scan reports as ``unsafe-pickle`` whatever the file's name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from cachedoctor.formats._pickle_scan import LIMITS, PickleScan, scan, scan_bytes
 from cachedoctor.formats.interface import ReadError
@@ -48,13 +49,13 @@ def check_size(where: str, size: int) -> None:
 def screen(where: str, data: bytes | memoryview, start: int = 0) -> PickleScan:
     """The static walk of one pickle; a resource bomb raises instead of returning."""
     small = start == 0 and isinstance(data, bytes) and len(data) <= _MEMO_BYTES
-    result = scan_bytes(data) if small else scan(data, start)  # type: ignore[arg-type]
+    result = scan_bytes(data) if small else scan(data, start)
     if result.bomb is not None:
         raise bomb(where, result.bomb, result.opcodes)
     return result
 
 
-def growing_window(src: "Source", limit: int, walk: Callable[[bytes], R], truncated: Callable[[R], bool]) -> tuple[bytes, R]:
+def growing_window(src: Source, limit: int, walk: Callable[[bytes], R], truncated: Callable[[R], bool]) -> tuple[bytes, R]:
     """Run ``walk`` on the file's first bytes, reading more (up to ``limit``) while it reports
     running out: the pickles of a file come first, and are small next to its tensors."""
     size = min(src.size, limit)

@@ -145,10 +145,10 @@ def _miniz_binary_search(entries: tuple[ZipMember, ...], folded: str) -> ZipMemb
 
 def directory_of(src: Source) -> ZipDirectory:
     """The central directory of ``src``, parsed once per source (sniffing and reading share it)."""
-    cached = getattr(src, "_zip_directory", None)
+    cached: ZipDirectory | None = getattr(src, "_zip_directory", None)
     if cached is None:
         cached = read_directory(src)
-        src._zip_directory = cached  # type: ignore[attr-defined]
+        src._zip_directory = cached
     return cached
 
 

@@ -9,6 +9,7 @@ Readers never execute anything from the file.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,7 @@ class TensorMeta:
         if self.stride is None:
             return self.numel
         span = 1
-        for size, stride in zip(self.shape, self.stride):
+        for size, stride in zip(self.shape, self.stride, strict=False):
             if size == 0:
                 return 0
             span += (size - 1) * stride
@@ -128,11 +129,12 @@ class ReadError(Exception):
         self.message = message
         self.details = details
 
-    def __reduce__(self):  # keep ReadError picklable across scan workers despite kwargs
+    # Keep ReadError picklable across scan workers despite kwargs.
+    def __reduce__(self) -> tuple[Callable[..., ReadError], tuple[type[ReadError], str, str, dict[str, Any]]]:
         return (_rebuild_read_error, (type(self), self.problem, self.message, self.details))
 
 
-def _rebuild_read_error(cls: type, problem: str, message: str, details: dict) -> "ReadError":
+def _rebuild_read_error(cls: type[ReadError], problem: str, message: str, details: dict[str, Any]) -> ReadError:
     return cls(problem, message, **details)
 
 
@@ -151,11 +153,11 @@ class FormatReader(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def claims(self, head: bytes, src: "Source") -> bool:
+    def claims(self, head: bytes, src: Source) -> bool:
         """Whether the file's first bytes (``head``, up to 64) are this format's magic."""
 
     @abc.abstractmethod
-    def read(self, path: str, src: "Source", *, deep: bool) -> FileMeta:
+    def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         """Describe the file whose bytes ``src`` holds (all of them in memory in deep mode).
 
         Raises :class:`ReadError` when the bytes are not a valid file of this format.

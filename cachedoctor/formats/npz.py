@@ -14,10 +14,19 @@ import struct
 import zlib
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._pickle_scan import LIMITS
+from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._verdict import LOADERS
-from cachedoctor.formats._zip import DEFLATED, STORED, ZipDirectory, ZipMember, data_offset, decompress, directory_of, is_zip
+from cachedoctor.formats._zip import (
+    DEFLATED,
+    STORED,
+    ZipDirectory,
+    ZipMember,
+    data_offset,
+    decompress,
+    directory_of,
+    is_zip,
+)
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
 from cachedoctor.formats.npy import MAGIC, NpyHeader, object_globals, parse_header, tensor_from, with_nonfinite
 

@@ -28,14 +28,16 @@ _BOMB_EVIDENCE = 16
 
 def _walk(src: Source) -> Sequence | ReadError:
     """The static walk of the file's pickles, once per source (claims and read share it)."""
-    cached = getattr(src, "_pickle_walk", None)
+    cached: Sequence | ReadError | None = getattr(src, "_pickle_walk", None)
     if cached is None:
         try:
-            _, cached = growing_window(src, LIMITS.pickle_bytes, lambda data: screen_sequence(data, _SEQUENCE, "pickle"),
+            _, walked = growing_window(src, LIMITS.pickle_bytes, lambda data: screen_sequence(data, _SEQUENCE, "pickle"),
                                        lambda result: not result.ends and result.truncated)
         except ReadError as exc:
             cached = exc
-        src._pickle_walk = cached  # type: ignore[attr-defined]
+        else:
+            cached = walked
+        src._pickle_walk = cached
     return cached
 
 
@@ -50,7 +52,7 @@ class PlainPickleReader(FormatReader):
         walked = _walk(src)
         if isinstance(walked, ReadError):  # a resource bomb, if enough of it walked as a pickle
             return walked.details.get("opcodes", 0) >= _BOMB_EVIDENCE
-        return bool(walked.ends) or bool(walked.unsafe) and walked.calls
+        return bool(walked.ends) or (bool(walked.unsafe) and walked.calls)
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         walked = _walk(src)

@@ -72,7 +72,7 @@ class SafetensorsReader(FormatReader):
 def _entry(key: str, value: object) -> tuple[TensorMeta, int, int]:
     if not isinstance(value, dict):
         raise ReadError("bad-header", f"safetensors entry {key!r:.60} is not an object")
-    dtype = SAFETENSORS_DTYPE.get(value.get("dtype"))  # type: ignore[arg-type]
+    dtype = SAFETENSORS_DTYPE.get(value.get("dtype"))  # type: ignore[arg-type]  # a non-str dtype: see issue 13 report
     shape, offsets = value.get("shape"), value.get("data_offsets")
     if dtype is None:
         raise ReadError("bad-header", f"tensor {key!r:.60} has unknown dtype {value.get('dtype')!r:.20}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import struct
 import tarfile
+from typing import TYPE_CHECKING
 
 from cachedoctor.formats._dtypes import ITEMSIZE
 from cachedoctor.formats._pickle_scan import LIMITS
@@ -22,6 +23,9 @@ from cachedoctor.formats._unpickle import RestrictedUnpickler, StorageType
 from cachedoctor.formats._verdict import LOADERS, bomb, merge, screen
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError
 from cachedoctor.lifetime import reraise_interrupt
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 _MEMBERS = ("storages", "tensors", "pickle")
 _MAX_ENTRIES = 10_000
@@ -47,9 +51,10 @@ class _SourceFile(io.RawIOBase):
     def tell(self) -> int:
         return self.pos
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def, override]
-        data = self.src.read_at(self.pos, min(len(buffer), max(self.src.size - self.pos, 0)))
-        buffer[:len(data)] = data
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        with memoryview(buffer) as view:  # released on return: RawIOBase.read then resizes its bytearray
+            data = self.src.read_at(self.pos, min(len(view), max(self.src.size - self.pos, 0)))
+            view[:len(data)] = data
         self.pos += len(data)
         return len(data)
 
@@ -68,7 +73,7 @@ class TorchTarReader(FormatReader):
         unsafe: list[str] = []
         seen = 0
         try:
-            with tarfile.open(fileobj=_SourceFile(src), mode="r:") as tar:  # type: ignore[call-overload]
+            with tarfile.open(fileobj=_SourceFile(src), mode="r:") as tar:
                 for info in tar:
                     seen += 1
                     if seen > _MAX_ENTRIES:

@@ -18,7 +18,7 @@ from cachedoctor.formats._source import BufferSource, FileSource, Source
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, StorageRef, Walked, walk, zip_storage_ref
 from cachedoctor.formats._verdict import LOADERS, bomb, check_size, merge, screen
 from cachedoctor.formats._zip import ZipDirectory, ZipMember, directory_of, fold, is_zip, read_member
-from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
+from cachedoctor.formats.interface import FileMeta, FormatReader, MemberCrc, ReadError, TensorMeta
 from cachedoctor.lifetime import reraise_interrupt
 
 TORCHSCRIPT = "torch.jit.load (a TorchScript archive: torch.load hands it to torch.jit.load, which runs its code)"
@@ -138,8 +138,8 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
         raise ReadError("bad-pickle", f"data.pkl does not unpickle ({failure})")
     assert walked is not None
 
-    deep_buffer = deep and isinstance(src, BufferSource)
-    starts = _deep.member_starts(src, directory) if deep_buffer else {}  # type: ignore[arg-type]
+    deep_src = src if deep and isinstance(src, BufferSource) else None
+    starts = _deep.member_starts(deep_src, directory) if deep_src is not None else {}
     tensors: list[TensorMeta] = []
     missing: list[str] = []
     for key, rec in walked.tensors:
@@ -149,8 +149,8 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
         if record is None and rec.storage.key not in missing:
             missing.append(rec.storage.key)
         nonfinite = None
-        if deep_buffer and record is not None and record.method == 0 and record.name in starts:
-            buffer = src.view(starts[record.name], record.size)  # type: ignore[union-attr]
+        if deep_src is not None and record is not None and record.method == 0 and record.name in starts:
+            buffer = deep_src.view(starts[record.name], record.size)
             nonfinite = _deep.count_nonfinite(buffer, rec.dtype, numel, rec.offset, rec.size, rec.stride)
         tensors.append(TensorMeta(
             key=key, shape=rec.size, dtype=rec.dtype, itemsize=itemsize, stride=rec.stride,
@@ -158,12 +158,12 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
             record_bytes=None if record is None else record.size, location=rec.storage.location,
             nonfinite=nonfinite))
 
-    crc_bad: tuple = ()
-    file_digest = None
-    if deep_buffer:
-        crc_bad = _deep.crc_mismatches(src, directory, starts)  # type: ignore[arg-type]
-        file_digest = _deep.digest(src.buffer)  # type: ignore[union-attr]
-        ambiguous += tuple(n for n in _deep.renamed_members(src, directory) if n not in ambiguous)  # type: ignore[arg-type]
+    crc_bad: tuple[MemberCrc, ...] = ()
+    file_digest: str | None = None
+    if deep_src is not None:
+        crc_bad = _deep.crc_mismatches(deep_src, directory, starts)
+        file_digest = _deep.digest(deep_src.buffer)
+        ambiguous += tuple(n for n in _deep.renamed_members(deep_src, directory) if n not in ambiguous)
     return FileMeta(path, fmt, src.size, container=walked.container, tensors=tuple(tensors),
                     foreign_globals=tuple(unsafe), missing_records=tuple(missing),
                     deep=deep, crc_mismatches=crc_bad, digest=file_digest,

@@ -12,15 +12,16 @@ from __future__ import annotations
 import os
 import signal
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from cachedoctor.lifetime import die_with_parent
 from cachedoctor.scan.folders import Collector
-from cachedoctor.scan.worker import Outcome, inspect_chunk, timed_out
 from cachedoctor.scan.watchdog import Slots, attach
+from cachedoctor.scan.worker import Outcome, inspect_chunk, timed_out
 
 Chunk = tuple[int, list[tuple[str, bool]], bool, bool]  # folder id, (path, deep) items, facts, digest
 
@@ -67,10 +68,10 @@ def run_pool(chunks: Iterator[Chunk], workers: int, collector: Collector, timeou
             for future in done:
                 if future.exception() is None:
                     _finish(in_flight.pop(future), future.result(), slots, collector)
-            failed = [f for f in done if f.exception() is not None]
+            failed = [exc for f in done if (exc := f.exception()) is not None]
             stuck = _stuck(in_flight, slots, timeout) if timeout else []
             if failed and not stuck:
-                raise failed[0].exception()  # type: ignore[misc]  # not ours: a worker died on its own
+                raise failed[0]  # not ours: a worker died on its own
             if stuck:
                 pool = _replace(pool, stuck, in_flight, queue, slots, collector, timeout or 0.0,
                                 lambda: _new_pool(workers, context, slots))
@@ -100,7 +101,8 @@ def _stuck(in_flight: dict[Future, _Job], slots: Slots, timeout: float) -> list[
 
 
 def _replace(pool: ProcessPoolExecutor, stuck: list[tuple[_Job, int, int]], in_flight: dict[Future, _Job],
-             queue: deque[_Job], slots: Slots, collector: Collector, timeout: float, new: Any) -> ProcessPoolExecutor:
+             queue: deque[_Job], slots: Slots, collector: Collector, timeout: float,
+             new: Callable[[], ProcessPoolExecutor]) -> ProcessPoolExecutor:
     """Kill the stuck workers, settle what finished, and queue the rest for a fresh pool."""
     for _, pid, _ in stuck:
         try:
@@ -113,11 +115,12 @@ def _replace(pool: ProcessPoolExecutor, stuck: list[tuple[_Job, int, int]], in_f
     for future, job in list(in_flight.items()):
         del in_flight[future]
         slots.give_back(job.slot)
-        if future.exception() is None:
+        exc = future.exception()
+        if exc is None:
             collector.add(job.folder_id, job.done + future.result())
             continue
-        if not isinstance(future.exception(), BrokenProcessPool):
-            raise future.exception()  # type: ignore[misc]
+        if not isinstance(exc, BrokenProcessPool):
+            raise exc
         index = halted.get(id(job))
         if index is not None:  # the stuck file is reported; the others are read again
             path = job.items[index][0]

@@ -18,7 +18,8 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 #: How much longer than ``--file-timeout`` the parent waits before it kills a worker: the
 #: worker's own alarm should have fired by then.
