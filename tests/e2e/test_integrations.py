@@ -1,4 +1,4 @@
-"""cachedoctor in other people's pipelines: the pre-commit hook, and the README's gate at the top of a
+"""cachedoctor in other people's pipelines: the pre-commit hook, and the gate of docs/ci.md at the top of a
 training job script, run for real through bash on a tiny SimpleTuner dataset."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from factories import latent, peers, pt_bytes, save_pt, saved_on
 from repair_factories import POOL, simpletuner
 
 REPO = Path(__file__).resolve().parents[2]
-README = (REPO / "README.md").read_text()
+CI_DOC = (REPO / "docs" / "ci.md").read_text()
 
-#: The README's job-script snippets ("In CI and at the start of a training job"), verbatim.
+#: The job-script snippets of docs/ci.md ("Gates: CI and the start of a training job"), verbatim.
 GATE = ("cachedoctor scan --config multidatabackend.json --fail-on error || exit 1\n"
         'accelerate launch train.py "$@"\n')
 REPAIR_FIRST = ("cachedoctor repair --config multidatabackend.json --encoder diffusers-vae:/models/vae --yes \\\n"
@@ -89,13 +89,13 @@ def test_pre_commit_entry_exits_0_on_a_healthy_cache_and_1_on_a_defect(tmp_path:
     assert code == 1 and "corrupt-archive" in out and "cut.pt" in out
 
 
-def test_readme_shows_the_hook_and_the_job_snippets() -> None:
-    section = README[README.index("## In CI and at the start of a training job"):README.index("## Exit codes")]
+def test_ci_doc_shows_the_hook_and_the_job_snippets() -> None:
+    section = CI_DOC[CI_DOC.index("## Gates: CI and the start of a training job"):CI_DOC.index("## Baselines")]
     assert GATE in section and REPAIR_FIRST in section
     assert "- id: cachedoctor-scan" in section and "args: [path/to/cache]" in section
     assert "cachedoctor scan --config config/multidatabackend.json --fail-on error" in section
     assert "cachedoctor explain" in section
-    if "--format github" in section:  # the README may only name report formats that exist
+    if "--format github" in section:  # the doc may only name report formats that exist
         from cachedoctor.report import OutputFormat
 
         assert "github" in {f.value for f in OutputFormat}
@@ -112,7 +112,7 @@ def bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def job(snippet: str) -> str:
-    """The README snippet with the training command replaced by a marker we can see."""
+    """The docs/ci.md snippet with the training command replaced by a marker we can see."""
     assert TRAIN in snippet
     return snippet.replace(TRAIN, f"echo {STARTED}")
 
