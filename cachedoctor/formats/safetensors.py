@@ -72,7 +72,8 @@ class SafetensorsReader(FormatReader):
 def _entry(key: str, value: object) -> tuple[TensorMeta, int, int]:
     if not isinstance(value, dict):
         raise ReadError("bad-header", f"safetensors entry {key!r:.60} is not an object")
-    dtype = SAFETENSORS_DTYPE.get(value.get("dtype"))  # type: ignore[arg-type]  # a non-str dtype: see issue 13 report
+    raw = value.get("dtype")
+    dtype = SAFETENSORS_DTYPE.get(raw) if isinstance(raw, str) else None  # a list would raise TypeError
     shape, offsets = value.get("shape"), value.get("data_offsets")
     if dtype is None:
         raise ReadError("bad-header", f"tensor {key!r:.60} has unknown dtype {value.get('dtype')!r:.20}")

@@ -79,6 +79,20 @@ def test_safetensors_header(tmp_path: Path) -> None:
         ("ids", (3,), "int64"), ("latents", (4, 8, 8), "bfloat16")]
 
 
+@pytest.mark.parametrize("dtype", [["F16"], {"F": 16}, 16, None])
+def test_safetensors_header_with_a_non_string_dtype_is_a_bad_header(tmp_path: Path, dtype: object) -> None:
+    """A crafted header whose dtype is a list (unhashable) once escaped as TypeError: an internal error."""
+    import json
+    import struct
+
+    header = json.dumps({"latents": {"dtype": dtype, "shape": [2], "data_offsets": [0, 4]}}).encode()
+    path = tmp_path / "s.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 4)
+    with pytest.raises(ReadError) as info:
+        read_file(str(path))
+    assert info.value.problem == "bad-header" and "unknown dtype" in str(info.value)
+
+
 def test_npz_multi_resolution_by_content_not_name(tmp_path: Path) -> None:
     path = write_npz(tmp_path / "img_0064x0048_sdxl.npz", latents_6x8=np.zeros((4, 6, 8), np.float32),
                      latents_3x4=np.zeros((4, 3, 4), np.float32), original_size=np.array([64, 48]))
