@@ -73,5 +73,5 @@ def recompute_spec(path: str, expected: Expected | None, layout: str | None, tem
     return _recompute.generic_latent_spec(expected, template, path)
 
 
-__all__ = ["DatasetPlan", "Expected", "LAYOUTS", "Layout", "LayoutError", "LayoutName", "LayoutOptions", "RecomputeSpec",
-           "SpecOrWhy", "Template", "TemplateFinder", "choose", "plan_for", "recompute_spec"]
+__all__ = ["DatasetPlan", "Expected", "LAYOUTS", "Layout", "LayoutError", "LayoutName", "LayoutOptions",
+           "RecomputeSpec", "SpecOrWhy", "Template", "TemplateFinder", "choose", "plan_for", "recompute_spec"]

@@ -71,7 +71,8 @@ def test_kohya_takes_the_bucket_from_the_entry_itself_and_the_flip_from_its_peer
     entry = Expected(str(own), source(tmp_path, "a.png"))
     spec, why = LAYOUTS["kohya"].recompute_spec(str(own), entry, template(peer))
     assert why is None
-    assert spec == RecomputeSpec("latent", entry.source, "kohya-npz", "npz", "latents_16x12", "float32", False, (16, 12),
+    assert spec == RecomputeSpec("latent", entry.source, "kohya-npz", "npz", "latents_16x12", "float32", False,
+                                 (16, 12),
                                  keys=("latents_16x12", "latents_flipped_16x12"), flipped=True, template=str(peer))
 
 
@@ -93,8 +94,8 @@ def test_onetrainer_latent_uses_latent_image_in_the_peers_dtype(tmp_path: Path) 
                                        "original_resolution": (64, 64), "crop_offset": (0, 0)})
     entry = Expected(str(tmp_path / "1.pt"), source(tmp_path), latent_hw=(8, 8), latent_key="latent_image")
     spec, why = LAYOUTS["onetrainer"].recompute_spec(entry.path, entry, template(peer))
-    assert why is None and spec == RecomputeSpec("latent", entry.source, "dict", "torch-zip", "latent_image", "bfloat16",
-                                                 False, (8, 8), keys=("latent_image",), template=str(peer))
+    assert why is None and spec == RecomputeSpec("latent", entry.source, "dict", "torch-zip", "latent_image",
+                                                 "bfloat16", False, (8, 8), keys=("latent_image",), template=str(peer))
     bare, _ = LAYOUTS["onetrainer"].recompute_spec(entry.path, entry, None)
     assert bare is not None and (bare.keys, bare.dtype) == (("latent_image", "original_resolution", "crop_offset"),
                                                             "float32")
