@@ -2,12 +2,17 @@
 
 ``--layout auto`` (the default) tries each layout's ``detect`` in order and says why it chose
 one; when none matches, the scan compares the cache files with each other only.
+:func:`recompute_spec` asks a layout what a repair must write for one of its entries.
 """
 
 from __future__ import annotations
 
 import enum
-from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions
+
+from cachedoctor.layouts import _recompute
+from cachedoctor.layouts._recompute import TemplateFinder
+from cachedoctor.layouts.interface import (DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, RecomputeSpec,
+                                           SpecOrWhy, Template)
 from cachedoctor.layouts.kohya import KohyaLayout
 from cachedoctor.layouts.manifest import ManifestLayout
 from cachedoctor.layouts.onetrainer import OneTrainerLayout
@@ -53,4 +58,20 @@ def plan_for(name: LayoutName, targets: list[str], options: LayoutOptions) -> tu
     return layout.plan(targets, options), f"layout: {layout.name} ({reason})"
 
 
-__all__ = ["DatasetPlan", "Expected", "LAYOUTS", "Layout", "LayoutError", "LayoutName", "LayoutOptions", "choose", "plan_for"]
+def recompute_spec(path: str, expected: Expected | None, layout: str | None, templates: TemplateFinder) -> SpecOrWhy:
+    """What a recompute of the entry at ``path`` must produce (``layout``: the plan's layout
+    name), or ``(None, why it cannot be recomputed here)``."""
+    why = _recompute.precondition(expected)
+    if why is not None or expected is None:
+        return None, why
+    template = templates.for_entry(path, expected)
+    owner = LAYOUTS.get(layout) if layout else None
+    if owner is not None:
+        return owner.recompute_spec(path, expected, template)
+    if expected.role == "text":
+        return _recompute.text_spec(expected, template, path)
+    return _recompute.generic_latent_spec(expected, template, path)
+
+
+__all__ = ["DatasetPlan", "Expected", "LAYOUTS", "Layout", "LayoutError", "LayoutName", "LayoutOptions",
+           "RecomputeSpec", "SpecOrWhy", "Template", "TemplateFinder", "choose", "plan_for", "recompute_spec"]

@@ -8,6 +8,10 @@ was expected; ``checks/`` judges each pair (missing, orphan, stale, collision, s
 Layouts may look at the file system (list folders, read image headers, read a cache's own
 index such as OneTrainer's ``aggregate.pt``) but never read tensor data: planning must stay a
 small fraction of the scan.
+
+A layout also knows what its trainer would have written for an entry, so ``repair`` can make a
+broken one again: :meth:`Layout.recompute_spec` turns an :class:`Expected` entry (and a healthy
+peer, the template) into a :class:`RecomputeSpec`. Adding a trainer touches this package only.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from __future__ import annotations
 import abc
 import os
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cachedoctor.errors import PathError
+
+if TYPE_CHECKING:
+    from cachedoctor.formats.interface import FileMeta
 
 
 class LayoutError(PathError):
@@ -118,6 +125,58 @@ class DatasetPlan:
         return path.lower().endswith(self.source_suffixes) if self.source_suffixes else False
 
 
+@dataclass(frozen=True, slots=True)
+class RecomputeSpec:
+    """How to make one entry again, in the layout's own format.
+
+    ``latent_hw`` is the latent's spatial size the layout expects (the image is resized and
+    cropped to ``latent_hw * downscale`` pixels). ``resize`` (W, H) and ``crop`` (top, left) are
+    the trainer's recorded preprocessing (SimpleTuner's ``intermediary_size`` and
+    ``crop_coordinates``); without them the image is scaled to cover the target and
+    centre-cropped, as kohya and OneTrainer do. ``writer`` names the file layout to produce.
+    Plain values only: it is journaled as JSON and carried to repair's workers.
+    """
+
+    role: str  # "latent" or "text"
+    source: str
+    writer: str  # "bare-tensor", "kohya-npz", "onetrainer-dict", "dict"
+    container_format: str = "torch-zip"  # torch-zip, torch-gzip, torch-legacy, npz, safetensors
+    key: str = ""  # the tensor that holds the latent ("" for a bare tensor)
+    dtype: str = "float32"
+    scaled: bool = False  # SimpleTuner caches (latent - shift) * factor; kohya and OneTrainer raw latents
+    latent_hw: tuple[int, int] | None = None
+    resize: tuple[int, int] | None = None
+    crop: tuple[int, int] | None = None
+    text: str | None = None  # the caption, for text entries
+    keys: tuple[str, ...] = ()  # every key the healthy peers hold (the file must hold the same)
+    flipped: bool = False  # kohya: also latents_flipped_<h>x<w>
+    template: str | None = None  # a healthy peer whose container, keys and dtypes the new file copies
+
+    def cost(self) -> int:
+        """Work units for balancing workers: pixels for images, characters for captions."""
+        if self.role == "text":
+            return 1000 + len(self.text or "")
+        h, w = self.latent_hw or (64, 64)
+        return h * w * 64 * (2 if self.flipped else 1)
+
+    def batch_key(self) -> tuple[Any, ...]:
+        """Items with equal keys can be stacked into one encoder batch."""
+        return (self.role, self.latent_hw)
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """A healthy peer of a broken entry (same folder, role and suffix): the file whose format,
+    container, keys and dtypes a recomputed entry copies. ``meta`` is its quick read."""
+
+    path: str
+    meta: "FileMeta"
+
+
+#: A recompute spec, or why the entry cannot be recomputed here (exactly one is set).
+SpecOrWhy = tuple["RecomputeSpec | None", "str | None"]
+
+
 class Layout(abc.ABC):
     """One trainer's naming scheme."""
 
@@ -131,6 +190,19 @@ class Layout(abc.ABC):
     @abc.abstractmethod
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
         """The expected entries for ``targets``; :class:`LayoutError` if it cannot be built."""
+
+    def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
+        """What a recompute of the entry at ``path`` must produce, or why it cannot be made here.
+
+        Called only for an entry whose source exists. ``template`` is a healthy peer, if any.
+        The default suits a trainer that records sizes and keys in the dataset description
+        (a manifest): the latent key it names, else the peer's largest tensor, raw latents.
+        """
+        from cachedoctor.layouts import _recompute
+
+        if expected.role == "text":
+            return _recompute.text_spec(expected, template, path)
+        return _recompute.generic_latent_spec(expected, template, path)
 
 
 def mtime_ns(path: str) -> int | None:

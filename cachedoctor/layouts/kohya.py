@@ -8,6 +8,10 @@ image in it needs one. ``latents_<h>x<w>`` keys are checked against their shapes
 collision findings. Each entry's recorded ``original_size`` must equal the image's size from its
 header (which only an old-style name can get wrong: a new-style name carries the size). When a
 ``<stem>.npz`` exists, sd-scripts uses it whatever else is there, and so does this layout.
+
+A recompute writes raw float32 latents in an npz whose keys carry the bucket
+(``latents_<h>x<w>``, plus ``original_size``/``crop_ltrb`` with the same suffix, and the flipped
+latent when the peers have one). The bucket is recorded only inside the entry itself.
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ import os
 import re
 from collections import Counter
 
+from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, image_size, stem, walk_images
-from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions
+from cachedoctor.layouts.interface import (DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, RecomputeSpec,
+                                           SpecOrWhy, Template)
 
 _LATENT_NAME = re.compile(r"^(?P<stem>.+)_(?P<w>\d{4,})x(?P<h>\d{4,})_(?P<arch>[a-z0-9]+)\.npz$")
 _TE_NAME = re.compile(r"^(?P<stem>.+?)(?P<suffix>_te_outputs|_[a-z0-9]+_te)\.npz$")
+_BUCKET_KEY = re.compile(r"^latents_(\d+)x(\d+)$")
 _CAPTION_SUFFIXES = (".txt", ".caption")
 _DETECT_FOLDERS = 200
 
@@ -69,6 +76,23 @@ class KohyaLayout(Layout):
         if unreadable:
             plan.notes.append(f"{unreadable} image(s) could not be opened and were not compared")
         return plan
+
+    def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
+        if expected.role == "text":
+            return _recompute.text_spec(expected, template, path)
+        own = _recompute.own_meta(path)
+        key = next((t.key for t in own.tensors if _BUCKET_KEY.match(t.key) or t.key == "latents"), None) if own else None
+        if own is None or key is None:
+            return None, ("kohya records an entry's bucket only inside the entry; with the file unreadable or missing, "
+                          "let sd-scripts re-cache it, or pass a manifest with latent_hw")
+        match = _BUCKET_KEY.match(key)
+        shape = next(t.shape for t in own.tensors if t.key == key)
+        hw = (int(match.group(1)), int(match.group(2))) if match else tuple(shape[-2:])
+        keys = _recompute.keys_of(template)
+        return RecomputeSpec("latent", expected.source, "kohya-npz", "npz", key, "float32", False, hw,  # type: ignore[arg-type]
+                             keys=keys or (key, "original_size" + key[7:], "crop_ltrb" + key[7:]),
+                             flipped=any(k.startswith("latents_flipped") for k in keys),
+                             template=template.path if template else None), None
 
 
 def _expect_image(plan: DatasetPlan, folder: str, image: os.DirEntry, size: tuple[int, int],

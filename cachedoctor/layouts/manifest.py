@@ -7,6 +7,9 @@ entry stale (a caption taken from a file name), ``shared: true`` that several ro
 same cache file (an embed named after its caption) without a collision. Relative paths start at the
 manifest's folder. With ``xxh3`` the staleness check is exact: a source whose size and mtime
 still match the row is taken as unchanged, any other is hashed and compared.
+
+A recompute writes the raw latent under the row's ``key`` (else in the healthy peer's shape) at
+its ``latent_hw`` or ``shape``, in the peer's container and dtypes.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
-from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions
+from cachedoctor.layouts import _recompute
+from cachedoctor.layouts.interface import (DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, SpecOrWhy,
+                                           Template)
 
 REQUIRED = ("source", "cache")
 _HASH_CHUNK = 1 << 20
@@ -52,6 +57,11 @@ class ManifestLayout(Layout):
                 latent_key=row.get("key"), shape=_dims(row.get("shape"), manifest, line, "shape"),
                 stale_reason=reason, source_exists=st is not None, shared=_flag(row, "shared", False)))
         return plan
+
+    def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
+        if expected.role == "text":
+            return _recompute.text_spec(expected, template, path)
+        return _recompute.generic_latent_spec(expected, template, path)
 
 
 def read_rows(path: str) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -6,6 +6,10 @@ which image each position holds. So: every listed position needs its ``<i>.pt``;
 that is gone makes its entry an orphan; an image beside the listed ones that the aggregate does
 not list was added after caching (missing). Relative image paths are resolved against the
 cache's parent folder, then the current directory.
+
+A recompute writes the raw latent under ``latent_image`` beside ``original_resolution`` and
+``crop_offset``, in the peers' dtype. Text entries hold tokens and several encoders' states,
+which only OneTrainer can make again.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ import os
 import re
 from typing import Any
 
+from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._images import is_image, names_in
-from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, mtime_ns
+from cachedoctor.layouts.interface import (DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, RecomputeSpec,
+                                           SpecOrWhy, Template, mtime_ns)
 
 _VARIATION = re.compile(r"^variation-(\d+)$")
 AGGREGATE = "aggregate.pt"
+LATENT_KEY = "latent_image"
 
 
 class OneTrainerLayout(Layout):
@@ -65,6 +72,21 @@ class OneTrainerLayout(Layout):
                               "another machine?); compared the cache with its own index only")
         return plan
 
+    def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
+        if expected.role == "text":
+            spec, why = _recompute.text_spec(expected, template, path)
+            if spec is None:
+                return spec, why
+            return None, "OneTrainer text caches hold tokens and several encoders' states; re-cache them with OneTrainer"
+        hw = _recompute.latent_hw_of(expected)
+        if hw is None:
+            return None, _recompute.NO_SIZE
+        keys = _recompute.keys_of(template)
+        return RecomputeSpec("latent", expected.source, "dict", _recompute.format_of(template, path), LATENT_KEY,
+                             _recompute.dtypes_of(template).get(LATENT_KEY, "float32"), False, hw,
+                             keys=keys or (LATENT_KEY, "original_resolution", "crop_offset"),
+                             template=template.path if template else None), None
+
 
 def _expect_item(plan: DatasetPlan, variation: str, i: int, item: dict, image: str | None, kind: str,
                  have_dataset: bool) -> None:
@@ -80,7 +102,7 @@ def _expect_item(plan: DatasetPlan, variation: str, i: int, item: dict, image: s
         caption = os.path.splitext(source)[0] + ".txt"
         source_mtime = mtime_ns(caption)
     plan.add(Expected(os.path.join(variation, f"{i}.pt"), source, kind, source_mtime, latent_hw=hw,
-                      latent_key="latent_image" if kind == "image" else None,
+                      latent_key=LATENT_KEY if kind == "image" else None,
                       source_exists=exists or not have_dataset))
 
 

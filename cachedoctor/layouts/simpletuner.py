@@ -8,6 +8,10 @@
   (``_`` becomes a space). The null caption ``""`` is always cached for caption dropout, and
   validation prompts land there too: neither is an orphan.
 
+A recompute writes the latent already scaled (``(latent - shift) * factor``), at the bucket's
+``target_size`` after the recorded resize and crop, as a bare tensor (or under ``latents`` when
+the peers are dicts), bfloat16 unless the peers say otherwise.
+
 Facts checked against SimpleTuner's code: ``fixtures/datasets/FACTS.md``.
 """
 
@@ -20,9 +24,11 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+from cachedoctor.layouts import _recompute
 from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
-from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions
+from cachedoctor.layouts.interface import (DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, RecomputeSpec,
+                                           SpecOrWhy, Template)
 
 CONFIG_NAMES = ("multidatabackend.json", os.path.join("config", "multidatabackend.json"))
 _CAPTION_LIMIT = 1 << 20  # a caption file larger than this is not a caption
@@ -76,6 +82,21 @@ class SimpleTunerLayout(Layout):
                 plan.notes.append(f"a remote dataset also uses the text-embed cache {text.cache_dir}, "
                                   "so orphans there were not reported")
         return plan
+
+    def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
+        if expected.role == "text":
+            return _recompute.text_spec(expected, template, path)
+        hw = _recompute.latent_hw_of(expected)
+        if hw is None:
+            return None, _recompute.NO_SIZE
+        bare = template is None or template.meta.container == "tensor"
+        key = "" if bare else "latents"
+        crop = expected.crop
+        return RecomputeSpec("latent", expected.source, "bare-tensor" if bare else "dict",
+                             _recompute.format_of(template, path), key,
+                             _recompute.dtypes_of(template).get(key, "bfloat16"), True, hw,
+                             resize=(crop[0], crop[1]) if crop else None, crop=(crop[2], crop[3]) if crop else None,
+                             keys=_recompute.keys_of(template), template=template.path if template else None), None
 
 
 def find_config(targets: list[str]) -> str | None:

@@ -29,7 +29,7 @@ from typing import Iterator
 
 from cachedoctor.faults import could_not_write, is_full, move_aside, reason
 from cachedoctor.repair.model import Action, ItemResult, ItemState, RepairError
-from cachedoctor.repair.quarantine import STATE_DIR
+from cachedoctor.statedir import journal_path
 from cachedoctor.sqlite_mode import set_journal_mode
 
 _SCHEMA = """
@@ -89,10 +89,6 @@ class Interrupted:
         except ValueError:
             return ()
         return tuple(str(s) for s in specs) if isinstance(specs, list) else ()
-
-
-def journal_path(root: str, rank: int | None = None) -> str:
-    return os.path.join(root, STATE_DIR, "journal.sqlite" if rank is None else f"journal-rank{rank}.sqlite")
 
 
 def interrupted_run(root: str, rank: int | None = None) -> "Interrupted | None":

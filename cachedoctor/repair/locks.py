@@ -5,23 +5,14 @@ one file at once: several ranks writing one file is exactly how SimpleTuner's te
 The convention, for anyone who wants to cooperate: before writing ``<folder>/<name>``, take an
 exclusive ``flock`` on ``<folder>/.<name>.lock`` (``filelock.FileLock`` does exactly this).
 Lock files stay after release, as filelock intends: deleting a lock file that another process
-is waiting on would let two writers in. The scan ignores them.
+is waiting on would let two writers in. The scan ignores them (``statedir.is_lock_name``).
 """
 
 from __future__ import annotations
 
-import os
+from cachedoctor.statedir import lock_path  # lock names: statedir.py (the scan skips them without importing repair)
 
 LOCK_TIMEOUT_S = 120.0
-
-
-def lock_path(path: str) -> str:
-    folder, name = os.path.split(path)
-    return os.path.join(folder, f".{name}.lock")
-
-
-def is_lock_name(name: str) -> bool:
-    return name.startswith(".") and name.endswith(".lock")
 
 
 def file_lock(path: str, timeout: float = LOCK_TIMEOUT_S):  # type: ignore[no-untyped-def]

@@ -7,49 +7,15 @@ with ``torch.load(weights_only=True, map_location="cpu")``. It is written back i
 the trainer reads: a bare tensor stays a bare tensor, a dict a dict (key order kept), a gzipped
 file is gzipped again, a legacy (pre-zip) file stays legacy. The tensors to be saved are compared
 bit for bit with what was read, so a rewrite cannot change a value; the written file is read
-back deep by the caller.
+back deep by the caller. Loading and saving are ``torch_io.py``'s.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 from typing import Any
 
-from cachedoctor.formats import read_file
-from cachedoctor.formats.interface import ReadError
-from cachedoctor.lifetime import reraise_interrupt
-
-TORCH_FORMATS = frozenset({"torch-zip", "torch-gzip", "torch-legacy"})
-
-
-class NotRewritable(Exception):
-    """The file cannot be rewritten losslessly (not torch, unsafe, unreadable)."""
-
-
-def load_safely(path: str) -> tuple[Any, str]:
-    """The object a torch.save file holds, on cpu, and its format; never runs pickle code."""
-    import torch
-
-    try:
-        meta = read_file(path, deep=False)
-    except ReadError as exc:
-        raise NotRewritable(f"unreadable ({exc.message})") from None
-    if meta.format not in TORCH_FORMATS:
-        raise NotRewritable(f"a {meta.format} file holds no storages to rewrite")
-    if meta.foreign_globals or meta.unreadable_reason:
-        raise NotRewritable("its pickle names globals outside the allow-list; it is never loaded")
-    with open(path, "rb") as handle:
-        raw = handle.read()
-    if meta.format == "torch-gzip":
-        raw = gzip.decompress(raw)
-    try:
-        obj = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError...
-        reraise_interrupt(exc)
-        raise NotRewritable(f"torch.load(weights_only=True) refused it ({type(exc).__name__}: {exc})") from None
-    return obj, meta.format
-
+from cachedoctor.repair.model import NotRewritable
+from cachedoctor.repair.torch_io import TORCH_FORMATS, load_safely, serialize
 
 def transform(obj: Any, clone: bool) -> Any:
     """The same structure with cpu tensors; with ``clone`` each tensor owns exactly its data."""
@@ -71,15 +37,6 @@ def transform(obj: Any, clone: bool) -> Any:
         items = [transform(v, clone) for v in obj]
         return items if isinstance(obj, list) else type(obj)(items) if type(obj) is tuple else tuple(items)
     return obj
-
-
-def serialize(obj: Any, fmt: str) -> bytes:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(obj, buf, _use_new_zipfile_serialization=fmt != "torch-legacy")
-    data = buf.getvalue()
-    return gzip.compress(data, mtime=0) if fmt == "torch-gzip" else data
 
 
 def same(a: Any, b: Any) -> bool:
@@ -120,3 +77,6 @@ def rewrite_bytes(path: str, clone: bool) -> bytes:
     if not same(obj, new):
         raise NotRewritable("the rewritten tensors would differ from the original (not written)")
     return serialize(new, fmt)
+
+
+__all__ = ["NotRewritable", "TORCH_FORMATS", "load_safely", "rewrite_bytes", "same", "serialize", "transform"]

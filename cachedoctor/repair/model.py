@@ -1,4 +1,5 @@
-"""The repair vocabulary: actions, what a recompute must produce, and what each item came to.
+"""The repair vocabulary: actions and what each item came to. (What a recompute must produce,
+:class:`RecomputeSpec`, is the layouts' to say: it lives in ``layouts/interface.py``.)
 
 An :class:`Action` is one cache path and the one thing repair will do to it. It is planned from
 the scan's findings, recorded in the journal before anything changes, carried to a worker (so
@@ -11,9 +12,9 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from cachedoctor.errors import PathError
+from cachedoctor.layouts.interface import RecomputeSpec  # what a layout says a recompute makes (re-exported)
 
 
 class RepairError(PathError):
@@ -22,6 +23,11 @@ class RepairError(PathError):
 
 class Declined(Exception):
     """The user said no at the prompt: nothing was changed."""
+
+
+class NotRewritable(Exception):
+    """The file cannot be written again here (not torch, unsafe, unreadable, a key this repair
+    cannot make): the item is blocked, and nothing was written."""
 
 
 class ActionKind(str, enum.Enum):
@@ -64,44 +70,6 @@ class Stat:
         except FileNotFoundError:
             return None
         return cls(st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-@dataclass(frozen=True, slots=True)
-class RecomputeSpec:
-    """How to make one entry again, in the layout's own format.
-
-    ``latent_hw`` is the latent's spatial size the layout expects (the image is resized and
-    cropped to ``latent_hw * downscale`` pixels). ``resize`` (W, H) and ``crop`` (top, left) are
-    the trainer's recorded preprocessing (SimpleTuner's ``intermediary_size`` and
-    ``crop_coordinates``); without them the image is scaled to cover the target and
-    centre-cropped, as kohya and OneTrainer do. ``writer`` names the file layout to produce.
-    """
-
-    role: str  # "latent" or "text"
-    source: str
-    writer: str  # "bare-tensor", "kohya-npz", "onetrainer-dict", "dict"
-    container_format: str = "torch-zip"  # torch-zip, torch-gzip, torch-legacy, npz, safetensors
-    key: str = ""  # the tensor that holds the latent ("" for a bare tensor)
-    dtype: str = "float32"
-    scaled: bool = False  # SimpleTuner caches (latent - shift) * factor; kohya and OneTrainer raw latents
-    latent_hw: tuple[int, int] | None = None
-    resize: tuple[int, int] | None = None
-    crop: tuple[int, int] | None = None
-    text: str | None = None  # the caption, for text entries
-    keys: tuple[str, ...] = ()  # every key the healthy peers hold (the file must hold the same)
-    flipped: bool = False  # kohya: also latents_flipped_<h>x<w>
-    template: str | None = None  # a healthy peer whose container, keys and dtypes the new file copies
-
-    def cost(self) -> int:
-        """Work units for balancing workers: pixels for images, characters for captions."""
-        if self.role == "text":
-            return 1000 + len(self.text or "")
-        h, w = self.latent_hw or (64, 64)
-        return h * w * 64 * (2 if self.flipped else 1)
-
-    def batch_key(self) -> tuple[Any, ...]:
-        """Items with equal keys can be stacked into one encoder batch."""
-        return (self.role, self.latent_hw)
 
 
 @dataclass(frozen=True, slots=True)

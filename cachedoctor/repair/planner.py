@@ -5,7 +5,7 @@ made again is recomputed (its old file, if any, goes to the quarantine); what sh
 the cache is quarantined; a leaked view is cloned; a device tag is rewritten. A name collision
 needs a person. A recompute that cannot be done here (no encoder for its role, an unknown
 source, a size the layout does not record) is planned as *blocked*, with the reason, and
-changes nothing.
+changes nothing. What a recompute must write is the layout's to say (``Layout.recompute_spec``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Iterable
 
 from cachedoctor.atomic import is_own_temp
 from cachedoctor.findings import Finding, Fix
+from cachedoctor.layouts import TemplateFinder, recompute_spec
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair.model import Action, ActionKind, RecomputeSpec, RepairPlan, Stat
-from cachedoctor.repair.specs import TemplateFinder, spec_for
 
 _KIND_FOR_FIX = {Fix.CLONE_STORAGE: ActionKind.CLONE_STORAGE, Fix.REWRITE_CPU: ActionKind.REWRITE_CPU,
                  Fix.QUARANTINE: ActionKind.QUARANTINE, Fix.RECOMPUTE: ActionKind.RECOMPUTE}
@@ -78,7 +78,7 @@ def plan_repair(findings: Iterable[Finding], roots: list[str], expected: dict[st
         spec: RecomputeSpec | None = None
         blocked = None
         if kind is ActionKind.RECOMPUTE:
-            spec, blocked = spec_for(path, entries[0] if entries else None, layout, templates)
+            spec, blocked = recompute_spec(path, entries[0] if entries else None, layout, templates)
             if spec is not None and spec.role not in _roles(modalities):
                 blocked = f"needs an encoder for {'captions' if spec.role == 'text' else 'images'} (--encoder)"
             if blocked is not None and _DANGEROUS & set(kinds) and before is not None:

@@ -25,13 +25,9 @@ from typing import Iterator
 
 from cachedoctor.atomic import TEMP_SUFFIX, is_own_temp, temp_prefix_for, temp_target, transfer
 from cachedoctor.errors import PathError
-
-STATE_DIR = ".cachedoctor"
+from cachedoctor.statedir import quarantine_root
 RECORDS = ".records.jsonl"
 
-
-def quarantine_root(root: str) -> str:
-    return os.path.join(root, STATE_DIR, "quarantine")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,18 +6,17 @@ dict, npz), its keys in its order, its dtypes and its batch dimensions. Keys the
 how to make are the latent (and kohya's flipped latent), the recorded sizes and crops (kohya
 ``original_size``/``crop_ltrb``, OneTrainer ``original_resolution``/``crop_offset``) and the
 text encoder's outputs; a template with any other key makes the item fail with its name rather
-than write a file the trainer would not accept.
+than write a file the trainer would not accept. Loading the template and saving the file are
+``torch_io.py``'s.
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from cachedoctor.repair.model import RecomputeSpec
-from cachedoctor.repair.lossless import NotRewritable, serialize
+from cachedoctor.repair.model import NotRewritable, RecomputeSpec
+from cachedoctor.repair.torch_io import as_recorded, cast, load_template, save_entries, serialize, torch_dtype
 
 
 @dataclass(frozen=True)
@@ -66,28 +65,6 @@ def prepare_image(spec: RecomputeSpec, downscale: int) -> Prepared:
     return Prepared(pixels, original, resized, crop, size)
 
 
-@lru_cache(maxsize=32)
-def load_template(path: str) -> tuple[str, Any]:
-    """A healthy peer's format and content, loaded safely (torch ``weights_only``, numpy without
-    pickles, safetensors)."""
-    from cachedoctor.formats import read_file
-
-    fmt = read_file(path, deep=False).format
-    if fmt == "npz":
-        import numpy as np
-
-        with np.load(path, allow_pickle=False) as data:
-            return fmt, {k: data[k] for k in data.files}
-    if fmt == "safetensors":
-        from safetensors.torch import load_file
-
-        return fmt, load_file(path)
-    from cachedoctor.repair.lossless import load_safely
-
-    obj, fmt = load_safely(path)
-    return fmt, obj
-
-
 def build_file(spec: RecomputeSpec, latent: Any = None, flipped: Any = None,
                prepared: Prepared | None = None, texts: dict[str, Any] | None = None) -> bytes:
     """The new file's bytes. ``latent`` is ``[C, h, w]`` (already scaled when the layout wants
@@ -98,24 +75,14 @@ def build_file(spec: RecomputeSpec, latent: Any = None, flipped: Any = None,
     if spec.writer == "bare-tensor" or (shape is not None and isinstance(shape, torch.Tensor)):
         if latent is None:
             raise NotRewritable("a bare-tensor entry needs a latent")
-        return serialize(latent.to(_torch_dtype(spec.dtype)).contiguous().clone(), fmt)
+        return serialize(latent.to(torch_dtype(spec.dtype)).contiguous().clone(), fmt)
     keys = list(shape) if isinstance(shape, dict) else (list(spec.keys) or list(texts or {}))
     out: dict[str, Any] = {}
     for key in keys:
         like = shape.get(key) if isinstance(shape, dict) else None
         name = _for_bucket(key, spec) if spec.writer == "kohya-npz" else key
         out[name] = _value(name, like, spec, latent, flipped, prepared, texts or {})
-    if fmt == "npz":
-        import numpy as np
-
-        buf = io.BytesIO()
-        np.savez(buf, **{k: _numpy(v) for k, v in out.items()})
-        return buf.getvalue()
-    if fmt == "safetensors":
-        from safetensors.torch import save
-
-        return save({k: v.contiguous() for k, v in out.items()})
-    return serialize(out, fmt)
+    return save_entries(out, fmt)
 
 
 def _value(key: str, like: Any, spec: RecomputeSpec, latent: Any, flipped: Any, prepared: Prepared | None,
@@ -124,24 +91,24 @@ def _value(key: str, like: Any, spec: RecomputeSpec, latent: Any, flipped: Any, 
 
     if spec.role == "latent":
         if key == spec.key:
-            return _cast(latent, like, spec.dtype)
+            return cast(latent, like, spec.dtype)
         if key.startswith("latents_flipped") and flipped is not None:
-            return _cast(flipped, like, spec.dtype)
+            return cast(flipped, like, spec.dtype)
         if prepared is not None:
             top, left = prepared.crop
             if key.startswith("original_size"):
-                return _like([prepared.original[0], prepared.original[1]], like)
+                return as_recorded([prepared.original[0], prepared.original[1]], like)
             if key.startswith("crop_ltrb"):
-                return _like([left, top, left + prepared.size[0], top + prepared.size[1]], like)
+                return as_recorded([left, top, left + prepared.size[0], top + prepared.size[1]], like)
             if key == "original_resolution":
-                return _like([prepared.original[1], prepared.original[0]], like)
+                return as_recorded([prepared.original[1], prepared.original[0]], like)
             if key == "crop_offset":
-                return _like([top, left], like)
+                return as_recorded([top, left], like)
     elif key in texts:
         value = texts[key]
         if isinstance(like, torch.Tensor) and like.dim() == value.dim() + 1:
             value = value.unsqueeze(0)
-        return _cast(value, like, str(like.dtype).replace("torch.", "") if isinstance(like, torch.Tensor) else "float32")
+        return cast(value, like, str(like.dtype).replace("torch.", "") if isinstance(like, torch.Tensor) else "float32")
     raise NotRewritable(f"the healthy peers hold {key!r}, which this repair cannot make; re-cache with the trainer")
 
 
@@ -153,40 +120,3 @@ def _for_bucket(key: str, spec: RecomputeSpec) -> str:
         return key
     h, w = spec.latent_hw
     return re.sub(r"_\d+x\d+$", f"_{h}x{w}", key)
-
-
-def _torch_dtype(name: str) -> Any:
-    import torch
-
-    return getattr(torch, name.replace("torch.", ""))
-
-
-def _cast(tensor: Any, like: Any, dtype: str) -> Any:
-    import numpy as np
-
-    if isinstance(like, np.ndarray):
-        return tensor.float().numpy().astype(like.dtype) if like.dtype != np.float32 else tensor.float().numpy()
-    return tensor.to(_torch_dtype(dtype)).contiguous().clone()
-
-
-def _like(values: list[int], like: Any) -> Any:
-    """Small recorded numbers in the template's type: numpy array, tensor, tuple or list."""
-    import numpy as np
-    import torch
-
-    if isinstance(like, np.ndarray):
-        return np.array(values, dtype=like.dtype)
-    if isinstance(like, torch.Tensor):
-        return torch.tensor(values, dtype=like.dtype)
-    if isinstance(like, list):
-        return list(values)
-    return tuple(values)
-
-
-def _numpy(value: Any) -> Any:
-    import numpy as np
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.float().numpy() if value.dtype == torch.bfloat16 else value.numpy()
-    return np.asarray(value)

@@ -24,10 +24,10 @@ from typing import Iterator
 from cachedoctor.findings import Finding
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.repair.journal import Interrupted, interrupted_run
-from cachedoctor.repair.locks import is_lock_name
 from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.plan import EXISTING
 from cachedoctor.scan.state.store import default_path
+from cachedoctor.statedir import is_lock_name
 from cachedoctor.scan.walk import is_under
 
 #: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).

@@ -20,7 +20,7 @@ from typing import Callable
 
 from cachedoctor.atomic import atomic_binary, fsync_dir, temp_prefix_for, temp_target
 from cachedoctor.lifetime import kill_due, kill_self, reraise_interrupt
-from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
+from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, NotRewritable, RepairError, Stat
 from cachedoctor.repair.locks import file_lock
 from cachedoctor.repair.quarantine import Quarantine
 
@@ -91,8 +91,6 @@ def run_action(action: Action, quarantine: Quarantine, make_bytes: Callable[[Act
             return ItemResult(path, action.kind, ItemState.FAILED, f"{exc.strerror or exc}")
         except Exception as exc:  # one bad file must not stop the run
             reraise_interrupt(exc)
-            from cachedoctor.repair.lossless import NotRewritable
-
             state = ItemState.BLOCKED if isinstance(exc, NotRewritable) else ItemState.FAILED
             return ItemResult(path, action.kind, state, str(exc) or type(exc).__name__)
         if on_done is not None:  # journaled as "done" before the read-back, which may take a while
@@ -124,9 +122,9 @@ def _cleanup(action: Action) -> ItemResult:
 def verify_written(action: Action) -> str | None:
     """Read the new file back deep with the safe reader and run the file checks on it; for a
     recompute also check the latent size and dtype the layout expects."""
-    from cachedoctor.scan.worker import inspect_path
+    from cachedoctor.scan import inspect_file
 
-    outcome = inspect_path(action.path, deep=True, entry_facts=True)
+    outcome = inspect_file(action.path, deep=True)
     if outcome.status != "read":
         return outcome.error or "not readable as a cache file"
     if outcome.findings:

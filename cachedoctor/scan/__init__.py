@@ -2,5 +2,6 @@
 
 from cachedoctor.scan.engine import ScanError, ScanOptions, ScanResult, ScanStats, scan
 from cachedoctor.scan.walk import TargetError
+from cachedoctor.scan.worker import Outcome, inspect_file
 
-__all__ = ["ScanError", "ScanOptions", "ScanResult", "ScanStats", "TargetError", "scan"]
+__all__ = ["Outcome", "ScanError", "ScanOptions", "ScanResult", "ScanStats", "TargetError", "inspect_file", "scan"]

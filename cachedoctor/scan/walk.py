@@ -12,10 +12,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from cachedoctor.errors import PathError
-from cachedoctor.repair.locks import is_lock_name
+from cachedoctor.statedir import STATE_DIR, is_lock_name
 
-#: cachedoctor's own state (quarantine, journal) lives here inside a cache root.
-STATE_DIR = ".cachedoctor"
 _SKIP_DIRS = frozenset({STATE_DIR, ".git", "__pycache__"})
 
 
@@ -102,7 +100,7 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
                                     subdirs.append(entry.path)
                             elif entry.is_file():
                                 if not is_lock_name(entry.name) and not (exclude and skip(entry.path, target)):
-                                    files.append(entry.path)  # lock files: repair/locks.py
+                                    files.append(entry.path)  # lock files: statedir.py
                         except OSError as exc:
                             errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))
             except OSError as exc:

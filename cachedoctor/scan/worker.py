@@ -36,42 +36,34 @@ class Outcome:
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
     values: tuple[tuple[str, tuple[float, ...]], ...] = ()
     deep: bool = False  # the data was read (CRCs, NaN/Inf), not only the metadata
-    xxh3: str | None = None  # of the whole file, when read deep for the state database
+    xxh3: str | None = None  # of the whole file (the deep read's own digest), for the state database
     transient: bool = False  # judged by circumstance (a timeout): not kept in the state database
 
 
 def inspect_path(path: str, *, deep: bool, entry_facts: bool = False, digest: bool = False) -> Outcome:
     """Everything a scan learns about one file on its own; with ``entry_facts``, also what the
     dataset comparison needs (the file's mtime, its tensors' raw shapes, tiny values); with
-    ``digest`` and ``deep``, the file's xxh3 for the state database."""
+    ``digest`` and ``deep``, the file's xxh3 for the state database.
+
+    The digest is the one the deep read already took of the bytes it had in memory
+    (``FileMeta.digest``): hashing the file again would read every deep-scanned byte twice.
+    """
     mtime = 0
     if entry_facts:
         try:
             mtime = os.stat(path).st_mtime_ns
         except OSError:
             pass
-    outcome = _inspect(path, deep, mtime if entry_facts else None)
-    if digest and outcome.deep:
-        from dataclasses import replace
-
-        outcome = replace(outcome, xxh3=_xxh3(path))
-    return outcome
+    return _inspect(path, deep, mtime if entry_facts else None, digest)
 
 
-def _xxh3(path: str) -> str | None:
-    import xxhash
-
-    hasher = xxhash.xxh3_64()
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(1 << 20):
-                hasher.update(block)
-    except OSError:
-        return None
-    return hasher.hexdigest()
+def inspect_file(path: str, *, deep: bool = True) -> Outcome:
+    """One file judged on its own, as a scan would (with its tensors' shapes): the narrow public
+    entry for callers outside the scan, such as repair reading back what it wrote."""
+    return inspect_path(path, deep=deep, entry_facts=True)
 
 
-def _inspect(path: str, deep: bool, mtime: int | None) -> Outcome:
+def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False) -> Outcome:
     if is_temp_name(path):
         if not os.path.lexists(path):  # its writer renamed it since the listing: nothing is left over
             return Outcome(path, 0, "skipped", mtime_ns=mtime or 0)
@@ -97,7 +89,7 @@ def _inspect(path: str, deep: bool, mtime: int | None) -> Outcome:
             return Outcome(path, size, "skipped", mtime_ns=mtime or 0)
         error = ReadError("unknown-format", "not a torch.save, safetensors or npz file, though its name says so")
         return _judge(Inspected(path, size, error=error), None, mtime)
-    return _judge(Inspected(path, meta.size, meta=meta), meta.format, mtime)
+    return _judge(Inspected(path, meta.size, meta=meta), meta.format, mtime, digest)
 
 
 def _size(path: str) -> int:
@@ -108,15 +100,17 @@ def _size(path: str) -> int:
         return 0
 
 
-def _judge(item: Inspected, fmt: str | None, mtime: int | None) -> Outcome:
+def _judge(item: Inspected, fmt: str | None, mtime: int | None, digest: bool = False) -> Outcome:
     meta = item.meta
     deep = meta is not None and meta.deep
+    xxh3 = meta.digest if digest and deep and meta is not None else None
     findings = tuple(f for check in FILE_CHECKS if deep or not check.deep_only for f in check.check_file(item))
     group, peer = peer_record(meta) if meta is not None and not meta.foreign_globals else (None, None)
     if mtime is None or meta is None:
-        return Outcome(item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime or 0, deep=deep)
+        return Outcome(item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime or 0, deep=deep,
+                       xxh3=xxh3)
     return Outcome(item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime,
-                   shapes=tuple((t.key, t.shape) for t in meta.tensors), values=meta.values, deep=deep)
+                   shapes=tuple((t.key, t.shape) for t in meta.tensors), values=meta.values, deep=deep, xxh3=xxh3)
 
 
 def peer_record(meta: FileMeta) -> tuple[str | None, PeerEntry | None]:

@@ -36,10 +36,9 @@ from cachedoctor import __version__
 from cachedoctor.errors import PathError
 from cachedoctor.faults import is_full, move_aside, reason
 from cachedoctor.scan.state.db import connect, guarded, immediate, seal, unseal
+from cachedoctor.statedir import STATE_FILE, clock_path, state_db_path
 
 SCHEMA_VERSION = 2  # 2: sealed rows
-STATE_FILE = "state.sqlite"
-_CLOCK_FILE = "state.clock"
 _FLUSH_ROWS = 2000
 _FLUSH_SECONDS = 0.25
 
@@ -80,9 +79,8 @@ class Upsert(NamedTuple):
 
 
 def default_path(root: str) -> str:
-    from cachedoctor.scan.walk import STATE_DIR
-
-    return os.path.join(root, STATE_DIR, STATE_FILE)
+    """The state database a scan of ``root`` uses unless told otherwise (``statedir.py``)."""
+    return state_db_path(root)
 
 
 def _producer() -> str:
@@ -115,7 +113,7 @@ class StateStore:
         try:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             db, note = connect(path, _producer)
-            clock = os.path.join(os.path.dirname(path), _CLOCK_FILE)
+            clock = clock_path(path)
             with open(clock, "a"):
                 pass
             os.utime(clock)  # now, by the file system's own clock and granularity

@@ -1,0 +1,151 @@
+"""What every layout's :meth:`~cachedoctor.layouts.interface.Layout.recompute_spec` shares: the
+healthy peer that shows the format (:class:`TemplateFinder`), the caption of a text entry, and
+the generic specs a layout starts from.
+
+A template is looked for among a few files of the same folder, role and suffix that the scan
+found nothing wrong with and whose quick read is clean; repair copies its container, keys and
+dtypes. Reads here are metadata only (``deep=False``): planning a repair must stay cheap.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cachedoctor.formats import read_file
+from cachedoctor.formats.interface import FileMeta, ReadError
+from cachedoctor.layouts.interface import Expected, RecomputeSpec, SpecOrWhy, Template
+
+#: Text-encoder outputs beside latents in one folder, both ``.npz`` (kohya's names; a manifest
+#: describing a kohya cache has the same files): a latent's template must not be one of these.
+_NPZ_TEXT = ("_te_outputs.npz", "_te.npz")
+_TEMPLATE_TRIES = 6
+NO_SIZE = "the layout does not record this entry's latent size (no bucket metadata for it)"
+
+
+class TemplateFinder:
+    """A healthy peer per (folder, role, suffix), remembered for the whole plan. ``bad`` holds
+    the paths with findings, which are never templates."""
+
+    def __init__(self, bad: set[str]) -> None:
+        self.bad = bad
+        self.cache: dict[tuple[str, str], Template | None] = {}
+
+    def find(self, folder: str, role: str, suffix: str) -> Template | None:
+        key = (folder, role + suffix)
+        if key not in self.cache:
+            self.cache[key] = self._search(folder, role, suffix)
+        return self.cache[key]
+
+    def for_entry(self, path: str, expected: Expected) -> Template | None:
+        """The template for the entry at ``path``."""
+        return self.find(os.path.dirname(path), role_of(expected), suffix_of(path))
+
+    def _search(self, folder: str, role: str, suffix: str) -> Template | None:
+        tries = 0
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return None
+        for name in names:
+            path = os.path.join(folder, name)
+            if path in self.bad or not name.endswith(suffix) or name.startswith("."):
+                continue
+            if suffix == ".npz" and name.endswith(_NPZ_TEXT) != (role == "text"):
+                continue
+            tries += 1
+            try:
+                meta = read_file(path, deep=False)
+            except ReadError:
+                continue
+            if meta is not None and not meta.foreign_globals and not meta.unreadable_reason and meta.tensors:
+                return Template(path, meta)
+            if tries >= _TEMPLATE_TRIES:
+                break
+        return None
+
+
+def role_of(expected: Expected) -> str:
+    return "text" if expected.role == "text" else "latent"
+
+
+def suffix_of(path: str) -> str:
+    return os.path.splitext(path)[1] or ".pt"
+
+
+def keys_of(template: Template | None) -> tuple[str, ...]:
+    return tuple(t.key for t in template.meta.tensors) if template else ()
+
+
+def dtypes_of(template: Template | None) -> dict[str, str]:
+    return {t.key: t.dtype for t in template.meta.tensors} if template else {}
+
+
+def format_of(template: Template | None, path: str) -> str:
+    """The container format to write: the template's, else the one the name implies."""
+    if template is not None:
+        return template.meta.format
+    return "npz" if path.endswith(".npz") else "safetensors" if path.endswith(".safetensors") else "torch-zip"
+
+
+def latent_hw_of(expected: Expected) -> tuple[int, int] | None:
+    """The latent's spatial size the layout recorded (or the last two sizes of its shape)."""
+    if expected.latent_hw is not None:
+        return expected.latent_hw
+    return tuple(expected.shape[-2:]) if expected.shape else None  # type: ignore[return-value]
+
+
+def caption(expected: Expected) -> str | None:
+    """The caption a text entry encodes: recorded by the layout, or read from its caption file."""
+    if expected.text is not None:
+        return expected.text
+    if expected.source.lower().endswith((".txt", ".caption")):
+        try:
+            with open(expected.source, encoding="utf-8") as handle:
+                return handle.read().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+    return None
+
+
+def own_meta(path: str) -> FileMeta | None:
+    """The broken entry's own quick read, when it still has one (kohya keeps the bucket in it)."""
+    try:
+        return read_file(path, deep=False)
+    except (ReadError, OSError):
+        return None
+
+
+def precondition(expected: Expected | None) -> str | None:
+    """Why no layout can recompute this entry (its source unknown or gone), else ``None``."""
+    if expected is None:
+        return "its source is unknown: repair with the dataset (--config, --layout or --manifest)"
+    if not expected.source_exists or not os.path.exists(expected.source):
+        return f"its source {expected.source} is gone"
+    return None
+
+
+def text_spec(expected: Expected, template: Template | None, path: str) -> SpecOrWhy:
+    """A text entry: the caption encoded, in the template's container and keys."""
+    text = caption(expected)
+    if text is None:
+        return None, "no caption is recorded for it (the layout keeps captions this repair cannot read)"
+    return RecomputeSpec("text", expected.source, "dict", format_of(template, path), "", "float32", False, None,
+                         text=text, keys=keys_of(template), template=template.path if template else None), None
+
+
+def generic_latent_spec(expected: Expected, template: Template | None, path: str) -> SpecOrWhy:
+    """A raw latent under the key the layout names, else the template's container: a bare tensor,
+    or the template's largest tensor."""
+    hw = latent_hw_of(expected)
+    if hw is None:
+        return None, NO_SIZE
+    meta = template.meta if template else None
+    if expected.latent_key is not None:
+        key = expected.latent_key
+    elif meta is None or meta.container == "tensor":
+        key = ""
+    else:
+        key = max(meta.tensors, key=lambda t: t.numel).key
+    return RecomputeSpec("latent", expected.source, "bare-tensor" if key == "" else "dict", format_of(template, path),
+                         key, dtypes_of(template).get(key, "float32"), False, hw, keys=keys_of(template),
+                         template=template.path if template else None), None
