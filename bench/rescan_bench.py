@@ -113,7 +113,7 @@ def finish(args, ctx, figures):
     notes = []
     cli = figures.get("cli")
     if cli is not None:
-        m = UNCHANGED.search(cli.get("stdout_tail", ""))
+        m = UNCHANGED.search(cli.get("stdout_head", "") + cli.get("stdout_tail", ""))
         if m is None or int(m.group(1)) != args.entries:
             notes.append(f"CLI: WARNING: its summary did not say all {args.entries:,} files were unchanged "
                          f"({cli.get('stdout_tail', '')[-120:]!r}): its time may not be a rescan's")

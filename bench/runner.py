@@ -226,7 +226,7 @@ def time_method(m: Method) -> tuple[float, dict]:
             except ValueError:
                 pass
         else:
-            extra["stdout_tail"] = proc.stdout[-2000:]
+            extra["stdout_head"], extra["stdout_tail"] = proc.stdout[:2000], proc.stdout[-2000:]
         if proc.returncode not in (0, 1):
             extra["stderr_tail"] = proc.stderr.strip()[-300:]
         return dt, extra
