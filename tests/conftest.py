@@ -1,13 +1,22 @@
-"""Shared fixtures; the file factories live in ``factories.py``."""
+"""Shared fixtures; the file factories live in ``factories.py``, which re-exports the builders
+of ``fixtures/builders/`` (shared with the fixture generators and the benchmarks)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Iterator
 
-import pytest
+# The repository root on sys.path, once, here: ``fixtures.builders`` is imported from the checkout
+# (pytest puts tests/ there itself, for ``factories`` and friends). Appended, so an installed
+# cachedoctor keeps its place in front.
+REPO = str(Path(__file__).resolve().parent.parent)
+if REPO not in sys.path:
+    sys.path.append(REPO)
 
-from factories import PWNED_MARKER
+import pytest  # noqa: E402
+
+from factories import PWNED_MARKER  # noqa: E402
 
 
 @pytest.fixture
