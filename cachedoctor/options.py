@@ -24,24 +24,30 @@ if TYPE_CHECKING:  # pragma: no cover
     from cachedoctor.settings import Settings
 
 
-def state_choice(value: str | bool | None) -> str | None:
-    """``ScanOptions.state`` from the setting: the default per-target database, none, or a path."""
+def state_choice(value: str | bool | None, default: bool = True) -> str | None:
+    """``ScanOptions.state`` from the setting: a path, none (``false``), or when not set the
+    per-target database (``default=False``: none)."""
     from cachedoctor.scan.state.plan import AUTO
 
     if value is None:
-        return AUTO
+        return AUTO if default else None
     return None if value is False else os.path.expanduser(str(value))
 
 
-def scan_options(settings: Settings, *, deep: bool | None = None, sample: bool = True) -> ScanOptions:
+def scan_options(settings: Settings, *, deep: bool | None = None, sample: bool = True,
+                 default_state: bool = True) -> ScanOptions:
     """The scan the settings describe. ``deep`` overrides the setting (``repair --deep``);
-    ``sample=False`` drops a configured ``--sample`` (repair reads everything it may act on)."""
+    ``sample=False`` drops a configured ``--sample`` (repair reads everything it may act on);
+    ``default_state=False`` keeps an unset ``state`` from creating the per-folder database, for
+    repair and recover: a dry run must leave the cache folder as it found it, so they use a state
+    database only where the settings name one."""
     from cachedoctor.scan import ScanOptions
     from cachedoctor.scan.state.sample import Sample
 
     text = settings.sample.value if sample else None
     return ScanOptions(deep=bool(settings.deep.value if deep is None else deep), workers=settings.workers.value,
-                       exclude=tuple(settings.exclude.value), state=state_choice(settings.state.value),
+                       exclude=tuple(settings.exclude.value),
+                       state=state_choice(settings.state.value, default_state),
                        sample=Sample.parse(text) if text else None, file_timeout=settings.file_timeout.value)
 
 

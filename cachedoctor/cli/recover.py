@@ -39,7 +39,7 @@ def recover(
     out = env.stdout
     settings, targets = resolve_targets(ctx, paths=paths, layout=layout, config=config, manifest=manifest,
                                         file_timeout=file_timeout)
-    scanning = scan_options(settings, sample=False)
+    scanning = scan_options(settings, sample=False, default_state=False)
     found = survey(targets, layout_name(settings), layout_options(settings, model_family, output_dir), scanning)
     print_survey(found, out, env.cwd)
     if found.empty or not apply:

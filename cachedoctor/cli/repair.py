@@ -4,7 +4,9 @@ Its scans (before and after) are the scan ``cachedoctor scan`` runs with the sam
 (``exclude``, ``state``, reader ``workers``, ``file-timeout`` from ``cachedoctor.options``), so a
 file scan leaves out is never planned on. ``--workers`` here counts *recompute* processes; the
 scan's readers come from the settings (``CACHEDOCTOR_WORKERS``, ``workers =``). A configured
-``sample`` is not used: repair reads everything it may act on.
+``sample`` is not used: repair reads everything it may act on; nor is the per-folder state
+database unless the settings name one (``state = PATH``): ``--dry-run`` leaves the cache folder
+as it found it.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def repair(
     known = set(known_kinds())
     if kinds and kinds - known:
         raise UsageError(f"--only: unknown kind(s) {', '.join(sorted(kinds - known))}; choose from {', '.join(sorted(known))}")
-    options = RepairOptions(scan=scan_options(settings, sample=False), encoders=tuple(encoder or ()), gpus=gpus,
+    options = RepairOptions(scan=scan_options(settings, sample=False, default_state=False), encoders=tuple(encoder or ()), gpus=gpus,
                             device=device, workers=workers, batch_size=batch_size, only=kinds, dry_run=dry_run,
                             fresh=fresh and not resume)
     outcome = run_repair(settings, targets, options, yes, model_family, output_dir)

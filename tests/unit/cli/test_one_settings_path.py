@@ -94,7 +94,7 @@ def test_repair_scans_with_the_scan_settings(tmp_path: Path, monkeypatch: pytest
     seen = _captured(monkeypatch)
     cli("repair", "cache", "--deep", cwd=tmp_path)
     (options,) = seen
-    expected = scan_options(load(str(tmp_path), {}), deep=True, sample=False)
+    expected = scan_options(load(str(tmp_path), {}), deep=True, sample=False, default_state=False)
     assert options.scan == expected
     assert (options.scan.exclude, options.scan.state, options.scan.file_timeout, options.scan.sample) == \
         (("x*",), str(tmp_path / "st.sqlite"), 4.0, None)
