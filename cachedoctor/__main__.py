@@ -17,8 +17,10 @@ def main() -> None:
 
         if not caused_by_interrupt(exc):
             raise
+        from cachedoctor.exit_status import ExitStatus
+
         print(_INTERRUPTED, file=sys.stderr)
-        sys.exit(130)
+        sys.exit(ExitStatus.INTERRUPTED)
     sys.exit(run())
 
 

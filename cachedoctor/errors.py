@@ -12,3 +12,8 @@ class PathError(Exception):
         super().__init__(f"{path}: {message}")
         self.path = path
         self.message = message
+
+
+class UsageError(Exception):
+    """Options that cannot go together or a value that makes no sense: one line, exit 2, like a
+    :class:`PathError` but tied to no path."""

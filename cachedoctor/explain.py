@@ -2,19 +2,111 @@
 
 The texts live on the checks themselves (``summary``, ``why``, ``repair``); how a kind is found
 is read off the check (``deep_only``, which of ``check_file``/``check_peers``/``check_entry`` it
-implements). Plain text wrapped at 88 columns. Imports nothing heavy: no torch, no numpy.
+implements). Plain text wrapped at 88 columns.
+
+Importing ``cachedoctor.checks`` imports every format reader and layout (the checks' type
+imports), which ``explain`` has no use for and which would make it as slow to start as a scan.
+So :func:`catalogue` reads those class attributes from the checks' source with :mod:`ast`,
+without running it (a test holds it equal to the imported checks); should the source not be
+there (a zipped install), it falls back to importing them.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
+import functools
+import os
 import textwrap
+from dataclasses import dataclass
+from typing import Any
 
-from cachedoctor.checks import CHECKS, KINDS, Check
-from cachedoctor.findings import Fix
+from cachedoctor.findings import Fix, Severity
 
 WIDTH = 88
 _INDENT = "  "
+_METHODS = ("check_file", "check_peers", "check_entry")
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    """What ``explain`` says of one finding kind: its check's texts and how it is found."""
+
+    kind: str
+    severity: str
+    fix: str
+    summary: str
+    why: str
+    repair: str
+    deep_only: bool = False
+    per_file: bool = False  # implements check_file
+    peers: bool = False  # implements check_peers
+    entry: bool = False  # implements check_entry
+
+    @classmethod
+    def of(cls, check: Any) -> KindInfo:
+        """From a check object (a ``KindInfo`` is returned as it is)."""
+        if isinstance(check, KindInfo):
+            return check
+        from cachedoctor.checks import Check
+
+        own = [getattr(type(check), m) is not getattr(Check, m) for m in _METHODS]
+        return cls(check.kind, check.severity.value, check.fix.value, check.summary, check.why, check.repair,
+                   bool(check.deep_only), *own)
+
+
+def _class_info(node: ast.ClassDef) -> KindInfo:
+    if [getattr(b, "id", None) for b in node.bases] != ["Check"]:
+        raise ValueError(f"{node.name}: not a direct Check subclass")
+    values: dict[str, Any] = {"deep_only": False}
+    for item in node.body:
+        target = item.targets[0] if isinstance(item, ast.Assign) and len(item.targets) == 1 else getattr(item, "target", None)
+        value = getattr(item, "value", None)
+        if isinstance(item, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name) and value is not None:
+            if target.id in ("severity", "fix") and isinstance(value, ast.Attribute):
+                values[target.id] = (Severity if target.id == "severity" else Fix)[value.attr].value
+            elif target.id in ("kind", "summary", "why", "repair", "deep_only"):
+                values[target.id] = ast.literal_eval(value)
+        elif isinstance(item, ast.FunctionDef) and item.name in _METHODS:
+            values[{"check_file": "per_file", "check_peers": "peers", "check_entry": "entry"}[item.name]] = True
+    return KindInfo(**values)
+
+
+def _parse(path: str) -> ast.Module:
+    with open(path, encoding="utf-8") as f:
+        return ast.parse(f.read(), path)
+
+
+def _from_source() -> tuple[KindInfo, ...]:
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checks")
+    init = _parse(os.path.join(folder, "__init__.py"))
+    module_of = {alias.name: node.module.rsplit(".", 1)[-1] for node in init.body if isinstance(node, ast.ImportFrom)
+                 and node.module and node.module.startswith("cachedoctor.checks.") for alias in node.names}
+    registry = next(n.value for n in init.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                    and getattr(n.targets[0] if isinstance(n, ast.Assign) else n.target, "id", None) == "CHECKS")
+    out = []
+    for call in registry.elts:  # type: ignore[union-attr]
+        name = call.func.id
+        tree = _parse(os.path.join(folder, module_of[name] + ".py"))
+        out.append(_class_info(next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)))
+    return tuple(out)
+
+
+@functools.cache
+def catalogue() -> tuple[KindInfo, ...]:
+    """Every finding kind, in the scan's order (``checks.CHECKS``)."""
+    try:
+        return _from_source()
+    except (OSError, SyntaxError, ValueError, KeyError, AttributeError, TypeError, StopIteration):
+        from cachedoctor.checks import CHECKS
+
+        return tuple(KindInfo.of(c) for c in CHECKS)
+
+
+def kinds() -> dict[str, KindInfo]:
+    """Kind name -> its :class:`KindInfo` (what ``checks.KINDS`` holds, without importing it)."""
+    return {info.kind: info for info in catalogue()}
+
 
 #: Appended to "What repair does" for every kind that can end in a recompute.
 RECOMPUTE_NOTE = (
@@ -39,7 +131,7 @@ class UnknownKind(LookupError):
     def __init__(self, kind: str, suggestion: str | None) -> None:
         self.kind = kind
         self.suggestion = suggestion
-        hint = f"did you mean '{suggestion}'?" if suggestion else f"`cachedoctor explain` lists the {len(CHECKS)} kinds"
+        hint = f"did you mean '{suggestion}'?" if suggestion else f"`cachedoctor explain` lists the {len(catalogue())} kinds"
         super().__init__(f"unknown finding kind '{kind}'; {hint}")
 
     def __str__(self) -> str:
@@ -51,21 +143,20 @@ def normalise(kind: str) -> str:
     return kind.strip().lower().replace("_", "-")
 
 
-def check_for(kind: str) -> Check:
-    """The registered check for ``kind`` (underscores and case tolerated), or :class:`UnknownKind`."""
+def check_for(kind: str) -> KindInfo:
+    """What the registered check for ``kind`` says (underscores and case tolerated), or :class:`UnknownKind`."""
     name = normalise(kind)
-    if name in KINDS:
-        return KINDS[name]
-    close = difflib.get_close_matches(name, list(KINDS), n=1, cutoff=0.6)
+    known = kinds()
+    if name in known:
+        return known[name]
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     raise UnknownKind(kind, close[0] if close else None)
 
 
-def how_found(check: Check) -> str:
-    """Quick or ``--deep``; from the files alone or only with the dataset."""
-    cls = type(check)
-    per_file = cls.check_file is not Check.check_file
-    peers = cls.check_peers is not Check.check_peers
-    entry = cls.check_entry is not Check.check_entry
+def how_found(check: KindInfo | Any) -> str:
+    """Quick or ``--deep``; from the files alone or only with the dataset (a check or its :class:`KindInfo`)."""
+    check = KindInfo.of(check)
+    per_file, peers, entry = check.per_file, check.peers, check.entry
     if check.deep_only:
         text = "Needs --deep: a quick scan does not read tensor data."
     elif per_file or peers:
@@ -94,8 +185,8 @@ def how_found(check: Check) -> str:
 SOMETIMES_RECOMPUTED = frozenset({"batch-leak", "unsafe-pickle"})
 
 
-def _can_recompute(check: Check) -> bool:
-    return check.fix is Fix.RECOMPUTE or check.kind in SOMETIMES_RECOMPUTED
+def _can_recompute(check: KindInfo) -> bool:
+    return check.fix == Fix.RECOMPUTE.value or check.kind in SOMETIMES_RECOMPUTED
 
 
 def _wrap(text: str, indent: str = _INDENT) -> str:
@@ -109,8 +200,8 @@ def explain(kind: str) -> str:
     repair = [_wrap(check.repair)] + ([_wrap(RECOMPUTE_NOTE)] if _can_recompute(check) else [])
     sections = [
         "\n".join([check.kind,
-                   f"{_INDENT}default severity: {check.severity.value}",
-                   f"{_INDENT}fix: {check.fix.value}"]),
+                   f"{_INDENT}default severity: {check.severity}",
+                   f"{_INDENT}fix: {check.fix}"]),
         "What it means\n" + _wrap(check.summary),
         "Why it breaks training\n" + _wrap(check.why),
         "What repair does\n" + "\n\n".join(repair),
@@ -121,9 +212,10 @@ def explain(kind: str) -> str:
 
 def listing() -> str:
     """Every kind with its one-line summary, in the scan's order (no trailing newline)."""
-    width = max(len(c.kind) for c in CHECKS) + 2
-    lines = [f"{len(CHECKS)} finding kinds; `cachedoctor explain KIND` says more about one:", ""]
-    for check in CHECKS:
+    every = catalogue()
+    width = max(len(c.kind) for c in every) + 2
+    lines = [f"{len(every)} finding kinds; `cachedoctor explain KIND` says more about one:", ""]
+    for check in every:
         head = f"{_INDENT}{check.kind:<{width}}"
         lines.append(textwrap.fill(check.summary, width=WIDTH, initial_indent=head,
                                    subsequent_indent=" " * len(head), break_on_hyphens=False,
@@ -131,4 +223,4 @@ def listing() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["RECOMPUTE_NOTE", "SOMETIMES_RECOMPUTED", "UnknownKind", "WIDTH", "check_for", "explain", "how_found", "listing", "normalise"]
+__all__ = ["KindInfo", "catalogue", "kinds", "RECOMPUTE_NOTE", "SOMETIMES_RECOMPUTED", "UnknownKind", "WIDTH", "check_for", "explain", "how_found", "listing", "normalise"]

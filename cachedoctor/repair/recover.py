@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from cachedoctor.findings import Finding
@@ -49,14 +49,16 @@ class Survey:
         return not (self.temp_files or self.damaged or self.held_locks or self.interrupted)
 
 
-def survey(targets: list[str], layout: LayoutName, options: LayoutOptions, workers: int | None = None,
-           file_timeout: float | None = 10.0) -> Survey:
+def survey(targets: list[str], layout: LayoutName, options: LayoutOptions, scan_options: ScanOptions | None = None
+           ) -> Survey:
+    """What a crash left under ``targets``. ``scan_options`` gives what the settings say of every
+    scan (exclude, reader workers, file timeout); the survey chooses its own depth and state use."""
+    base = scan_options or ScanOptions()
     plan, line = plan_for(layout, targets, options)
     roots = plan.roots if plan is not None else targets
     folders = [r if os.path.isdir(r) else os.path.dirname(r) for r in roots]
     stateful = [f for f in folders if os.path.isdir(f) and os.path.isfile(default_path(f))]
-    result = scan(roots, ScanOptions(workers=workers, state=EXISTING, deep_changed=True, file_timeout=file_timeout),
-                  dataset=plan)
+    result = scan(roots, replace(base, deep=False, sample=None, state=EXISTING, deep_changed=True), dataset=plan)
     out = Survey(line, temp_files=[f for f in result.findings if f.kind == "partial-write"])
     damaged = CRASH_KINDS - {"partial-write"}
     if stateful:  # the state's record is the checkpoint: what changed since was just read deep
@@ -73,7 +75,7 @@ def survey(targets: list[str], layout: LayoutName, options: LayoutOptions, worke
     suspects = _written_after(rest, checkpoint) if checkpoint else _beside_temps(temps)
     if suspects:
         out.suspects += len(suspects)
-        deep = scan(sorted(suspects), ScanOptions(deep=True, workers=workers, file_timeout=file_timeout))
+        deep = scan(sorted(suspects), replace(base, deep=True, sample=None, state=None, deep_changed=False))
         out.damaged += [f for f in deep.findings if f.kind in damaged]
     out.held_locks = _held_locks(folders)
     return out

@@ -26,17 +26,22 @@ from cachedoctor.scan import ScanOptions, ScanResult, scan
 
 @dataclass(frozen=True)
 class RepairOptions:
-    deep: bool = False
-    scan_workers: int | None = None
+    #: The scans before and after the repair, exactly as ``scan`` would run with the same settings
+    #: (``cachedoctor.options.scan_options``): deep, exclude, state, reader workers, file timeout.
+    #: A file ``scan`` leaves out is never planned on.
+    scan: ScanOptions = field(default_factory=ScanOptions)
     encoders: tuple[str, ...] = ()
     gpus: int | None = None
     device: str = "cpu"
-    workers: int = 1
+    workers: int = 1  # recompute worker processes on ``device`` (the scan's readers are ``scan.workers``)
     batch_size: int = 8
     only: frozenset[str] | None = None
     dry_run: bool = False
     fresh: bool = False  # abandon an interrupted run instead of finishing it
-    file_timeout: float | None = 10.0  # the scan's per-file time guard (read-timeout)
+
+    @property
+    def deep(self) -> bool:
+        return self.scan.deep
 
 
 @dataclass
@@ -62,8 +67,7 @@ def _scan(targets: list[str], layout: LayoutName, layout_options: LayoutOptions,
     plan, line = plan_for(layout, targets, layout_options)
     expected = {p: list(e) for folder in (plan.expected.values() if plan else ()) for p, e in folder.items()}
     roots = plan.roots if plan is not None else targets
-    result = scan(roots, ScanOptions(deep=options.deep, workers=options.scan_workers, file_timeout=options.file_timeout),
-                  dataset=plan)
+    result = scan(roots, options.scan, dataset=plan)
     return result, expected, line, (plan.layout if plan else None)
 
 

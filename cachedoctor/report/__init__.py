@@ -1,12 +1,13 @@
-"""Renderers for scan reports, and the one place that maps outcomes to exit codes."""
+"""Renderers for scan reports. The verdicts (exit codes) are owned by :class:`ScanReport` and
+:class:`RepairReport`, in :class:`~cachedoctor.exit_status.ExitStatus` terms."""
 
 from __future__ import annotations
 
 import os
 
 from cachedoctor.report.interface import OutputFormat, Renderer
-from cachedoctor.report.outcome import (EXIT_CLEAN, EXIT_COULD_NOT_RUN, EXIT_FINDINGS, EXIT_INTERRUPTED, SCHEMA,
-                                        FailOn, ScanReport)
+from cachedoctor.report.outcome import SCHEMA, FailOn, ScanReport
+from cachedoctor.report.summary import ScanSummary
 
 
 def renderer_for(fmt: OutputFormat, cwd: str | None = None) -> Renderer:
@@ -32,5 +33,4 @@ def renderer_for(fmt: OutputFormat, cwd: str | None = None) -> Renderer:
     return TableRenderer(cwd)
 
 
-__all__ = ["EXIT_CLEAN", "EXIT_COULD_NOT_RUN", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "SCHEMA", "FailOn",
-           "OutputFormat", "Renderer", "ScanReport", "renderer_for"]
+__all__ = ["SCHEMA", "FailOn", "OutputFormat", "Renderer", "ScanReport", "ScanSummary", "renderer_for"]

@@ -49,7 +49,7 @@ class GithubRenderer(Renderer):
             item = f"item: {relative(f.source, self.cwd)}; " if f.source else ""
             out.write(command(_COMMAND[f.severity], f"{f.message} ({item}fix: {f.fix.value})",
                               file=relative(f.path, self.cwd), title=f.kind) + "\n")
-        for problem in report.result.errors:
+        for problem in report.scan.errors:
             out.write(command("error", f"could not be read: {problem.message}",
                               file=relative(problem.path, self.cwd), title="unreadable file") + "\n")
         summary_file = os.environ.get(SUMMARY_ENV)
@@ -75,9 +75,9 @@ class GithubRenderer(Renderer):
                 cells = (kind, items[0].severity.value, str(len({f.path for f in items})), fixes)
                 lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
             lines.append("")
-        for problem in report.result.errors:
+        for problem in report.scan.errors:
             lines.append(f"- could not read `{_cell(relative(problem.path, self.cwd))}`: {_cell(problem.message)}")
-        if report.result.errors:
+        if report.scan.errors:
             lines.append("")
         next_step = report.next_step(lambda p: relative(p, self.cwd))
         if next_step:
@@ -94,8 +94,8 @@ def verdict(report: ScanReport) -> str:
         if sev["info"]:
             text += f", {sev['info']} info"
         text += f" in {len({f.path for f in report.findings})} file(s)"
-    if report.result.errors:
-        text += f"; {len(report.result.errors)} file(s) could not be read, so the scan is incomplete"
+    if report.scan.errors:
+        text += f"; {len(report.scan.errors)} file(s) could not be read, so the scan is incomplete"
     return text
 
 

@@ -60,8 +60,8 @@ class JunitRenderer(Renderer):
         kinds = [c.kind for c in CHECKS]
         kinds += sorted(k for k in grouped if k not in kinds)  # a kind no check owns still shows
 
-        elapsed = f"{report.result.elapsed:.3f}"
-        suite = ET.Element("testsuite", name=SUITE_NAME, timestamp=_started(report.result.elapsed), time=elapsed)
+        elapsed = f"{report.scan.elapsed:.3f}"
+        suite = ET.Element("testsuite", name=SUITE_NAME, timestamp=_started(report.scan.elapsed), time=elapsed)
         properties = ET.SubElement(suite, "properties")
         for name, value in self._properties(report):
             ET.SubElement(properties, "property", name=name, value=xml_text(value))
@@ -94,7 +94,7 @@ class JunitRenderer(Renderer):
 
     def _unreadable(self, suite: ET.Element, report: ScanReport) -> int:
         """Append the unreadable-files case when there are any; the number of errors (0 or 1)."""
-        problems = report.result.errors
+        problems = report.scan.errors
         if not problems:
             return 0
         case = ET.SubElement(suite, "testcase", classname="cachedoctor.scan", name=UNREADABLE, time="0")
@@ -109,7 +109,7 @@ class JunitRenderer(Renderer):
     @staticmethod
     def _properties(report: ScanReport) -> list[tuple[str, str]]:
         props = [("cachedoctor.version", __version__), ("cachedoctor.fail_on", report.fail_on.value),
-                 ("cachedoctor.deep", str(report.result.options.deep).lower())]
+                 ("cachedoctor.deep", str(report.scan.deep).lower())]
         if report.layout_line:
             props.append(("cachedoctor.layout", report.layout_line))
         props += [("cachedoctor.note", note) for note in report.notes]

@@ -1,7 +1,7 @@
-"""The scan's verdict. This module alone maps outcomes to exit codes.
+"""The scan's verdict: :class:`ScanReport` owns the scan's exit code (as black's ``Report`` does).
 
-0: nothing at or above ``--fail-on``; 1: findings at or above it; 2: the scan could not run or
-could not read everything (an incomplete scan certifies nothing); 130: interrupted.
+CLEAN: nothing at or above ``--fail-on``; FINDINGS: findings at or above it; ERROR: the scan could
+not read everything (an incomplete scan certifies nothing). See :mod:`cachedoctor.exit_status`.
 """
 
 from __future__ import annotations
@@ -12,15 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cachedoctor import __version__
+from cachedoctor.exit_status import ExitStatus
 from cachedoctor.findings import Finding, Severity
-from cachedoctor.scan.engine import ScanResult
+from cachedoctor.report.summary import ScanSummary
 
 SCHEMA = "cachedoctor.scan/1"
-
-EXIT_CLEAN = 0
-EXIT_FINDINGS = 1
-EXIT_COULD_NOT_RUN = 2
-EXIT_INTERRUPTED = 130
 
 
 class FailOn(str, enum.Enum):
@@ -36,26 +32,38 @@ class FailOn(str, enum.Enum):
 
 @dataclass(frozen=True)
 class ScanReport:
-    result: ScanResult
+    """A scan's findings (after severity overrides and the baseline) and their verdict.
+
+    ``scan`` takes a :class:`ScanSummary`; an engine ``ScanResult`` is summarised on the way in.
+    """
+
+    scan: ScanSummary
     fail_on: FailOn = FailOn.ERROR
     layout_line: str | None = None  # which layout the scan used and why
+    suppressed: int | None = None  # findings the baseline left out (None: no baseline)
+    baseline: str | None = None  # the baseline file read (or written), if any
+    baseline_written: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scan, ScanSummary):
+            object.__setattr__(self, "scan", ScanSummary.of(self.scan))
 
     @property
     def notes(self) -> list[str]:
-        dataset = list(self.result.dataset.notes) if self.result.dataset is not None else []
-        return dataset + list(self.result.notes)
+        dataset = list(self.scan.dataset.notes) if self.scan.dataset is not None else []
+        return dataset + list(self.scan.notes)
 
     @property
     def findings(self) -> list[Finding]:
-        return self.result.findings
+        return self.scan.findings
 
     @property
-    def exit_code(self) -> int:
-        if self.result.errors:
-            return EXIT_COULD_NOT_RUN
+    def exit_code(self) -> ExitStatus:
+        if self.scan.errors:
+            return ExitStatus.ERROR
         if any(self.fail_on.trips(f.severity) for f in self.findings):
-            return EXIT_FINDINGS
-        return EXIT_CLEAN
+            return ExitStatus.FINDINGS
+        return ExitStatus.CLEAN
 
     def by_kind(self) -> dict[str, int]:
         return dict(sorted(Counter(f.kind for f in self.findings).items()))
@@ -72,26 +80,26 @@ class ScanReport:
 
     def next_step(self, show: Callable[[str], str] = str) -> str:
         """One sentence on what to run next; ``show`` renders paths (relative in the table)."""
-        targets = " ".join(_quote(show(t)) for t in self.result.targets)
+        targets = " ".join(_quote(show(t)) for t in self.scan.targets)
         deep_hint = f"`cachedoctor scan --deep {targets}` also checks CRCs and NaN/Inf."
-        if self.result.dataset is not None:  # the cache folders came from the dataset, not the user
+        if self.scan.dataset is not None:  # the cache folders came from the dataset, not the user
             deep_hint = "The same command with --deep also checks CRCs and NaN/Inf."
-        if self.result.errors:
+        if self.scan.errors:
             return "Fix the access problems above and scan again; the files listed were not checked."
         if not self.findings:
-            if self.result.options.deep:
+            if self.scan.deep:
                 return "The cache is healthy."
             return deep_hint
         fixes = ", ".join(f"{n} to {fix}" for fix, n in self.by_fix().items() if fix != "none")
         hint = f"Files to fix: {fixes}." if fixes else ""
         if fixes:
             hint += " `cachedoctor repair` with the same arguments shows the plan (--dry-run) and carries it out."
-        if not self.result.options.deep:
+        if not self.scan.deep:
             hint += f" {deep_hint}"
         return hint.strip()
 
     def summary(self) -> dict[str, Any]:
-        stats = self.result.stats
+        stats = self.scan.counts
         return {
             "files_seen": stats.files_seen,
             "files_read": stats.files_read,
@@ -104,14 +112,14 @@ class ScanReport:
             "by_kind": self.by_kind(),
             "by_severity": self.by_severity(),
             "by_fix": self.by_fix(),
-            "errors": [{"path": e.path, "message": e.message} for e in self.result.errors],
-            "deep": self.result.options.deep,
-            "sample": self.result.options.sample.text if self.result.options.sample else None,
+            "errors": [{"path": e.path, "message": e.message} for e in self.scan.errors],
+            "deep": self.scan.deep,
+            "sample": self.scan.sample,
             "files_reused": stats.files_reused,
             "files_deep": stats.files_deep,
             "fail_on": self.fail_on.value,
-            "exit_code": self.exit_code,
-            "elapsed_s": round(self.result.elapsed, 3),
+            "exit_code": int(self.exit_code),
+            "elapsed_s": round(self.scan.elapsed, 3),
         }
 
     def document(self) -> dict[str, Any]:
@@ -119,7 +127,7 @@ class ScanReport:
         return {
             "schema": SCHEMA,
             "tool": {"name": "cachedoctor", "version": __version__},
-            "targets": self.result.targets,
+            "targets": self.scan.targets,
             "dataset": self.dataset(),
             "findings": [f.to_json() for f in self.findings],
             "summary": self.summary(),
@@ -127,7 +135,7 @@ class ScanReport:
 
     def dataset(self) -> dict[str, Any] | None:
         """What the scan compared the cache with (``null`` for a cache-only scan)."""
-        plan = self.result.dataset
+        plan = self.scan.dataset
         if plan is None:
             return None
         return {"layout": plan.layout, "reason": self.layout_line, "items": plan.items, "skipped": list(plan.skipped),

@@ -1,18 +1,55 @@
 """What `repair` and `recover` print: the plan, the outcome, and what a crash left behind.
 
-The outcome's exit code is decided here, in one place, as the scan's is in ``outcome.py``:
-0 when everything planned was done, verified and the rescan is clean of it; 1 otherwise.
+:class:`RepairReport` owns their exit code, as :class:`~cachedoctor.report.outcome.ScanReport`
+owns the scan's: CLEAN when everything planned was done, verified and the rescan is clean of it
+(or, for a dry run or a survey, when there is nothing to do); FINDINGS otherwise.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass
+from typing import Any
 
+from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.text import human_size
 
-EXIT_REPAIRED, EXIT_NOT_CLEAN = 0, 1
 
+@dataclass(frozen=True)
+class RepairReport:
+    """The verdict of one ``repair`` or ``recover``. ``outcome`` is the repair's ``RepairOutcome``
+    (``None`` when it did not run: declined, or ``recover`` without ``--apply``); ``broken`` the
+    paths the final scan still finds wanting; ``survey`` what ``recover`` found."""
+
+    outcome: Any = None
+    broken: tuple[str, ...] = ()
+    dry_run: bool = False
+    declined: bool = False
+    survey: Any = None
+
+    @property
+    def states(self) -> Counter:
+        return Counter(r.state.value for r in self.outcome.results) if self.outcome is not None else Counter()
+
+    @property
+    def clean(self) -> bool:
+        if self.declined:
+            return False
+        if self.outcome is None:
+            return self.survey is None or self.survey.empty
+        plan = self.outcome.plan
+        if self.dry_run:
+            return not (plan.actions or plan.needs_person)
+        if not self.outcome.leader:  # the leader rank judges the run
+            return True
+        states = self.states
+        return (not self.broken and not states.get("failed") and not states.get("blocked") and not self.outcome.problems
+                and not plan.needs_person)
+
+    @property
+    def exit_code(self) -> ExitStatus:
+        return ExitStatus.CLEAN if self.clean else ExitStatus.FINDINGS
 
 
 def print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
@@ -46,10 +83,10 @@ def print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
         print(f"  {'needs a person':<14} {len(plan.needs_person)} file(s): two dataset items map to one file; rename all but one", file=out)
 
 
-def print_result(outcome, broken: list[str], out, env) -> int:  # type: ignore[no-untyped-def]
+def print_result(report: RepairReport, out, env) -> ExitStatus:  # type: ignore[no-untyped-def]
     from cachedoctor.repair.model import ItemState
 
-    states = Counter(r.state.value for r in outcome.results)
+    outcome, broken, states = report.outcome, report.broken, report.states
     print("done: " + ", ".join(f"{states.get(s.value, 0)} {s.value}" for s in
                                (ItemState.VERIFIED, ItemState.SKIPPED, ItemState.BLOCKED, ItemState.FAILED)), file=out)
     for r in outcome.results:
@@ -66,14 +103,12 @@ def print_result(outcome, broken: list[str], out, env) -> int:  # type: ignore[n
         before, after = Counter(f.kind for f in outcome.before.findings), Counter(f.kind for f in outcome.after.findings)
         changes = [f"{k} {before.get(k, 0)} -> {after.get(k, 0)}" for k in sorted(set(before) | set(after))]
         print("before -> after: " + (", ".join(changes) if changes else "clean"), file=out)
-    clean = (not broken and not states.get("failed") and not states.get("blocked") and not outcome.problems
-             and not outcome.plan.needs_person)
-    if clean:
+    if report.clean:
         print("repaired: the rescan is clean of what was repaired", file=out)
     else:
         left = len(set(broken) | set(outcome.plan.needs_person) | {r.path for r in outcome.results if r.state.value in ("failed", "blocked")})
         print(f"not clean: {left} file(s) still need attention; see above", file=out)
-    return EXIT_REPAIRED if clean else EXIT_NOT_CLEAN
+    return report.exit_code
 
 
 def print_survey(found, out, cwd: str) -> None:  # type: ignore[no-untyped-def]

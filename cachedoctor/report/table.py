@@ -27,14 +27,14 @@ class TableRenderer(Renderer):
 
         console = Console(file=out, force_terminal=color, no_color=not color, highlight=False,
                           width=None if color else 120, soft_wrap=not color)
-        stats = report.result.stats
+        stats = report.scan.counts
         files = f"{_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}"
         if stats.files_reused:  # the state database vouched for these: their stat is as recorded
             files = (f"{_n(stats.files_read, 'file')} in {_n(stats.folders, 'folder')} ({stats.files_reused} unchanged "
                      f"since the last scan, {stats.files_seen - stats.files_reused} read)")
         console.print(Text(
-            f"cachedoctor scan ({report.result.options.mode}): {files}, {human_size(stats.bytes_read)}, "
-            f"{stats.files_skipped} skipped, {report.result.elapsed:.2f}s", style="bold"))
+            f"cachedoctor scan ({report.scan.mode}): {files}, {human_size(stats.bytes_read)}, "
+            f"{stats.files_skipped} skipped, {report.scan.elapsed:.2f}s", style="bold"))
         if report.layout_line:
             console.print(Text(report.layout_line))
         for note in report.notes:
@@ -67,7 +67,7 @@ class TableRenderer(Renderer):
                 kinds_here = ", ".join(sorted({f.kind for f in items}))
                 console.print(Text(f"  {self._rel(path)}  [{kinds_here}]"))
 
-        for error in report.result.errors:
+        for error in report.scan.errors:
             console.print(Text(f"could not check {self._rel(error.path)}: {error.message}", style="bold red"))
         sev = report.by_severity()
         console.print()

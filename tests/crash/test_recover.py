@@ -17,7 +17,7 @@ import pytest
 from filelock import FileLock
 
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 from factories import flip_data_byte, latent, peers, save_pt, settle
 from repair_factories import POOL, simpletuner
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 from factories import latent, peers, pt_bytes, save_pt, saved_on
 
 FINDING_KEYS = {"kind", "severity", "path", "source", "message", "fix", "details"}

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 from factories import latent, peers, pt_bytes, save_pt, saved_on
 from repair_factories import POOL, simpletuner
 

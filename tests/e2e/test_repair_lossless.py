@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 from cachedoctor.formats import read_file
 from factories import Payload, findings_of, latent, malicious_torch_zip, peers, pt_bytes, save_pt, saved_on
 

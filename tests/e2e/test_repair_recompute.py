@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 from cachedoctor.repair.pool import cpu_threads
 from factories import save_pt, saved_on
 from repair_factories import POOL, image, simpletuner, tree_bytes

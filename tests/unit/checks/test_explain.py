@@ -10,7 +10,7 @@ import pytest
 
 from cachedoctor.checks import CHECKS, KINDS
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 from cachedoctor.explain import RECOMPUTE_NOTE, WIDTH, UnknownKind, check_for, explain, how_found, listing
 from cachedoctor.findings import Fix
 
@@ -126,7 +126,7 @@ def test_cli_explain_one_kind_and_the_listing() -> None:
 @pytest.mark.parametrize("spelling", ["device_tagged", "Device-Tagged", " device-tagged "])
 def test_kind_with_underscores_or_capitals(spelling: str) -> None:
     assert cli("explain", spelling) == (0, explain("device-tagged") + "\n", "")
-    assert check_for(spelling) is KINDS["device-tagged"]
+    assert check_for(spelling).kind == "device-tagged"
 
 
 def test_unknown_kind_suggests_the_closest_and_exits_2() -> None:
@@ -147,7 +147,7 @@ def test_unknown_kind_without_a_close_one() -> None:
 
 def test_explain_imports_neither_torch_nor_numpy() -> None:
     code = ("import sys, io, cachedoctor.cli\n"
-            "from cachedoctor.environment import Environment\n"
+            "from cachedoctor.cli.environment import Environment\n"
             "env = Environment(stdout=io.StringIO(), stderr=io.StringIO())\n"
             "codes = [cachedoctor.cli.run(['explain', 'batch-leak'], env), cachedoctor.cli.run(['explain'], env)]\n"
             "print(codes, sorted(m for m in ('torch', 'numpy') if m in sys.modules))")

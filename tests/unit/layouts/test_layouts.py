@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 DATASETS = FIXTURES / "datasets"
@@ -122,7 +122,7 @@ def test_dataset_scans_import_neither_torch_nor_numpy(tree: Path) -> None:
     import sys
 
     argvs = [CASES[name]["args"] for name in ("simpletuner", "kohya", "onetrainer", "manifest")]
-    code = ("import io, sys; from cachedoctor.cli import run; from cachedoctor.environment import Environment; "
+    code = ("import io, sys; from cachedoctor.cli import run; from cachedoctor.cli.environment import Environment; "
             f"codes = [run(['scan', *a, '--format', 'json', '-j', '1'], Environment(stdout=io.StringIO())) for a in {argvs!r}]; "
             "print(codes, sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tree)

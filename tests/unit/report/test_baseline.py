@@ -10,7 +10,7 @@ import torch
 
 from cachedoctor.baseline import SCHEMA, finding_id
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 from cachedoctor.findings import Finding, Fix, Severity
 from factories import peers, save_pt
 

@@ -18,7 +18,7 @@ import xmlschema
 
 from cachedoctor.checks import CHECKS
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.report import OutputFormat, ScanReport, renderer_for
 from cachedoctor.report.github_format import escape_data, escape_property

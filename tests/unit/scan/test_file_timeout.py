@@ -58,7 +58,7 @@ def test_a_worker_stuck_where_its_alarm_cannot_reach_is_killed_and_replaced(
 
 def test_file_timeout_must_be_positive(tmp_path: Path) -> None:
     from cachedoctor.cli import run
-    from cachedoctor.environment import Environment
+    from cachedoctor.cli.environment import Environment
     import io
 
     out, err = io.StringIO(), io.StringIO()
@@ -68,7 +68,7 @@ def test_file_timeout_must_be_positive(tmp_path: Path) -> None:
 
 
 def test_file_timeout_comes_from_the_config_file_too(tmp_path: Path) -> None:
-    from cachedoctor.config import resolve
+    from cachedoctor.settings import resolve
 
     (tmp_path / "cachedoctor.toml").write_text("file-timeout = 2.5\n")
     settings = resolve({}, {}, str(tmp_path))

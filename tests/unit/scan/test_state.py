@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.sample import Sample
 from factories import flip_data_byte, latent, peers, save_pt, settle

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cachedoctor.cli import run
-from cachedoctor.environment import Environment
+from cachedoctor.cli.environment import Environment
 from factories import latent, peers, save_pt, saved_on
 
 
@@ -23,7 +23,7 @@ def cli(*argv: str, cwd: Path, environ: dict[str, str] | None = None) -> tuple[i
 
 def show(cwd: Path, *argv: str, environ: dict[str, str] | None = None) -> dict[str, tuple[str, str]]:
     """``config show`` as {setting: (value, source)}."""
-    code, out, err = cli("config", "show", *argv, cwd=cwd, environ=environ)
+    code, out, err = cli("settings", "show", *argv, cwd=cwd, environ=environ)
     assert (code, err) == (0, "")
     rows = {}
     for line in out.splitlines()[1:]:
@@ -138,7 +138,7 @@ def test_environment_beats_file_and_command_line_beats_environment(project: Path
     ("cachedoctor.toml", "workers = 0\n", "workers: expected a whole number of at least 1"),
     ("cachedoctor.toml", 'paths = "cache"\n', "paths: expected a list of non-empty strings"),
 ])
-@pytest.mark.parametrize("command", [("scan", "cache"), ("config", "show")])
+@pytest.mark.parametrize("command", [("scan", "cache"), ("settings", "show"), ("config", "show")])
 def test_broken_config_is_one_line_exit_2(project: Path, name: str, text: str, expected: str,
                                           command: tuple[str, ...]) -> None:
     (project / name).write_text(text)

@@ -1,10 +1,15 @@
-"""Settings for ``scan``: command line > environment > config file > defaults.
+"""cachedoctor's own settings: command line > environment > config file > defaults.
+
+(Not SimpleTuner's ``--config multidatabackend.json``: that names a dataset; this is how
+cachedoctor itself is set up for a project.) ``scan``, ``repair``, ``recover`` and
+``settings show`` resolve them here, once; ``cachedoctor/options.py`` turns them into the
+core's option objects, so a key means the same thing to every command.
 
 The config file is ``[tool.cachedoctor]`` in the nearest ``pyproject.toml`` that has that table,
 or a ``cachedoctor.toml`` (the same keys at top level), found by walking up from the current
 folder as black and ruff do; whichever is nearer wins. Paths in it are relative to its folder.
 :func:`resolve` records, for every setting, its value and where it came from, so
-``cachedoctor config show`` can say why a scan behaves as it does.
+``cachedoctor settings show`` can say why a scan behaves as it does.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ class Setting:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every ``scan`` setting the config file can hold, each with its source."""
+    """Every setting the config file can hold, each with its source."""
 
     paths: Setting
     config: Setting
@@ -154,14 +159,19 @@ def _bool(value: Any) -> bool:
     raise ValueError("expected true or false")
 
 
-def _layouts() -> tuple[str, ...]:
-    from cachedoctor.layouts import LayoutName
+#: ``layouts.LayoutName``'s values, kept here so that resolving settings imports no layout (a test
+#: keeps the two equal).
+LAYOUT_NAMES = ("auto", "simpletuner", "kohya", "onetrainer", "manifest", "none")
 
-    return tuple(n.value for n in LayoutName)
+
+def _layouts() -> tuple[str, ...]:
+    return LAYOUT_NAMES
 
 
 def _severity(value: Any) -> dict[str, str]:
-    from cachedoctor.checks import KINDS
+    from cachedoctor.explain import kinds
+
+    KINDS = kinds()  # read off the checks without importing them (and the formats they need)
 
     if not isinstance(value, dict):
         raise ValueError("expected a table of kind = severity")
@@ -262,6 +272,12 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
     return out
 
 
+def load(cwd: str | None = None, environ: Mapping[str, str] | None = None, **given: Any) -> Settings:
+    """The settings a library caller gets for ``cwd`` (default: the current folder), as the
+    command line would resolve them with ``given`` typed on it (``deep=True``, ``paths=[...]``)."""
+    return resolve(given, os.environ if environ is None else environ, cwd or os.getcwd())
+
+
 def resolve(cli: Mapping[str, Any], environ: Mapping[str, str], cwd: str) -> Settings:
     """Settings from the command line (``None`` or empty: not given), environment, file, defaults.
 
@@ -285,7 +301,7 @@ def resolve(cli: Mapping[str, Any], environ: Mapping[str, str], cwd: str) -> Set
 
 
 def show_value(value: Any) -> str:
-    """A setting's value as ``config show`` prints it."""
+    """A setting's value as ``settings show`` prints it."""
     if value is None:
         return "(none)"
     if isinstance(value, bool):

@@ -1,0 +1,92 @@
+"""The library API: :func:`audit` is ``cachedoctor scan`` without the command line.
+
+It does everything that decides the verdict: the layout, the scan, the ``severity`` overrides,
+the baseline and ``fail-on``. The CLI's ``scan`` only parses, resolves the settings and renders
+what this returns, so a library caller gets the same findings and the same exit code::
+
+    from cachedoctor.api import audit
+    from cachedoctor.settings import load
+
+    report = audit(["cache"], load(deep=True), baseline="cachedoctor-baseline.json")
+    sys.exit(report.exit_code)
+
+Problems that stop the audit (a missing target, a broken config or baseline) raise
+:class:`~cachedoctor.errors.PathError`; files it could not read are in the report (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+from cachedoctor.errors import PathError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cachedoctor.findings import Finding
+    from cachedoctor.report import ScanReport
+    from cachedoctor.settings import Settings
+
+MISSING = "no such file or folder; check the path (and that its disk is mounted)"
+
+
+def require_existing(paths: Sequence[str]) -> list[str]:
+    """``paths``, absolute; a missing one is the user's first problem, whatever the layout."""
+    targets = [os.path.abspath(p) for p in paths]
+    for target in targets:
+        if not os.path.exists(target):
+            raise PathError(target, MISSING)
+    return targets
+
+
+def apply_severity(findings: list[Finding], overrides: Mapping[str, str]) -> list[Finding]:
+    """``findings`` with the configured severity per kind (``[tool.cachedoctor.severity]``)."""
+    if not overrides:
+        return findings
+    from cachedoctor.findings import Finding, Severity
+
+    return sorted((replace(f, severity=Severity(overrides[f.kind])) if f.kind in overrides else f for f in findings),
+                  key=Finding.sort_key)
+
+
+def audit(targets: Sequence[str] | None = None, settings: Settings | None = None, *, model_family: str | None = None,
+          output_dir: str | None = None, baseline: str | None = None, write_baseline: str | None = None,
+          progress: Callable[[int, int], None] | None = None) -> ScanReport:
+    """Scan ``targets`` (default: the settings' ``paths``) as ``cachedoctor scan`` does.
+
+    ``settings`` default to :func:`cachedoctor.settings.load` (the environment and the config file
+    of the current folder). ``write_baseline`` records today's findings there and then reports
+    none of them, as ``--write-baseline`` does; ``baseline`` leaves out those recorded in it.
+    """
+    from cachedoctor import baseline as baselines
+    from cachedoctor.layouts import plan_for
+    from cachedoctor.options import layout_name, layout_options, scan_options
+    from cachedoctor.report import FailOn, ScanReport, ScanSummary
+    from cachedoctor.scan import scan
+    from cachedoctor.settings import load
+
+    settings = settings if settings is not None else load()
+    given = list(settings.paths.value if targets is None else targets)
+    if not given and not settings.config.value and not settings.manifest.value:
+        raise ValueError("nothing to scan: name a cache folder, or set config or manifest")
+    if baseline and write_baseline:
+        raise ValueError("pass baseline or write_baseline, not both")
+    options = scan_options(settings)
+    if options.sample is not None and options.state is None:
+        raise ValueError("a sample chooses its files through the state database; it needs state")
+    plan, layout_line = plan_for(layout_name(settings), require_existing(given),
+                                 layout_options(settings, model_family, output_dir))
+    result = scan(plan.roots if plan is not None else given, options, progress=progress, dataset=plan)
+    summary = ScanSummary.of(result)
+    summary.findings = apply_severity(summary.findings, settings.severity.value)
+    suppressed = None
+    if write_baseline:
+        baselines.write(write_baseline, summary.findings)
+        baseline = write_baseline
+    if baseline:
+        summary.findings, suppressed = baselines.suppress(baseline, summary.findings)
+    return ScanReport(summary, FailOn(settings.fail_on.value), layout_line, suppressed=suppressed, baseline=baseline,
+                      baseline_written=bool(write_baseline))
+
+
+__all__ = ["MISSING", "apply_severity", "audit", "require_existing"]

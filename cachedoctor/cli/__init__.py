@@ -1,0 +1,11 @@
+"""The ``cachedoctor`` command line: :data:`app` (Typer) and :func:`run` (the testable entry).
+
+One module per command (``scan``, ``repair``, ``recover``, ``quarantine``, ``explain``,
+``manifest``, ``settings``), the shared option groups in ``options``, the injected terminal in
+``environment``; ``app`` wires them together. The package parses, resolves the settings once and
+calls the core (``cachedoctor.api``, ``cachedoctor.repair``); it decides nothing itself.
+"""
+
+from cachedoctor.cli.app import app, run
+
+__all__ = ["app", "run"]

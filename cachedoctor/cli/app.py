@@ -1,0 +1,121 @@
+"""The ``cachedoctor`` command line (Typer): the app, and :func:`run`, its testable entry point.
+
+``run(argv, env)`` returns the exit code instead of exiting and takes an :class:`Environment`, so
+tests can fake terminals. It is also the one place that turns a problem into "one line on stderr,
+exit 2": a :class:`PathError` (``<path>: <message>``) or :class:`UsageError` raised by any command,
+a usage error from click, and a failure to write that nothing caught closer to it (an
+``OSError`` or SQLite error, see ``faults.py``), never a traceback and exit 1.
+
+The command modules import only light things at module level; readers, layouts, the scan and
+rich are imported inside the commands that need them, so ``--version``, ``explain``,
+``quarantine list`` and ``settings show`` start fast (a test holds them to it).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+try:  # typer >= 0.2x vendors click; older ones use the click package
+    from typer._click.exceptions import ClickException
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import ClickException  # type: ignore[no-redef]
+
+from cachedoctor import __version__
+from cachedoctor.cli import environment
+from cachedoctor.cli.environment import Environment
+from cachedoctor.cli.explain import explain
+from cachedoctor.cli.manifest import manifest_app
+from cachedoctor.cli.quarantine import quarantine_app
+from cachedoctor.cli.recover import recover
+from cachedoctor.cli.repair import repair
+from cachedoctor.cli.scan import scan
+from cachedoctor.cli.settings import config_app, settings_app
+from cachedoctor.errors import PathError, UsageError
+from cachedoctor.exit_status import ExitStatus
+
+app = typer.Typer(
+    name="cachedoctor",
+    help="Audit and repair the on-disk latent and text-embed caches of diffusion-model trainers.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"cachedoctor {__version__}", file=environment.current().stdout)
+        raise typer.Exit(ExitStatus.CLEAN)
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Audit and repair the on-disk latent and text-embed caches of diffusion-model trainers."""
+
+
+app.command()(scan)
+app.command()(repair)
+app.command()(recover)
+app.command()(explain)
+app.add_typer(manifest_app, name="manifest")
+app.add_typer(quarantine_app, name="quarantine")
+app.add_typer(settings_app, name="settings")
+app.add_typer(config_app, name="config", hidden=True)
+
+
+def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
+    """Run the CLI and return its exit code (an :class:`ExitStatus` value, 0, 1, 2 or 130, as a plain int)."""
+    return int(_run(list(sys.argv[1:] if argv is None else argv), env or Environment()))
+
+
+def _run(argv: list[str], env: Environment) -> int:
+    token = environment.use(env)
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=argv, prog_name="cachedoctor", standalone_mode=False)
+        code = int(rv) if isinstance(rv, int) else ExitStatus.CLEAN
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except typer.Abort:
+        code = ExitStatus.INTERRUPTED
+    except PathError as exc:
+        env.error(f"{exc.path}: {exc.message}")
+        return ExitStatus.ERROR
+    except UsageError as exc:
+        env.error(str(exc))
+        return ExitStatus.ERROR
+    except ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `cachedoctor`: show the help
+            print(exc.format_message(), file=env.stdout)
+            return ExitStatus.CLEAN
+        ctx = getattr(exc, "ctx", None)
+        where = f"cachedoctor {ctx.info_name}" if ctx is not None and ctx.info_name != "cachedoctor" else "cachedoctor"
+        env.error(f"{exc.format_message()} (see `{where} --help`)")
+        return ExitStatus.ERROR
+    except KeyboardInterrupt:
+        code = ExitStatus.INTERRUPTED
+    except Exception as exc:  # the safety net of the fault model (faults.py): OSError, SQLite
+        from cachedoctor.faults import last_resort
+        from cachedoctor.lifetime import caused_by_interrupt
+
+        line = last_resort(exc)
+        if caused_by_interrupt(exc):
+            code = ExitStatus.INTERRUPTED
+        elif line is None:
+            raise  # a bug: the traceback is what a report needs
+        else:
+            env.error(line)
+            return ExitStatus.ERROR
+    finally:
+        environment.release(token)
+    if code == ExitStatus.INTERRUPTED:  # typer hands Ctrl-C back as 130, returned or raised
+        env.error(env.interrupted)
+    return code
+
+
+__all__ = ["app", "run"]

@@ -1,0 +1,59 @@
+"""``cachedoctor manifest build``: one row per cache file with its source's size, mtime and xxh3."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from cachedoctor.cli.environment import current
+from cachedoctor.cli.options import ConfigOption, LayoutChoice, LayoutOption, ModelFamilyOption, OutputDirOption
+from cachedoctor.errors import UsageError
+from cachedoctor.exit_status import ExitStatus
+
+manifest_app = typer.Typer(help="Build a manifest of a dataset: per item its size, mtime, xxh3 and cache path(s).",
+                           no_args_is_help=True)
+
+
+@manifest_app.command("build")
+def manifest_build(
+    ctx: typer.Context,
+    dataset: Annotated[Optional[str], typer.Argument(help="The dataset (kohya: image folder; OneTrainer: cache folder).", show_default=False, metavar="DATASET_DIR")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="Where to write the manifest (.jsonl).")] = "manifest.jsonl",
+    layout: LayoutOption = LayoutChoice.AUTO,
+    config: ConfigOption = None,
+    model_family: ModelFamilyOption = None,
+    output_dir: OutputDirOption = None,
+) -> int:
+    """Write one row per cache file: its source's path, size, mtime and xxh3, and the cache path."""
+    import os
+    import time
+
+    from cachedoctor.cli.settings import resolve
+    from cachedoctor.layouts import LayoutError, plan_for
+    from cachedoctor.manifest_build import build
+    from cachedoctor.options import layout_name, layout_options
+
+    env = current()
+    # The dataset is named here, never by a configured manifest (this writes one) or paths.
+    settings = resolve(ctx, layout=layout, config=config)
+    if dataset is None and not settings.config.value:
+        raise UsageError("no DATASET_DIR given; name the dataset folder, or pass --config multidatabackend.json")
+    if settings.layout.value == "manifest":
+        raise UsageError("--layout manifest reads a manifest; pick the trainer's layout to build one")
+    targets = [os.path.abspath(dataset)] if dataset else []
+    started = time.perf_counter()
+    if dataset and not os.path.isdir(dataset):
+        raise LayoutError(targets[0], "no such folder; check the path (and that its disk is mounted)")
+    plan, line = plan_for(layout_name(settings), targets, layout_options(settings, model_family, output_dir, manifest=False))
+    if plan is None:
+        raise LayoutError(targets[0] if targets else ".", "no trainer layout recognised here; pass --layout kohya|onetrainer|simpletuner")
+    result = build(plan, output)
+    print(f"{line}\nwrote {result.rows} rows for {plan.items} items to {output} in {time.perf_counter() - started:.2f}s",
+          file=env.stdout)
+    for source in result.unreadable:
+        env.error(f"{source}: cannot read to hash it; fix its permissions, then build again")
+    return ExitStatus.ERROR if result.unreadable else ExitStatus.CLEAN
+
+
+__all__ = ["manifest_app", "manifest_build"]

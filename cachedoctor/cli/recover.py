@@ -1,0 +1,63 @@
+"""``cachedoctor recover``: after a crash, find temp files, damaged recent writes, held locks and
+interrupted repairs; ``--apply`` quarantines what is partial and resumes through ``repair``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from cachedoctor.cli.environment import current
+from cachedoctor.cli.options import (ConfigOption, FileTimeoutOption, LayoutChoice, LayoutOption, ModelFamilyOption,
+                                     OutputDirOption, RepairManifestOption, RepairPathsArgument, YesOption)
+from cachedoctor.cli.repair import resolve_targets, run_repair
+from cachedoctor.errors import PathError
+
+
+def recover(
+    ctx: typer.Context,
+    paths: RepairPathsArgument = None,
+    apply: Annotated[bool, typer.Option("--apply", help="Quarantine what is partial and resume the interrupted repair.")] = False,
+    encoder: Annotated[Optional[list[str]], typer.Option("--encoder", help="For recomputes (default: the interrupted repair's own).")] = None,
+    yes: YesOption = False,
+    layout: LayoutOption = LayoutChoice.AUTO,
+    config: ConfigOption = None,
+    manifest: RepairManifestOption = None,
+    model_family: ModelFamilyOption = None,
+    output_dir: OutputDirOption = None,
+    file_timeout: FileTimeoutOption = None,
+) -> int:
+    """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
+    from dataclasses import replace
+
+    from cachedoctor.options import layout_name, layout_options, scan_options
+    from cachedoctor.repair.recover import CRASH_KINDS, survey
+    from cachedoctor.repair.run import RepairOptions, still_broken
+    from cachedoctor.report.repair_text import RepairReport, print_result, print_survey
+
+    env = current()
+    out = env.stdout
+    settings, targets = resolve_targets(ctx, paths=paths, layout=layout, config=config, manifest=manifest,
+                                        file_timeout=file_timeout)
+    scanning = scan_options(settings, sample=False, default_state=False)
+    found = survey(targets, layout_name(settings), layout_options(settings, model_family, output_dir), scanning)
+    print_survey(found, out, env.cwd)
+    if found.empty or not apply:
+        if not found.empty:
+            print("`cachedoctor recover --apply` with the same arguments quarantines what is partial"
+                  + (" and resumes the interrupted repair" if found.interrupted else ""), file=out)
+        return RepairReport(survey=found).exit_code
+    if found.held_locks:
+        raise PathError(found.held_locks[0], "a running process holds this lock (a writer is still active); "
+                                             "stop it or let it finish, then recover")
+    resumed = found.interrupted[0][1] if found.interrupted else None
+    encoders = tuple(encoder or ()) or (resumed.encoders if resumed else ())
+    options = RepairOptions(scan=replace(scanning, deep=True), encoders=encoders, only=None if resumed else CRASH_KINDS)
+    print("", file=out)
+    outcome = run_repair(settings, targets, options, yes, model_family, output_dir)
+    if isinstance(outcome, RepairReport):  # declined
+        return outcome.exit_code
+    return print_result(RepairReport(outcome, tuple(still_broken(outcome))), out, env)
+
+
+__all__ = ["recover"]

@@ -1,0 +1,111 @@
+"""``cachedoctor repair``: fix what scan finds. Also the plumbing ``recover --apply`` shares.
+
+Its scans (before and after) are the scan ``cachedoctor scan`` runs with the same settings
+(``exclude``, ``state``, reader ``workers``, ``file-timeout`` from ``cachedoctor.options``), so a
+file scan leaves out is never planned on. ``--workers`` here counts *recompute* processes; the
+scan's readers come from the settings (``CACHEDOCTOR_WORKERS``, ``workers =``). A configured
+``sample`` is not used: repair reads everything it may act on; nor is the per-folder state
+database unless the settings name one (``state = PATH``): ``--dry-run`` leaves the cache folder
+as it found it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Optional
+
+import typer
+
+from cachedoctor.cli.environment import current
+from cachedoctor.cli.options import (NO_PATH, ConfigOption, FileTimeoutOption, LayoutChoice, LayoutOption, ModelFamilyOption,
+                                     OutputDirOption, RepairManifestOption, RepairPathsArgument, YesOption)
+from cachedoctor.errors import UsageError
+from cachedoctor.exit_status import ExitStatus
+
+
+def repair(
+    ctx: typer.Context,
+    paths: RepairPathsArgument = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Scan and show the plan; change nothing.")] = False,
+    encoder: Annotated[Optional[list[str]], typer.Option("--encoder", help="NAME[:ARG] or module:factory[:ARG]; give one for images and one for captions.")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="One recompute worker per GPU (cuda:0..N-1).")] = None,
+    device: Annotated[str, typer.Option("--device", help="Device for recompute workers without --gpus.")] = "cpu",
+    workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Recompute worker processes on --device (the scan's readers: the workers setting).")] = 1,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Items per encoder batch.")] = 8,
+    only: Annotated[Optional[str], typer.Option("--only", help="Repair only findings of these kinds (comma-separated).")] = None,
+    yes: YesOption = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted repair (the default whenever one is found).")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Give up an interrupted repair and start a new run (its quarantine stays).")] = False,
+    deep: Annotated[Optional[bool], typer.Option("--deep", help="Scan deep first: also repair bad CRCs and NaN/Inf.", show_default=False)] = None,
+    layout: LayoutOption = LayoutChoice.AUTO,
+    config: ConfigOption = None,
+    manifest: RepairManifestOption = None,
+    model_family: ModelFamilyOption = None,
+    output_dir: OutputDirOption = None,
+    file_timeout: FileTimeoutOption = None,
+) -> int:
+    """Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder."""
+    from cachedoctor.explain import kinds as known_kinds
+    from cachedoctor.options import scan_options
+    from cachedoctor.report.repair_text import RepairReport, print_result
+    from cachedoctor.repair.run import RepairOptions, still_broken
+
+    env = current()
+    settings, targets = resolve_targets(ctx, paths=paths, layout=layout, config=config, manifest=manifest,
+                                        file_timeout=file_timeout, deep=deep)
+    kinds = frozenset(k.strip() for k in only.split(",") if k.strip()) if only else None
+    known = set(known_kinds())
+    if kinds and kinds - known:
+        raise UsageError(f"--only: unknown kind(s) {', '.join(sorted(kinds - known))}; choose from {', '.join(sorted(known))}")
+    options = RepairOptions(scan=scan_options(settings, sample=False, default_state=False), encoders=tuple(encoder or ()), gpus=gpus,
+                            device=device, workers=workers, batch_size=batch_size, only=kinds, dry_run=dry_run,
+                            fresh=fresh and not resume)
+    outcome = run_repair(settings, targets, options, yes, model_family, output_dir)
+    if isinstance(outcome, RepairReport):  # declined
+        return outcome.exit_code
+    if dry_run:
+        print("dry run: nothing was changed", file=env.stdout)
+        return RepairReport(outcome, dry_run=True).exit_code
+    if not outcome.leader:
+        return ExitStatus.CLEAN
+    return print_result(RepairReport(outcome, tuple(still_broken(outcome))), env.stdout, env)
+
+
+def resolve_targets(ctx: typer.Context, **cli: Any) -> tuple[Any, list[str]]:
+    """The settings (as ``scan`` resolves them: command line, ``CACHEDOCTOR_*``,
+    ``[tool.cachedoctor]``) and the absolute, existing targets."""
+    from cachedoctor.api import require_existing
+    from cachedoctor.cli.settings import resolve
+
+    settings = resolve(ctx, **cli)
+    if not settings.paths.value and not settings.config.value and not settings.manifest.value:
+        raise UsageError(NO_PATH)
+    return settings, require_existing(settings.paths.value)
+
+
+def run_repair(settings: Any, targets: list[str], options: Any, yes: bool, model_family: str | None = None,
+               output_dir: str | None = None) -> Any:
+    """Run the repair machinery with the plan printed and the question asked: the outcome, or a
+    declined :class:`RepairReport` when the user said no."""
+    from cachedoctor.options import layout_name, layout_options
+    from cachedoctor.repair.model import Declined
+    from cachedoctor.repair.run import repair as core_repair
+    from cachedoctor.report.repair_text import RepairReport, print_plan
+
+    env = current()
+    out = env.stdout
+
+    def confirm(outcome: Any) -> bool:
+        go = yes or not env.stdin_isatty or env.ask("Go ahead? [y/N] ")
+        if go:  # from here on Ctrl-C leaves a journal the next run finishes
+            env.interrupted = "interrupted; run the same command again to finish (the journal resumes it; nothing is lost)"
+        return go
+
+    try:
+        return core_repair(targets, layout_name(settings), layout_options(settings, model_family, output_dir), options,
+                           list(env.argv), confirm, lambda outcome: print_plan(outcome, out))
+    except Declined:
+        print("nothing was changed", file=out)
+        return RepairReport(declined=True)
+
+
+__all__ = ["repair", "resolve_targets", "run_repair"]

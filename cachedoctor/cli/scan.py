@@ -1,0 +1,120 @@
+"""``cachedoctor scan``: parse, resolve the settings once, call :func:`cachedoctor.api.audit`, render.
+
+Everything that decides the verdict (severity overrides, the baseline, ``--fail-on``) happens in
+``audit``, so a library caller gets the same answer; this module only talks to the terminal.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from cachedoctor.cli.environment import Environment, current
+from cachedoctor.cli.options import (NO_PATH, ConfigOption, DeepOption, ExcludeOption, FailOnOption, FileTimeoutOption,
+                                     FormatOption, LayoutChoice, LayoutOption, ManifestOption, ModelFamilyOption,
+                                     NoStateOption, OutputDirOption, PathsArgument, SampleOption, StateOption, WorkersOption)
+from cachedoctor.cli.settings import resolve
+from cachedoctor.errors import UsageError
+from cachedoctor.exit_status import ExitStatus
+from cachedoctor.report.interface import OutputFormat
+from cachedoctor.report.outcome import FailOn
+
+
+def scan(
+    ctx: typer.Context,
+    paths: PathsArgument = None,
+    deep: DeepOption = None,
+    fmt: FormatOption = OutputFormat.TABLE,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")] = None,
+    fail_on: FailOnOption = FailOn.ERROR,
+    workers: WorkersOption = None,
+    layout: LayoutOption = LayoutChoice.AUTO,
+    config: ConfigOption = None,
+    manifest: ManifestOption = None,
+    model_family: ModelFamilyOption = None,
+    output_dir: OutputDirOption = None,
+    exclude: ExcludeOption = None,
+    state: StateOption = None,
+    no_state: NoStateOption = False,
+    sample: SampleOption = None,
+    file_timeout: FileTimeoutOption = None,
+    baseline: Annotated[Optional[str], typer.Option("--baseline", help="Leave out the findings recorded in this baseline file.", metavar="FILE")] = None,
+    write_baseline: Annotated[Optional[str], typer.Option("--write-baseline", help="Record today's findings in FILE, so later scans with --baseline FILE report only new ones.", metavar="FILE")] = None,
+) -> int:
+    """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
+    from cachedoctor.api import audit
+    from cachedoctor.report import renderer_for
+
+    env = current()
+    settings = resolve(ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout, config=config,
+                       manifest=manifest, exclude=exclude, state=state, no_state=no_state, sample=sample,
+                       file_timeout=file_timeout)
+    if settings.sample.value and settings.state.value is False:
+        raise UsageError("--sample chooses its files through the state database; drop --no-state (or pass --state PATH)")
+    if baseline and write_baseline:
+        raise UsageError("pass --baseline or --write-baseline, not both")
+    if not settings.paths.value and not settings.config.value and not settings.manifest.value:
+        raise UsageError(NO_PATH)
+    with _progress(env) as progress:
+        report = audit(None, settings, model_family=model_family, output_dir=output_dir, baseline=baseline,
+                       write_baseline=write_baseline, progress=progress)
+    renderer = renderer_for(fmt, env.cwd)
+    if output is None:
+        if report.suppressed is not None and fmt is OutputFormat.TABLE:
+            verb = "recorded in" if report.baseline_written else "left out by"
+            print(f"{report.suppressed} finding(s) {verb} the baseline {report.baseline}", file=env.stdout)
+        renderer.render(report, env.stdout, color=bool(env.stdout_isatty))
+    else:
+        error = _write_report(output, lambda out: renderer.render(report, out, color=False))
+        if error:
+            env.error(error)
+            return ExitStatus.ERROR
+        if fmt is not OutputFormat.TABLE and env.stdout_isatty:
+            renderer_for(OutputFormat.TABLE, env.cwd).render(report, env.stdout, color=True)
+    for problem in report.scan.errors:
+        env.error(f"{problem.path}: {problem.message}; fix its permissions or move it out of the cache, then scan again")
+    return report.exit_code
+
+
+def _write_report(path: str, write) -> str | None:  # type: ignore[no-untyped-def]
+    """Write atomically (temp file beside it, then rename); an error message or ``None``."""
+    from cachedoctor.atomic import atomic_text
+
+    try:
+        with atomic_text(path, prefix=".cachedoctor-report-") as out:
+            write(out)
+    except OSError as exc:
+        return f"{path}: cannot write the report ({exc.strerror or exc}); choose another --output"
+    return None
+
+
+class _progress:
+    """A rich progress line on stderr, only when stderr is a terminal."""
+
+    def __init__(self, env: Environment) -> None:
+        self.env = env
+        self.bar = None
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        if not self.env.stderr_isatty:
+            return None
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(SpinnerColumn(), TextColumn("scanning: {task.completed} files, {task.fields[mb]:.1f} MB"),
+                            TimeElapsedColumn(), console=Console(file=self.env.stderr), transient=True)
+        self.bar.start()
+        task = self.bar.add_task("scan", total=None, mb=0.0)
+
+        def update(files: int, nbytes: int) -> None:
+            self.bar.update(task, completed=files, mb=nbytes / 1e6)
+
+        return update
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+__all__ = ["scan"]

@@ -1,0 +1,76 @@
+"""The one mapping from resolved :class:`~cachedoctor.settings.Settings` to the core's options.
+
+``scan``, ``repair``, ``recover`` and ``manifest build`` (and :func:`cachedoctor.api.audit`) all
+build their ``ScanOptions`` and ``LayoutOptions`` here, so ``exclude``, ``state``, ``sample``,
+``workers`` and ``file-timeout`` cannot mean one thing to ``scan`` and another to ``repair`` (they
+did: repair's own scan once ignored ``exclude`` and planned rewrites of excluded files).
+
+``workers`` is always the number of *reader* processes of a scan. ``repair --workers`` is a
+different knob, the number of *recompute* processes (``RepairOptions.workers``); repair's scans
+take their readers from the settings (``CACHEDOCTOR_WORKERS``, ``workers =`` in the config file).
+
+The scan and layout modules are imported inside the functions: resolving settings (``settings
+show``) must not pay for them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cachedoctor.layouts import LayoutName, LayoutOptions
+    from cachedoctor.scan import ScanOptions
+    from cachedoctor.settings import Settings
+
+
+def state_choice(value: str | bool | None, default: bool = True) -> str | None:
+    """``ScanOptions.state`` from the setting: a path, none (``false``), or when not set the
+    per-target database (``default=False``: none)."""
+    from cachedoctor.scan.state.plan import AUTO
+
+    if value is None:
+        return AUTO if default else None
+    return None if value is False else os.path.expanduser(str(value))
+
+
+def scan_options(settings: Settings, *, deep: bool | None = None, sample: bool = True,
+                 default_state: bool = True) -> ScanOptions:
+    """The scan the settings describe. ``deep`` overrides the setting (``repair --deep``);
+    ``sample=False`` drops a configured ``--sample`` (repair reads everything it may act on);
+    ``default_state=False`` keeps an unset ``state`` from creating the per-folder database, for
+    repair and recover: a dry run must leave the cache folder as it found it, so they use a state
+    database only where the settings name one."""
+    from cachedoctor.scan import ScanOptions
+    from cachedoctor.scan.state.sample import Sample
+
+    text = settings.sample.value if sample else None
+    return ScanOptions(deep=bool(settings.deep.value if deep is None else deep), workers=settings.workers.value,
+                       exclude=tuple(settings.exclude.value),
+                       state=state_choice(settings.state.value, default_state),
+                       sample=Sample.parse(text) if text else None, file_timeout=settings.file_timeout.value)
+
+
+def layout_name(settings: Settings) -> LayoutName:
+    from cachedoctor.layouts import LayoutName
+
+    return LayoutName(settings.layout.value)
+
+
+def layout_options(settings: Settings, model_family: str | None = None, output_dir: str | None = None, *,
+                   manifest: bool = True) -> LayoutOptions:
+    """What the layouts need to find the dataset: the SimpleTuner config and the manifest from the
+    settings, the model family and output dir as given (they are no settings of their own).
+    ``manifest=False`` for ``manifest build``, which writes a manifest rather than reading one."""
+    from cachedoctor.layouts import LayoutOptions
+
+    return LayoutOptions(config=settings.config.value, manifest=settings.manifest.value if manifest else None,
+                         model_family=model_family, output_dir=output_dir)
+
+
+def targets(settings: Settings) -> list[str]:
+    """The settings' paths, absolute."""
+    return [os.path.abspath(p) for p in settings.paths.value]
+
+
+__all__ = ["layout_name", "layout_options", "scan_options", "state_choice", "targets"]

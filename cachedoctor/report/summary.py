@@ -1,0 +1,76 @@
+"""What a scan report renders, as plain values: the report does not reach into the engine.
+
+:class:`ScanSummary` is built once from the engine's ``ScanResult`` (:meth:`ScanSummary.of`,
+duck-typed so that ``report/`` imports nothing from ``scan/``) and carries the findings, the
+counts and the few facts about the run that the formats print. A library caller can build one by
+hand, and the renderers stay testable without a scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from cachedoctor.findings import Finding
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A file the scan could not check (a scan with any is incomplete: exit 2)."""
+
+    path: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    files_seen: int = 0
+    files_read: int = 0
+    files_skipped: int = 0
+    bytes_read: int = 0
+    folders: int = 0
+    formats: Mapping[str, int] = field(default_factory=dict)
+    files_reused: int = 0  # unchanged since the state's record: not read again
+    files_deep: int = 0  # read deep by this scan
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSummary:
+    """What the scan compared the cache with (a layout's plan of the dataset)."""
+
+    layout: str
+    items: int
+    skipped: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class ScanSummary:
+    targets: list[str]
+    findings: list[Finding]
+    counts: Counts = field(default_factory=Counts)
+    errors: list[Problem] = field(default_factory=list)
+    deep: bool = False
+    mode: str = "quick"  # quick, deep, or "deep sample 5%"
+    sample: str | None = None
+    elapsed: float = 0.0
+    dataset: DatasetSummary | None = None
+    notes: list[str] = field(default_factory=list)  # about the scan itself (the state database)
+
+    @classmethod
+    def of(cls, result: Any) -> ScanSummary:
+        """The summary of an engine ``ScanResult`` (a ``ScanSummary`` is returned as it is)."""
+        if isinstance(result, ScanSummary):
+            return result
+        stats, options, plan = result.stats, result.options, result.dataset
+        counts = Counts(stats.files_seen, stats.files_read, stats.files_skipped, stats.bytes_read, stats.folders,
+                        dict(stats.formats), stats.files_reused, stats.files_deep)
+        dataset = (DatasetSummary(plan.layout, plan.items, tuple(plan.skipped), tuple(plan.notes))
+                   if plan is not None else None)
+        return cls(targets=list(result.targets), findings=list(result.findings), counts=counts,
+                   errors=[Problem(e.path, e.message) for e in result.errors], deep=bool(options.deep),
+                   mode=options.mode, sample=options.sample.text if options.sample else None,
+                   elapsed=result.elapsed, dataset=dataset, notes=list(result.notes))
+
+
+__all__ = ["Counts", "DatasetSummary", "Problem", "ScanSummary"]
