@@ -171,7 +171,7 @@ def _layouts() -> tuple[str, ...]:
 def _severity(value: Any) -> dict[str, str]:
     from cachedoctor.explain import kinds
 
-    KINDS = kinds()  # read off the checks without importing them (and the formats they need)
+    KINDS = kinds()  # the checks import no reader or layout: settings show stays light
 
     if not isinstance(value, dict):
         raise ValueError("expected a table of kind = severity")

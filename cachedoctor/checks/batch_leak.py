@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from cachedoctor.checks.interface import Check, Inspected, PeerGroup, feature_dim
 from cachedoctor.findings import Finding, Fix, Severity
-from cachedoctor.formats.interface import TensorMeta
+
+if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
+    from cachedoctor.formats.interface import TensorMeta
 
 
 class _Leak(TypedDict):

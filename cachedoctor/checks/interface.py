@@ -13,11 +13,13 @@ import abc
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TYPE_CHECKING, TypeVar
 
 from cachedoctor.findings import Finding, Fix, Severity
-from cachedoctor.formats.interface import FileMeta, ReadError
-from cachedoctor.layouts.interface import Expected
+
+if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
+    from cachedoctor.formats.interface import FileMeta, ReadError
+    from cachedoctor.layouts.interface import Expected
 
 _H = TypeVar("_H", bound=Hashable)
 

@@ -7,11 +7,15 @@ is where the file should be and its source the item, so ``repair`` can encode ex
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity
-from cachedoctor.layouts.interface import Expected
+
+if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
+    from cachedoctor.layouts.interface import Expected
 
 
 class MissingEntry(Check):

@@ -7,12 +7,16 @@ the same size. Nothing can repair that but a rename, so the fix is ``none``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import os
 from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity
-from cachedoctor.layouts.interface import Expected
+
+if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
+    from cachedoctor.layouts.interface import Expected
 
 
 class NameCollision(Check):

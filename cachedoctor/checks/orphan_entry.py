@@ -7,11 +7,15 @@ caches (OneTrainer), it is an item the trainer will still load. Quarantined, nev
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity
-from cachedoctor.layouts.interface import Expected
+
+if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
+    from cachedoctor.layouts.interface import Expected
 
 
 class OrphanEntry(Check):

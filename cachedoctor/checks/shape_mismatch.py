@@ -15,13 +15,17 @@ Any of them means the trainer would stack mismatched tensors or train at the wro
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import re
 from collections.abc import Iterable
 
 from cachedoctor.checks.batch_leak import is_leading_batch
 from cachedoctor.checks.interface import Check, Found, Inspected, PeerGroup, feature_dim
 from cachedoctor.findings import Finding, Fix, Severity
-from cachedoctor.layouts.interface import Expected
+
+if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
+    from cachedoctor.layouts.interface import Expected
 
 #: kohya's ``latents_<h>x<w>`` and ``latents_flipped_<h>x<w>`` (latent units, height first).
 _SIZED_LATENT = re.compile(r"^latents(?:_flipped)?_(\d+)x(\d+)$")

@@ -8,11 +8,15 @@ reading a stale entry trains on the old image or caption without a word.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity
-from cachedoctor.layouts.interface import Expected
+
+if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
+    from cachedoctor.layouts.interface import Expected
 
 #: Source mtimes within this of the entry's are not judged: FAT and some network file systems
 #: keep 1-2 s resolution, and a trainer may write the entry within the second it read the image.

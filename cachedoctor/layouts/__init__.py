@@ -37,8 +37,10 @@ LAYOUTS: dict[str, Layout] = {
 
 def choose(name: LayoutName, targets: list[str], options: LayoutOptions) -> tuple[Layout | None, str]:
     """The layout to use and why. A ``--manifest`` or ``--config`` names its layout outright."""
-    if name is LayoutName.AUTO and (options.manifest or options.config):
-        name = LayoutName.MANIFEST if options.manifest else LayoutName.SIMPLETUNER
+    if name is LayoutName.AUTO and options.manifest:
+        return LAYOUTS[LayoutName.MANIFEST.value], "--manifest"
+    if name is LayoutName.AUTO and options.config:
+        return LAYOUTS[LayoutName.SIMPLETUNER.value], "--config"
     if name is LayoutName.NONE:
         return None, "--layout none: cache files compared with each other only"
     if name is not LayoutName.AUTO:

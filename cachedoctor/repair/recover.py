@@ -27,7 +27,7 @@ from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.plan import EXISTING
 from cachedoctor.scan.state.store import default_path
-from cachedoctor.statedir import is_lock_name
+from cachedoctor.statedir import STATE_DIR, is_lock_name
 from cachedoctor.scan.walk import is_under
 
 #: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).
@@ -97,7 +97,7 @@ def _walk(folders: list[str]) -> Iterator[tuple[str, str]]:
     """``(path, name)`` of every file under ``folders``, outside cachedoctor's own state."""
     for folder in folders:
         for dirpath, dirs, names in os.walk(folder):
-            dirs[:] = [d for d in dirs if d != ".cachedoctor"]
+            dirs[:] = [d for d in dirs if d != STATE_DIR]
             for name in names:
                 yield os.path.join(dirpath, name), name
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.text import human_size
+from cachedoctor.statedir import quarantine_root
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def print_result(report: RepairReport, out, env) -> ExitStatus:  # type: ignore[
     moved = sorted({a.root for a in outcome.plan.actions} & {a.root for a in outcome.plan.actions if not a.blocked})
     if any(r.quarantined for r in outcome.results):
         for root in moved:
-            print(f"quarantine: {os.path.join(root, '.cachedoctor', 'quarantine', outcome.run_id)} "
+            print(f"quarantine: {os.path.join(quarantine_root(root), outcome.run_id)} "
                   f"(undo: cachedoctor quarantine restore {outcome.run_id} {root})", file=out)
     if outcome.after is not None:
         before, after = Counter(f.kind for f in outcome.before.findings), Counter(f.kind for f in outcome.after.findings)

@@ -47,7 +47,7 @@ def test_simpletuner_table_says_which_layout_and_what_it_skipped(copy) -> None: 
     root = copy("simpletuner-healthy")
     code, out, _ = cli("scan", "--config", "simpletuner-healthy/config/multidatabackend.json", cwd=root)
     assert code == 0
-    assert "layout: simpletuner (--layout simpletuner)" in out
+    assert "layout: simpletuner (--config)" in out  # the config names the layout; --layout was not given
     assert "note: dataset 'old-set' skipped" in out
 
 
