@@ -46,7 +46,7 @@ class KohyaLayout(Layout):
                 stems = {stem(e.name) for e in images}
                 if not stems:
                     continue
-                for name in names:
+                for name in sorted(names):  # the first match by name, not by directory order: same line on every copy
                     m = _LATENT_NAME.match(name) or _TE_NAME.match(name)
                     if m is not None and m.group("stem") in stems:
                         return f"{os.path.join(folder, name)} sits next to its image"
