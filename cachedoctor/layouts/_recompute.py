@@ -10,10 +10,12 @@ dtypes. Reads here are metadata only (``deep=False``): planning a repair must st
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from cachedoctor.formats import read_file
-from cachedoctor.formats.interface import FileMeta, ReadError
 from cachedoctor.layouts.interface import Expected, RecomputeSpec, SpecOrWhy, Template
+
+if TYPE_CHECKING:
+    from cachedoctor.formats.interface import FileMeta
 
 #: Text-encoder outputs beside latents in one folder, both ``.npz`` (kohya's names; a manifest
 #: describing a kohya cache has the same files): a latent's template must not be one of these.
@@ -41,6 +43,8 @@ class TemplateFinder:
         return self.find(os.path.dirname(path), role_of(expected), suffix_of(path))
 
     def _search(self, folder: str, role: str, suffix: str) -> Template | None:
+        from cachedoctor.formats import ReadError, read_file  # only when a repair looks for one
+
         tries = 0
         try:
             names = sorted(os.listdir(folder))
@@ -109,6 +113,8 @@ def caption(expected: Expected) -> str | None:
 
 def own_meta(path: str) -> FileMeta | None:
     """The broken entry's own quick read, when it still has one (kohya keeps the bucket in it)."""
+    from cachedoctor.formats import ReadError, read_file
+
     try:
         return read_file(path, deep=False)
     except (ReadError, OSError):

@@ -2,6 +2,16 @@
 
 from cachedoctor.scan.engine import ScanError, ScanOptions, ScanResult, ScanStats, scan
 from cachedoctor.scan.walk import TargetError
-from cachedoctor.scan.worker import Outcome, inspect_file
+from cachedoctor.scan.outcome import Outcome
+
+
+
+def inspect_file(path: str, *, deep: bool = True) -> Outcome:
+    """One file judged on its own, as a scan would (see :func:`cachedoctor.scan.worker.inspect_file`);
+    imported on first use, so that importing the scan loads no reader."""
+    from cachedoctor.scan.worker import inspect_file as inspect
+
+    return inspect(path, deep=deep)
+
 
 __all__ = ["Outcome", "ScanError", "ScanOptions", "ScanResult", "ScanStats", "TargetError", "inspect_file", "scan"]

@@ -12,17 +12,19 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from itertools import chain
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
 from cachedoctor.scan.folders import Collector, Progress, Record, ScanError, ScanStats
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.state.plan import StateSet, plan_folder
-from cachedoctor.scan.worker import inspect_chunk
-from cachedoctor.scan.pool import Chunk, run_pool
 from cachedoctor.scan.state.sample import Sample, choose
 from cachedoctor.scan.walk import Folder, WalkError, check_targets, walk
+
+if TYPE_CHECKING:
+    from cachedoctor.scan.pool import Chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +94,18 @@ def _scan(roots: list[str], options: ScanOptions, progress: Progress | None, dat
     collector = Collector(progress, matcher)
     chunks = _chunks(walk(roots, walk_errors, options.exclude), options, collector, keep, states)
     workers = options.workers or os.cpu_count() or 1
-    if workers <= 1:
-        for folder_id, items, facts, digest in chunks:
+    first = next(chunks, None)  # None: every file was taken from the state database (a rescan)
+    if first is None:
+        pass  # nothing to read: no reader is imported and no worker started
+    elif workers <= 1:
+        from cachedoctor.scan.worker import inspect_chunk
+
+        for folder_id, items, facts, digest in chain([first], chunks):
             collector.add(folder_id, inspect_chunk(items, facts, digest, options.file_timeout))
     else:
-        run_pool(chunks, workers, collector, options.file_timeout)
+        from cachedoctor.scan.pool import run_pool
+
+        run_pool(chain([first], chunks), workers, collector, options.file_timeout)
     if matcher is not None:
         collector.findings.extend(matcher.finish())
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors

@@ -17,7 +17,7 @@ from cachedoctor.findings import Finding
 from cachedoctor.scan.state.codec import outcome_to_text
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.state.plan import decode_result, folder_result
-from cachedoctor.scan.worker import Outcome
+from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.state.store import Sig, StateStore, Upsert
 
 Progress = Callable[[int, int], None]  # (files done, bytes done)

@@ -8,36 +8,18 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 
 from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
 from cachedoctor.findings import Finding
 from cachedoctor.formats import FileMeta, ReadError, UnreadableFile, claims_cache, read_file
 from cachedoctor.lifetime import reraise_interrupt
+from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.watchdog import FileTimeout, file_timer, mark
 
 #: Read errors that, under a name that does not claim a cache format, mean "not ours".
 _FOREIGN_PROBLEMS = frozenset({"empty", "unknown-format", "not-torch", "legacy-tar"})
 _RESOLUTION = re.compile(r"\d+x\d+")
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    path: str
-    size: int
-    status: str  # "read", "skipped" (foreign file) or "error"
-    findings: tuple[Finding, ...] = ()
-    group: str | None = None  # peer group key within the folder
-    peer: PeerEntry | None = None
-    format: str | None = None
-    error: str | None = None
-    mtime_ns: int = 0  # dataset scans only, like ``shapes``
-    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    values: tuple[tuple[str, tuple[float, ...]], ...] = ()
-    deep: bool = False  # the data was read (CRCs, NaN/Inf), not only the metadata
-    xxh3: str | None = None  # of the whole file (the deep read's own digest), for the state database
-    transient: bool = False  # judged by circumstance (a timeout): not kept in the state database
 
 
 def inspect_path(path: str, *, deep: bool, entry_facts: bool = False, digest: bool = False) -> Outcome:

@@ -13,7 +13,7 @@ from typing import Any
 
 from cachedoctor.checks import PeerEntry, PeerTensor
 from cachedoctor.findings import Finding, Fix, Severity
-from cachedoctor.scan.worker import Outcome
+from cachedoctor.scan.outcome import Outcome
 
 
 def finding_to_json(f: Finding, folder: str) -> list[Any]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from cachedoctor.findings import Finding
 from cachedoctor.scan.state.codec import finding_from_json, finding_to_json, outcome_from_text
-from cachedoctor.scan.worker import Outcome
+from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.state.store import Row, Sig, StateStore, default_path, sig_of
 
 #: ``ScanOptions.state``: no state; a store in every folder target (created); only where one exists.

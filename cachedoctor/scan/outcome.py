@@ -1,0 +1,31 @@
+"""What a scan learns about one file: the small picklable record a worker sends back.
+
+Its own module, apart from the worker that makes it, so that the parent's side of a scan (the
+folders, the state database's codec and plan) can name it without importing the readers: a
+rescan in which nothing changed reads no file and loads no reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cachedoctor.checks import PeerEntry
+from cachedoctor.findings import Finding
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    path: str
+    size: int
+    status: str  # "read", "skipped" (foreign file) or "error"
+    findings: tuple[Finding, ...] = ()
+    group: str | None = None  # peer group key within the folder
+    peer: PeerEntry | None = None
+    format: str | None = None
+    error: str | None = None
+    mtime_ns: int = 0  # dataset scans only, like ``shapes``
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    values: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    deep: bool = False  # the data was read (CRCs, NaN/Inf), not only the metadata
+    xxh3: str | None = None  # of the whole file (the deep read's own digest), for the state database
+    transient: bool = False  # judged by circumstance (a timeout): not kept in the state database
