@@ -17,8 +17,9 @@ Problems that stop the audit (a missing target, a broken config or baseline) rai
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from cachedoctor.errors import PathError
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.errors import PathError
 from cachedoctor.findings import Finding

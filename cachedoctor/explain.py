@@ -16,7 +16,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from cachedoctor.findings import Fix, Severity
+from cachedoctor.findings import Fix
 
 WIDTH = 88
 _INDENT = "  "
@@ -178,4 +178,4 @@ def listing() -> str:
     return "\n".join(lines)
 
 
-__all__ = ["KindInfo", "catalogue", "kinds", "RECOMPUTE_NOTE", "SOMETIMES_RECOMPUTED", "UnknownKind", "WIDTH", "check_for", "explain", "how_found", "listing", "normalise"]
+__all__ = ["RECOMPUTE_NOTE", "SOMETIMES_RECOMPUTED", "WIDTH", "KindInfo", "UnknownKind", "catalogue", "check_for", "explain", "how_found", "kinds", "listing", "normalise"]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from cachedoctor.atomic import atomic_text
 from cachedoctor.errors import PathError
@@ -50,7 +51,7 @@ def build(plan: DatasetPlan, output: str, *, workers: int | None = None) -> Buil
         with atomic_text(output, prefix=".cachedoctor-manifest-") as out, \
                 ThreadPoolExecutor(max_workers=workers or HASH_WORKERS) as pool:
             hashed = pool.map(_facts, (s if e.source_mtime_ns is not None else None for s, e in pairs))
-            for (source, entry), facts in zip(pairs, hashed):
+            for (source, entry), facts in zip(pairs, hashed, strict=False):
                 if facts is None:
                     unreadable.append(source)
                     continue

@@ -15,8 +15,9 @@ folder as black and ruff do; whichever is nearer wins. Paths in it are relative 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 try:
     import tomllib

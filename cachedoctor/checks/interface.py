@@ -13,7 +13,7 @@ import abc
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from cachedoctor.findings import Finding, Fix, Severity
 

@@ -7,9 +7,8 @@ is where the file should be and its source the item, so ``repair`` can encode ex
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity

@@ -7,10 +7,9 @@ the same size. Nothing can repair that but a rename, so the fix is ``none``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity

@@ -7,9 +7,8 @@ caches (OneTrainer), it is an item the trainer will still load. Quarantined, nev
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity

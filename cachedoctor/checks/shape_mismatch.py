@@ -15,10 +15,9 @@ Any of them means the trainer would stack mismatched tensors or train at the wro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from cachedoctor.checks.batch_leak import is_leading_batch
 from cachedoctor.checks.interface import Check, Found, Inspected, PeerGroup, feature_dim

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextvars
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, TextIO
+from typing import TextIO
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -18,7 +18,7 @@ manifest_app = typer.Typer(help="Build a manifest of a dataset: per item its siz
 @manifest_app.command("build")
 def manifest_build(
     ctx: typer.Context,
-    dataset: Annotated[Optional[str], typer.Argument(help="The dataset (kohya: image folder; OneTrainer: cache folder).", show_default=False, metavar="DATASET_DIR")] = None,
+    dataset: Annotated[str | None, typer.Argument(help="The dataset (kohya: image folder; OneTrainer: cache folder).", show_default=False, metavar="DATASET_DIR")] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="Where to write the manifest (.jsonl).")] = "manifest.jsonl",
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,

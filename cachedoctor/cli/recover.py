@@ -3,13 +3,22 @@ interrupted repairs; ``--apply`` quarantines what is partial and resumes through
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cachedoctor.cli.environment import current
-from cachedoctor.cli.options import (ConfigOption, FileTimeoutOption, LayoutChoice, LayoutOption, ModelFamilyOption,
-                                     OutputDirOption, RepairManifestOption, RepairPathsArgument, YesOption)
+from cachedoctor.cli.options import (
+    ConfigOption,
+    FileTimeoutOption,
+    LayoutChoice,
+    LayoutOption,
+    ModelFamilyOption,
+    OutputDirOption,
+    RepairManifestOption,
+    RepairPathsArgument,
+    YesOption,
+)
 from cachedoctor.cli.repair import resolve_targets, run_repair
 from cachedoctor.errors import PathError
 
@@ -18,7 +27,7 @@ def recover(
     ctx: typer.Context,
     paths: RepairPathsArgument = None,
     apply: Annotated[bool, typer.Option("--apply", help="Quarantine what is partial and resume the interrupted repair.")] = False,
-    encoder: Annotated[Optional[list[str]], typer.Option("--encoder", help="For recomputes (default: the interrupted repair's own).")] = None,
+    encoder: Annotated[list[str] | None, typer.Option("--encoder", help="For recomputes (default: the interrupted repair's own).")] = None,
     yes: YesOption = False,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,

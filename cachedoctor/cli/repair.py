@@ -11,13 +11,23 @@ as it found it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from cachedoctor.cli.environment import current
-from cachedoctor.cli.options import (NO_PATH, ConfigOption, FileTimeoutOption, LayoutChoice, LayoutOption, ModelFamilyOption,
-                                     OutputDirOption, RepairManifestOption, RepairPathsArgument, YesOption)
+from cachedoctor.cli.options import (
+    NO_PATH,
+    ConfigOption,
+    FileTimeoutOption,
+    LayoutChoice,
+    LayoutOption,
+    ModelFamilyOption,
+    OutputDirOption,
+    RepairManifestOption,
+    RepairPathsArgument,
+    YesOption,
+)
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 
@@ -26,16 +36,16 @@ def repair(
     ctx: typer.Context,
     paths: RepairPathsArgument = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Scan and show the plan; change nothing.")] = False,
-    encoder: Annotated[Optional[list[str]], typer.Option("--encoder", help="NAME[:ARG] or module:factory[:ARG]; give one for images and one for captions.")] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", min=1, help="One recompute worker per GPU (cuda:0..N-1).")] = None,
+    encoder: Annotated[list[str] | None, typer.Option("--encoder", help="NAME[:ARG] or module:factory[:ARG]; give one for images and one for captions.")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", min=1, help="One recompute worker per GPU (cuda:0..N-1).")] = None,
     device: Annotated[str, typer.Option("--device", help="Device for recompute workers without --gpus.")] = "cpu",
     workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Recompute worker processes on --device (the scan's readers: the workers setting).")] = 1,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Items per encoder batch.")] = 8,
-    only: Annotated[Optional[str], typer.Option("--only", help="Repair only findings of these kinds (comma-separated).")] = None,
+    only: Annotated[str | None, typer.Option("--only", help="Repair only findings of these kinds (comma-separated).")] = None,
     yes: YesOption = False,
     resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted repair (the default whenever one is found).")] = False,
     fresh: Annotated[bool, typer.Option("--fresh", help="Give up an interrupted repair and start a new run (its quarantine stays).")] = False,
-    deep: Annotated[Optional[bool], typer.Option("--deep", help="Scan deep first: also repair bad CRCs and NaN/Inf.", show_default=False)] = None,
+    deep: Annotated[bool | None, typer.Option("--deep", help="Scan deep first: also repair bad CRCs and NaN/Inf.", show_default=False)] = None,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,
     manifest: RepairManifestOption = None,
@@ -46,8 +56,8 @@ def repair(
     """Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder."""
     from cachedoctor.explain import kinds as known_kinds
     from cachedoctor.options import scan_options
-    from cachedoctor.report.repair_text import RepairReport, print_result
     from cachedoctor.repair.run import RepairOptions, still_broken
+    from cachedoctor.report.repair_text import RepairReport, print_result
 
     env = current()
     settings, targets = resolve_targets(ctx, paths=paths, layout=layout, config=config, manifest=manifest,

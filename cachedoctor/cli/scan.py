@@ -6,14 +6,30 @@ Everything that decides the verdict (severity overrides, the baseline, ``--fail-
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from cachedoctor.cli.environment import Environment, current
-from cachedoctor.cli.options import (NO_PATH, ConfigOption, DeepOption, ExcludeOption, FailOnOption, FileTimeoutOption,
-                                     FormatOption, LayoutChoice, LayoutOption, ManifestOption, ModelFamilyOption,
-                                     NoStateOption, OutputDirOption, PathsArgument, SampleOption, StateOption, WorkersOption)
+from cachedoctor.cli.options import (
+    NO_PATH,
+    ConfigOption,
+    DeepOption,
+    ExcludeOption,
+    FailOnOption,
+    FileTimeoutOption,
+    FormatOption,
+    LayoutChoice,
+    LayoutOption,
+    ManifestOption,
+    ModelFamilyOption,
+    NoStateOption,
+    OutputDirOption,
+    PathsArgument,
+    SampleOption,
+    StateOption,
+    WorkersOption,
+)
 from cachedoctor.cli.settings import resolve
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
@@ -26,7 +42,7 @@ def scan(
     paths: PathsArgument = None,
     deep: DeepOption = None,
     fmt: FormatOption = OutputFormat.TABLE,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")] = None,
     fail_on: FailOnOption = FailOn.ERROR,
     workers: WorkersOption = None,
     layout: LayoutOption = LayoutChoice.AUTO,
@@ -39,8 +55,8 @@ def scan(
     no_state: NoStateOption = False,
     sample: SampleOption = None,
     file_timeout: FileTimeoutOption = None,
-    baseline: Annotated[Optional[str], typer.Option("--baseline", help="Leave out the findings recorded in this baseline file.", metavar="FILE")] = None,
-    write_baseline: Annotated[Optional[str], typer.Option("--write-baseline", help="Record today's findings in FILE, so later scans with --baseline FILE report only new ones.", metavar="FILE")] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Leave out the findings recorded in this baseline file.", metavar="FILE")] = None,
+    write_baseline: Annotated[str | None, typer.Option("--write-baseline", help="Record today's findings in FILE, so later scans with --baseline FILE report only new ones.", metavar="FILE")] = None,
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit

@@ -13,9 +13,21 @@ from typing import Any
 import typer
 
 from cachedoctor.cli.environment import current
-from cachedoctor.cli.options import (ConfigOption, DeepOption, ExcludeOption, FailOnOption, FileTimeoutOption, LayoutChoice,
-                                     LayoutOption, ManifestOption, NoStateOption, PathsArgument, SampleOption, StateOption,
-                                     WorkersOption)
+from cachedoctor.cli.options import (
+    ConfigOption,
+    DeepOption,
+    ExcludeOption,
+    FailOnOption,
+    FileTimeoutOption,
+    LayoutChoice,
+    LayoutOption,
+    ManifestOption,
+    NoStateOption,
+    PathsArgument,
+    SampleOption,
+    StateOption,
+    WorkersOption,
+)
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.outcome import FailOn

@@ -11,8 +11,16 @@ import enum
 
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._recompute import TemplateFinder
-from cachedoctor.layouts.interface import (DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, RecomputeSpec,
-                                           SpecOrWhy, Template)
+from cachedoctor.layouts.interface import (
+    DatasetPlan,
+    Expected,
+    Layout,
+    LayoutError,
+    LayoutOptions,
+    RecomputeSpec,
+    SpecOrWhy,
+    Template,
+)
 from cachedoctor.layouts.kohya import KohyaLayout
 from cachedoctor.layouts.manifest import ManifestLayout
 from cachedoctor.layouts.onetrainer import OneTrainerLayout
@@ -75,5 +83,19 @@ def recompute_spec(path: str, expected: Expected | None, layout: str | None, tem
     return _recompute.generic_latent_spec(expected, template, path)
 
 
-__all__ = ["DatasetPlan", "Expected", "LAYOUTS", "Layout", "LayoutError", "LayoutName", "LayoutOptions",
-           "RecomputeSpec", "SpecOrWhy", "Template", "TemplateFinder", "choose", "plan_for", "recompute_spec"]
+__all__ = [
+    "LAYOUTS",
+    "DatasetPlan",
+    "Expected",
+    "Layout",
+    "LayoutError",
+    "LayoutName",
+    "LayoutOptions",
+    "RecomputeSpec",
+    "SpecOrWhy",
+    "Template",
+    "TemplateFinder",
+    "choose",
+    "plan_for",
+    "recompute_spec",
+]

@@ -8,7 +8,7 @@ any EXIF rotation: that is what the trainers put in their file names and bucket 
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif", ".jxl", ".avif")
 CAPTION_SUFFIX = ".txt"

@@ -170,7 +170,7 @@ class Template:
     container, keys and dtypes a recomputed entry copies. ``meta`` is its quick read."""
 
     path: str
-    meta: "FileMeta"
+    meta: FileMeta
 
 
 #: A recompute spec, or why the entry cannot be recomputed here (exactly one is set).

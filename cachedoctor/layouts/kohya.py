@@ -22,8 +22,16 @@ from collections import Counter
 
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, image_size, stem, walk_images
-from cachedoctor.layouts.interface import (DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, RecomputeSpec,
-                                           SpecOrWhy, Template)
+from cachedoctor.layouts.interface import (
+    DatasetPlan,
+    Expected,
+    Layout,
+    LayoutError,
+    LayoutOptions,
+    RecomputeSpec,
+    SpecOrWhy,
+    Template,
+)
 
 _LATENT_NAME = re.compile(r"^(?P<stem>.+)_(?P<w>\d{4,})x(?P<h>\d{4,})_(?P<arch>[a-z0-9]+)\.npz$")
 _TE_NAME = re.compile(r"^(?P<stem>.+?)(?P<suffix>_te_outputs|_[a-z0-9]+_te)\.npz$")

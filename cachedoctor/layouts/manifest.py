@@ -17,12 +17,12 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any
 
 from cachedoctor.layouts import _recompute
-from cachedoctor.layouts.interface import (DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, SpecOrWhy,
-                                           Template)
+from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, SpecOrWhy, Template
 
 REQUIRED = ("source", "cache")
 _HASH_CHUNK = 1 << 20
@@ -46,7 +46,7 @@ class ManifestLayout(Layout):
         roots = [os.path.abspath(t) for t in targets] or sorted({os.path.dirname(_abs(base, r["cache"])) for _, r in rows})
         plan = DatasetPlan("manifest", roots, source_suffixes=())
         stale = _stale_by_content(base, rows)
-        for (line, row), reason in zip(rows, stale):
+        for (line, row), reason in zip(rows, stale, strict=False):
             source = _abs(base, row["source"])
             st = _stat(source)
             plan.items += 1
@@ -67,7 +67,7 @@ class ManifestLayout(Layout):
 def read_rows(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, row)`` for each row; :class:`LayoutError` naming the line on bad input."""
     try:
-        handle = open(path, encoding="utf-8", newline="")
+        handle = open(path, encoding="utf-8", newline="")  # noqa: SIM115 (closed by the `with` below; open errors get their own message)
     except OSError as exc:
         raise LayoutError(path, f"cannot open the manifest ({exc.strerror or exc}); check the path") from None
     with handle:

@@ -20,8 +20,17 @@ from typing import Any
 
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._images import is_image, names_in
-from cachedoctor.layouts.interface import (DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, RecomputeSpec,
-                                           SpecOrWhy, Template, mtime_ns)
+from cachedoctor.layouts.interface import (
+    DatasetPlan,
+    Expected,
+    Layout,
+    LayoutError,
+    LayoutOptions,
+    RecomputeSpec,
+    SpecOrWhy,
+    Template,
+    mtime_ns,
+)
 
 _VARIATION = re.compile(r"^variation-(\d+)$")
 AGGREGATE = "aggregate.pt"
@@ -60,7 +69,7 @@ class OneTrainerLayout(Layout):
             have_dataset = present > 0
             if listed and not have_dataset:
                 absent_total += listed
-            for i, (item, image) in enumerate(zip(items, resolved)):
+            for i, (item, image) in enumerate(zip(items, resolved, strict=False)):
                 _expect_item(plan, variation, i, item, image, kind, have_dataset)
             if kind == "image":
                 plan.items += len(items)

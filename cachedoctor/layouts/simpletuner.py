@@ -27,8 +27,16 @@ from typing import Any
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
-from cachedoctor.layouts.interface import (DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, RecomputeSpec,
-                                           SpecOrWhy, Template)
+from cachedoctor.layouts.interface import (
+    DatasetPlan,
+    Expected,
+    Layout,
+    LayoutError,
+    LayoutOptions,
+    RecomputeSpec,
+    SpecOrWhy,
+    Template,
+)
 
 CONFIG_NAMES = ("multidatabackend.json", os.path.join("config", "multidatabackend.json"))
 _CAPTION_LIMIT = 1 << 20  # a caption file larger than this is not a caption

@@ -24,13 +24,13 @@ import socket
 import sqlite3
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from cachedoctor.faults import could_not_write, is_full, move_aside, reason
 from cachedoctor.repair.model import Action, ItemResult, ItemState, RepairError
-from cachedoctor.statedir import journal_path
 from cachedoctor.sqlite_mode import set_journal_mode
+from cachedoctor.statedir import journal_path
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -91,7 +91,7 @@ class Interrupted:
         return tuple(str(s) for s in specs) if isinstance(specs, list) else ()
 
 
-def interrupted_run(root: str, rank: int | None = None) -> "Interrupted | None":
+def interrupted_run(root: str, rank: int | None = None) -> Interrupted | None:
     """The interrupted run recorded under ``root``, if any, without creating anything."""
     if not os.path.exists(journal_path(root, rank)):
         return None

@@ -17,6 +17,7 @@ from typing import Any
 from cachedoctor.repair.model import NotRewritable
 from cachedoctor.repair.torch_io import TORCH_FORMATS, load_safely, serialize
 
+
 def transform(obj: Any, clone: bool) -> Any:
     """The same structure with cpu tensors; with ``clone`` each tensor owns exactly its data."""
     import torch
@@ -52,7 +53,7 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, dict):
         return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
@@ -79,4 +80,4 @@ def rewrite_bytes(path: str, clone: bool) -> bytes:
     return serialize(new, fmt)
 
 
-__all__ = ["NotRewritable", "TORCH_FORMATS", "load_safely", "rewrite_bytes", "same", "serialize", "transform"]
+__all__ = ["TORCH_FORMATS", "NotRewritable", "load_safely", "rewrite_bytes", "same", "serialize", "transform"]

@@ -62,7 +62,7 @@ class Stat:
     ino: int
 
     @classmethod
-    def of(cls, path: str) -> "Stat | None":
+    def of(cls, path: str) -> Stat | None:
         import os
 
         try:
@@ -94,7 +94,7 @@ class Action:
         return json.dumps(data, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Action":
+    def from_json(cls, text: str) -> Action:
         data = json.loads(text)
         data["kind"] = ActionKind(data["kind"])
         data["reasons"] = tuple(data["reasons"])
@@ -131,7 +131,7 @@ class RepairPlan:
             out[label] = out.get(label, 0) + 1
         return dict(sorted(out.items()))
 
-    def rewrite_bytes(self, kind: "ActionKind | None" = None) -> int:
+    def rewrite_bytes(self, kind: ActionKind | None = None) -> int:
         return sum(a.bytes for a in self.actions if a.kind.lossless and not a.blocked and kind in (None, a.kind))
 
     def runnable(self) -> list[Action]:

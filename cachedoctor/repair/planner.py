@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 from cachedoctor.atomic import is_own_temp
 from cachedoctor.findings import Finding, Fix
@@ -33,9 +33,9 @@ def root_of(path: str, roots: list[str]) -> str:
     best = None
     for root in roots:
         base = root if os.path.isdir(root) else os.path.dirname(root)
-        if path == base or path.startswith(base.rstrip(os.sep) + os.sep):
-            if best is None or len(base) > len(best):
-                best = base
+        inside = path == base or path.startswith(base.rstrip(os.sep) + os.sep)
+        if inside and (best is None or len(base) > len(best)):
+            best = base
     return best or os.path.dirname(path)
 
 

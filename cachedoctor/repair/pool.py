@@ -11,8 +11,8 @@ SIGKILLed repair leaves no orphan writing behind the next one's back.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterator
 
 from cachedoctor.errors import PathError
 from cachedoctor.lifetime import die_with_parent, reraise_interrupt
@@ -130,12 +130,12 @@ def _encode_batch(batch: Batch, prepared: list, image, run_id: str, on_result: O
                   writer: ThreadPoolExecutor, pending: list) -> None:
     import torch
 
-    from cachedoctor.repair.replace import run_action, verify_written
     from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.recompute import build_file
+    from cachedoctor.repair.replace import run_action, verify_written
 
-    ok = [(a, p) for a, p in zip(batch, prepared) if not isinstance(p, Exception)]
-    for action, problem in zip(batch, prepared):
+    ok = [(a, p) for a, p in zip(batch, prepared, strict=False) if not isinstance(p, Exception)]
+    for action, problem in zip(batch, prepared, strict=False):
         if isinstance(problem, Exception):
             failed = ItemResult(action.path, action.kind, ItemState.FAILED, f"cannot read its source: {problem}")
             pending.append(writer.submit(on_result, failed))  # results reach the journal from one thread only
@@ -160,9 +160,9 @@ def _encode_batch(batch: Batch, prepared: list, image, run_id: str, on_result: O
 
 
 def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None:  # type: ignore[no-untyped-def]
-    from cachedoctor.repair.replace import run_action, verify_written
     from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.recompute import build_file
+    from cachedoctor.repair.replace import run_action, verify_written
 
     outputs = encoder.encode([a.spec.text for a in batch])
     for i, action in enumerate(batch):
@@ -183,7 +183,7 @@ def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, ru
         work(batches, encoder_specs, device, run_id, queue.put, workers_on_cpu)
     except BaseException as exc:  # reported by the parent; the items stay unfinished in the journal
         queue.put(("error", f"{type(exc).__name__}: {exc}"))
-        raise SystemExit(1)
+        raise SystemExit(1) from None
     queue.put(("done", device))
 
 
@@ -196,7 +196,7 @@ def run_pool(shares: list[list[Batch]], encoder_specs: list[str], devices: list[
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     procs = []
-    for share, device in zip(shares, devices):
+    for share, device in zip(shares, devices, strict=False):
         if share:
             proc = ctx.Process(target=_worker_main, daemon=True,
                                args=(share, encoder_specs, device, run_id, queue, devices.count("cpu"), os.getpid()))
@@ -237,4 +237,4 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-__all__ = ["make_batches", "split", "work", "run_pool", "devices_for", "visible_gpus"]
+__all__ = ["devices_for", "make_batches", "run_pool", "split", "visible_gpus", "work"]

@@ -20,12 +20,13 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from cachedoctor.atomic import TEMP_SUFFIX, is_own_temp, temp_prefix_for, temp_target, transfer
 from cachedoctor.errors import PathError
 from cachedoctor.statedir import quarantine_root
+
 RECORDS = ".records.jsonl"
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Iterator
 
 from cachedoctor.findings import Finding
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
@@ -27,8 +27,8 @@ from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.plan import EXISTING
 from cachedoctor.scan.state.store import default_path
-from cachedoctor.statedir import STATE_DIR, is_lock_name
 from cachedoctor.scan.walk import is_under
+from cachedoctor.statedir import STATE_DIR, is_lock_name
 
 #: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).
 CRASH_KINDS = frozenset({"partial-write", "corrupt-archive", "non-finite"})

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from cachedoctor.atomic import atomic_binary, fsync_dir, temp_prefix_for, temp_target
 from cachedoctor.lifetime import kill_due, kill_self, reraise_interrupt
-from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, NotRewritable, RepairError, Stat
 from cachedoctor.repair.locks import file_lock
+from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, NotRewritable, RepairError, Stat
 from cachedoctor.repair.quarantine import Quarantine
+
 
 def crash_point(name: str) -> None:
     """A named point in a repair; with ``CACHEDOCTOR_TEST_KILL_AT=N`` the N-th one SIGKILLs the

@@ -11,15 +11,24 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair import distributed
+from cachedoctor.repair.journal import (
+    Interrupted,
+    Journal,
+    JournalUnreadable,
+    abandon,
+    finish_run,
+    holds_no_open_run,
+    interrupted_run,
+    move_journal_aside,
+    new_run_id,
+)
 from cachedoctor.repair.model import Action, ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
-from cachedoctor.repair.journal import (Interrupted, Journal, JournalUnreadable, abandon, finish_run, holds_no_open_run,
-                                        interrupted_run, move_journal_aside, new_run_id)
 from cachedoctor.repair.planner import plan_repair
 from cachedoctor.scan import ScanOptions, ScanResult, scan
 
@@ -214,9 +223,9 @@ def _run_lossless(actions: list[Action], run_id: str, record: Callable[[ItemResu
 
 
 def _run_local(action: Action, run_id: str, on_done: Callable[[ItemResult], None] | None = None) -> ItemResult:
-    from cachedoctor.repair.replace import run_action, verify_written
     from cachedoctor.repair.lossless import rewrite_bytes
     from cachedoctor.repair.quarantine import Quarantine
+    from cachedoctor.repair.replace import run_action, verify_written
 
     quarantine = Quarantine(action.root, run_id)
     if action.kind.lossless:

@@ -19,7 +19,8 @@ import datetime
 import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from cachedoctor import __version__
 from cachedoctor.findings import Finding

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from cachedoctor import __version__
 from cachedoctor.exit_status import ExitStatus

@@ -8,8 +8,9 @@ hand, and the renderers stay testable without a scan.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from cachedoctor.findings import Finding
 

@@ -1,9 +1,8 @@
 """The scan engine: :func:`scan` walks targets, reads every file safely, and runs the checks."""
 
 from cachedoctor.scan.engine import ScanError, ScanOptions, ScanResult, ScanStats, scan
-from cachedoctor.scan.walk import TargetError
 from cachedoctor.scan.outcome import Outcome
-
+from cachedoctor.scan.walk import TargetError
 
 
 def inspect_file(path: str, *, deep: bool = True) -> Outcome:

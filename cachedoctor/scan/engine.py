@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING
 
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
-from cachedoctor.scan.folders import Collector, Progress, Record, ScanError, ScanStats
 from cachedoctor.scan.dataset import DatasetMatcher
+from cachedoctor.scan.folders import Collector, Progress, Record, ScanError, ScanStats
 from cachedoctor.scan.state.plan import StateSet, plan_folder
 from cachedoctor.scan.state.sample import Sample, choose
 from cachedoctor.scan.walk import Folder, WalkError, check_targets, walk
@@ -60,7 +61,7 @@ class ScanResult:
     notes: list[str] = field(default_factory=list)  # about the scan itself (the state database)
 
 
-def scan(targets: list[str], options: ScanOptions = ScanOptions(), progress: Progress | None = None,
+def scan(targets: list[str], options: ScanOptions | None = None, progress: Progress | None = None,
          dataset: DatasetPlan | None = None) -> ScanResult:
     """Scan ``targets`` (files or folders). Raises ``TargetError`` if one cannot be scanned.
 
@@ -68,6 +69,7 @@ def scan(targets: list[str], options: ScanOptions = ScanOptions(), progress: Pro
     dataset expects there, and skips the dataset's own files (images, captions) unread. With
     ``options.state`` it reads only what changed since the state database's record.
     """
+    options = options if options is not None else ScanOptions()
     started = time.perf_counter()
     roots = check_targets(targets)
     states = StateSet.open(roots, options.state)

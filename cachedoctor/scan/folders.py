@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from cachedoctor.checks import PEER_CHECKS, Found, PeerEntry, PeerGroup
 from cachedoctor.findings import Finding
-from cachedoctor.scan.state.codec import outcome_to_text
 from cachedoctor.scan.dataset import DatasetMatcher
-from cachedoctor.scan.state.plan import decode_result, folder_result
 from cachedoctor.scan.outcome import Outcome
+from cachedoctor.scan.state.codec import outcome_to_text
+from cachedoctor.scan.state.plan import decode_result, folder_result
 from cachedoctor.scan.state.store import Sig, StateStore, Upsert
 
 Progress = Callable[[int, int], None]  # (files done, bytes done)
@@ -44,7 +44,7 @@ class ScanError:
 class _FolderState:
     __slots__ = ("path", "pending", "groups", "found", "findings", "record")
 
-    def __init__(self, path: str, pending: int, record: "Record | None" = None) -> None:
+    def __init__(self, path: str, pending: int, record: Record | None = None) -> None:
         self.path = path
         self.pending = pending
         self.groups: dict[str, list[PeerEntry]] = defaultdict(list)

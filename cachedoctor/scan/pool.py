@@ -20,8 +20,8 @@ from typing import Any
 
 from cachedoctor.lifetime import die_with_parent
 from cachedoctor.scan.folders import Collector
-from cachedoctor.scan.watchdog import Slots, attach
 from cachedoctor.scan.outcome import Outcome
+from cachedoctor.scan.watchdog import Slots, attach
 from cachedoctor.scan.worker import inspect_chunk, timed_out
 
 Chunk = tuple[int, list[tuple[str, bool]], bool, bool]  # folder id, (path, deep) items, facts, digest

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from cachedoctor.errors import PathError
 from cachedoctor.statedir import STATE_DIR, is_lock_name
@@ -72,8 +72,8 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
     folders = [t for t in targets if os.path.isdir(t)]
     named: dict[str, set[str]] = {}
     for target in targets:
-        if not os.path.isdir(target) and not any(is_under(target, f) for f in folders):
-            if not excluded(os.path.basename(target), exclude):
+        if (not os.path.isdir(target) and not any(is_under(target, f) for f in folders)
+                and not excluded(os.path.basename(target), exclude)):
                 named.setdefault(os.path.dirname(target), set()).add(target)
     for folder, files in named.items():
         yield Folder(folder, sorted(files))
@@ -98,9 +98,9 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
                             if entry.is_dir():  # follows symlinks; loops stop at ``visited``
                                 if entry.name not in _SKIP_DIRS and not skip(entry.path, target):
                                     subdirs.append(entry.path)
-                            elif entry.is_file():
-                                if not is_lock_name(entry.name) and not (exclude and skip(entry.path, target)):
-                                    files.append(entry.path)  # lock files: statedir.py
+                            elif (entry.is_file() and not is_lock_name(entry.name)  # lock files: statedir.py
+                                  and not (exclude and skip(entry.path, target))):
+                                files.append(entry.path)
                         except OSError as exc:
                             errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))
             except OSError as exc:

@@ -11,7 +11,6 @@ import re
 from functools import lru_cache
 
 from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
-from cachedoctor.findings import Finding
 from cachedoctor.formats import FileMeta, ReadError, UnreadableFile, claims_cache, read_file
 from cachedoctor.lifetime import reraise_interrupt
 from cachedoctor.scan.outcome import Outcome

@@ -9,10 +9,11 @@ than deleted; a full disk is not damage, and moves nothing.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
-import functools
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from cachedoctor.faults import is_full, move_aside
 from cachedoctor.fsinfo import is_network

@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from cachedoctor.findings import Finding
-from cachedoctor.scan.state.codec import finding_from_json, finding_to_json, outcome_from_text
 from cachedoctor.scan.outcome import Outcome
+from cachedoctor.scan.state.codec import finding_from_json, finding_to_json, outcome_from_text
 from cachedoctor.scan.state.store import Row, Sig, StateStore, default_path, sig_of
 
 #: ``ScanOptions.state``: no state; a store in every folder target (created); only where one exists.
@@ -38,7 +38,7 @@ class StateSet:
         return self._notes + [note for store in self.stores for note in store.notes]
 
     @classmethod
-    def open(cls, roots: list[str], state: str | None) -> "StateSet":
+    def open(cls, roots: list[str], state: str | None) -> StateSet:
         stores: list[StateStore] = []
         notes: list[str] = []
         if state is None:
@@ -122,7 +122,7 @@ def plan_folder(store: StateStore, folder: str, files: list[str], *, deep: bool,
             if result is not None:
                 return plan, result
     rows = store.rows(folder)
-    for path, st in zip(files, stats):
+    for path, st in zip(files, stats, strict=False):
         name = path[cut:]
         row: Row | None = rows.pop(name, None)
         sig = sig_of(st) if st is not None else None

@@ -11,9 +11,9 @@ in a temporary table, so memory stays flat however large the cache.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Iterable, Iterator
 
 from cachedoctor.scan.state.store import StateStore, sig_of
 from cachedoctor.scan.walk import Folder
@@ -26,7 +26,7 @@ class Sample:
     text: str
 
     @classmethod
-    def parse(cls, text: str) -> "Sample":
+    def parse(cls, text: str) -> Sample:
         """``N%`` (decimals allowed) or ``N/M``; raises ``ValueError`` saying what is expected."""
         raw = text.strip()
         try:

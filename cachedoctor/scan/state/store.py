@@ -30,7 +30,8 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from cachedoctor import __version__
 from cachedoctor.errors import PathError
@@ -106,7 +107,7 @@ class StateStore:
         self._wrote = False
 
     @classmethod
-    def open(cls, path: str, base: str, *, explicit: bool) -> tuple["StateStore | None", str | None]:
+    def open(cls, path: str, base: str, *, explicit: bool) -> tuple[StateStore | None, str | None]:
         """The store and a note for the report. ``explicit`` (``--state``) turns "cannot" into
         :class:`StateError`; otherwise the scan goes on without state and says why."""
         db = None
@@ -308,4 +309,4 @@ def _under(folder: bytes, key: bytes) -> bool:
     return key == b"." or folder == key or folder.startswith(key.rstrip(b"/") + b"/")
 
 
-__all__ = ["Row", "STATE_FILE", "Sig", "StateError", "StateStore", "Upsert", "default_path", "sig_of"]
+__all__ = ["STATE_FILE", "Row", "Sig", "StateError", "StateStore", "Upsert", "default_path", "sig_of"]
