@@ -160,7 +160,7 @@ def methods(args, ctx):
                     pixels.append(torch.from_numpy(np.asarray(im, dtype=np.uint8).copy()).permute(2, 0, 1).float()
                                   / 127.5 - 1.0)
                 latents = enc.scaling.apply(enc.encode(torch.stack(pixels))["latent"]).to(torch.bfloat16)
-                for path, latent in zip(chunk, latents):
+                for path, latent in zip(chunk, latents, strict=True):
                     with open(loop_out / ds.latent_path(path).name, "wb") as f:
                         torch.save(latent.clone(), f)
         reset()

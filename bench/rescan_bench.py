@@ -41,8 +41,9 @@ exec(compile(WALK, "<walk>", "exec"), walk_ns)
 
 
 def build(args, root):
-    from memory_bench import BUILD  # the same metadata-sized files, built by a child (no torch here)
     import subprocess
+
+    from memory_bench import BUILD  # the same metadata-sized files, built by a child (no torch here)
 
     proc = subprocess.run([sys.executable, "-c", BUILD, str(runner.REPO), str(root / "cache"), str(args.entries),
                            str(args.per_folder)], capture_output=True, text=True)

@@ -28,10 +28,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 REPO = Path(__file__).resolve().parent.parent
 # The repository (not tests/): fixtures.builders, and the checkout's cachedoctor when none is installed.
@@ -216,7 +217,7 @@ def time_method(m: Method) -> tuple[float, dict]:
     if m.command is not None:
         env = m.env  # the whole environment of the process (None: this one's)
         t0 = time.perf_counter()
-        proc = subprocess.run(m.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=m.cwd)
+        proc = subprocess.run(m.command, capture_output=True, text=True, env=env, cwd=m.cwd)
         dt = time.perf_counter() - t0
         extra: dict = {"exit_code": proc.returncode}
         lines = proc.stdout.strip().splitlines()
@@ -316,7 +317,8 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
         ctx = SimpleNamespace(root=root, facts=facts, args=args)
         print(f"{bench.title}  (python {platform.python_version()}, {os.cpu_count()} CPUs, "
               f"{platform.system()} {platform.machine()})")
-        print(f"set: {root} ({'reused' if facts['reused'] else 'built in %.1f s' % facts['build_seconds']})")
+        how = "reused" if facts["reused"] else f"built in {facts['build_seconds']:.1f} s"
+        print(f"set: {root} ({how})")
         for key, value in facts.items():
             if key not in ("reused", "build_seconds"):
                 print(f"     {key}: {value}")
@@ -343,7 +345,7 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
                               "mb_per_s": m.nbytes / min(ts) / MB if m.nbytes else None,
                               "whole_process": m.command is not None, **extras[m.key]}
         notes = list(bench.finish(args, ctx, figures)) if bench.finish else []
-        for key, f in figures.items():
+        for f in figures.values():
             if f["whole_process"] and f.get("exit_code") not in (0, 1):
                 notes.append(f"{f['label']}: exit code {f.get('exit_code')}: {f.get('stderr_tail', '')}")
         if cpu0 and cpu1:
@@ -357,7 +359,7 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
         head = f"{'method':<52} {'items':>7} {'best s':>8} {'median s':>9} {'items/s':>10} {'MB/s':>8}"
         print(head + ("  detail" if bench.detail else ""))
         print("-" * len(head))
-        for key, f in figures.items():
+        for f in figures.values():
             rate = f"{f['items_per_s']:>10,.0f}" if f["items_per_s"] else f"{'-':>10}"
             mbs = f"{f['mb_per_s']:>8,.1f}" if f["mb_per_s"] else f"{'-':>8}"
             label = f["label"] + (" *" if f["whole_process"] else "")

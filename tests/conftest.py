@@ -4,8 +4,8 @@ of ``fixtures/builders/`` (shared with the fixture generators and the benchmarks
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 # The repository root on sys.path, once, here: ``fixtures.builders`` is imported from the checkout
 # (pytest puts tests/ there itself, for ``factories`` and friends). Appended, so an installed
@@ -15,7 +15,6 @@ if REPO not in sys.path:
     sys.path.append(REPO)
 
 import pytest  # noqa: E402
-
 from factories import PWNED_MARKER  # noqa: E402
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from factories import latent, peers, pt_bytes, save_pt, saved_on
 
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
-from factories import latent, peers, pt_bytes, save_pt, saved_on
 
 FINDING_KEYS = {"kind", "severity", "path", "source", "message", "fix", "details"}
 
@@ -195,7 +195,7 @@ def test_ctrl_c_wrapped_by_a_lazy_import_is_still_ctrl_c(tmp_path: Path, monkeyp
             raise KeyboardInterrupt
 
     def read_while_importing(path: str, deep: bool) -> None:
-        class finfo:  # noqa: N801  what `import numpy` was building when the signal came
+        class finfo:
             epsneg = Interrupting()
 
     monkeypatch.setattr("cachedoctor.scan.worker.read_file", read_while_importing)

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from factories import peers, pt_bytes, latent
+from factories import latent, peers, pt_bytes
 from faults_harness import live_group
 
 SCRIPT = shutil.which("cachedoctor", path=os.path.dirname(sys.executable)) or shutil.which("cachedoctor")

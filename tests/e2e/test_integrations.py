@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from factories import latent, peers, pt_bytes, save_pt, saved_on
+from repair_factories import POOL, simpletuner
 
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
-from factories import latent, peers, pt_bytes, save_pt, saved_on
-from repair_factories import POOL, simpletuner
 
 REPO = Path(__file__).resolve().parents[2]
 CI_DOC = (REPO / "docs" / "ci.md").read_text()

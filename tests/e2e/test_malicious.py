@@ -7,9 +7,9 @@ import pickle
 from pathlib import Path
 
 import torch
+from factories import Payload, findings_of, gzipped, latent, malicious_torch_zip, peers
 
 from cachedoctor.formats import read_file
-from factories import Payload, findings_of, gzipped, latent, malicious_torch_zip, peers
 
 
 def _assert_only_unsafe(tmp_path: Path, bad: Path, deep: bool = False) -> None:
@@ -63,7 +63,7 @@ def test_legacy_format_payload(tmp_path: Path, marker: Path) -> None:
     # Replace the object pickle (4th) with a payload, keeping the magic/protocol/sysinfo pickles.
     stream = io.BytesIO(data)
     for _ in range(3):
-        pickle.load(stream)  # noqa: S301 - our own, freshly written header pickles
+        pickle.load(stream)
     head = data[: stream.tell()]
     bad = tmp_path / "old.pt"
     bad.write_bytes(head + pickle.dumps(Payload(marker), protocol=2) + pickle.dumps([], protocol=2))

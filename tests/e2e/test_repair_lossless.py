@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from factories import Payload, findings_of, latent, malicious_torch_zip, peers, pt_bytes, save_pt, saved_on
 
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
 from cachedoctor.formats import read_file
-from factories import Payload, findings_of, latent, malicious_torch_zip, peers, pt_bytes, save_pt, saved_on
 
 
 def cli(*argv: str, stdin_tty: bool = False) -> tuple[int, str, str]:
@@ -208,8 +208,8 @@ def test_a_file_gone_between_listing_and_reading_is_skipped_not_an_error(tmp_pat
     """A concurrent writer (or repair) may rename or remove a file after the walk listed it; the
     scan counts it as skipped instead of failing with exit 2, and repair leaves it alone."""
     from cachedoctor.repair.model import Action, ActionKind, ItemState
-    from cachedoctor.repair.replace import run_action
     from cachedoctor.repair.quarantine import Quarantine
+    from cachedoctor.repair.replace import run_action
     from cachedoctor.scan.worker import inspect_path
 
     gone = inspect_path(str(tmp_path / "vanished.pt"), deep=False)

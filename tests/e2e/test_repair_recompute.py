@@ -19,14 +19,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from factories import save_pt, saved_on
 from PIL import Image
+from repair_factories import POOL, image, simpletuner, tree_bytes
+from tiny_models import build_tiny_clip, build_tiny_vae
 
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
 from cachedoctor.repair.pool import cpu_threads
-from factories import save_pt, saved_on
-from repair_factories import POOL, image, simpletuner, tree_bytes
-from tiny_models import build_tiny_clip, build_tiny_vae
 
 
 def cli(*argv: str) -> tuple[int, str, str]:

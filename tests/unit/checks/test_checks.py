@@ -6,9 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
-
 from factories import findings_of, gzipped, latent, peers, pt_bytes, rezip, save_pt, saved_on, write_npz
+from safetensors.torch import save_file
 
 
 def test_healthy_mixed_cache_has_no_finding(tmp_path: Path) -> None:

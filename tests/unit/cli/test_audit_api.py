@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from factories import latent, peers, save_pt, saved_on
 
 from cachedoctor.api import audit
 from cachedoctor.cli import run
@@ -15,7 +16,6 @@ from cachedoctor.cli.environment import Environment
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report import ScanReport, ScanSummary
 from cachedoctor.settings import load
-from factories import latent, peers, save_pt, saved_on
 
 
 def test_audit_matches_scan_with_a_baseline_and_a_severity_override(tmp_path: Path,

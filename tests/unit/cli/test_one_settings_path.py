@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from factories import peers, save_pt
 
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
 from cachedoctor.exit_status import ExitStatus
-from factories import peers, save_pt
 
 
 def cli(*argv: str, cwd: Path, environ: dict[str, str] | None = None, stdin: str | None = None) -> tuple[int, str, str]:

@@ -17,9 +17,25 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import (
+    CLIP_MAX_LENGTH,
+    T5_MAX_LENGTH,
+    build_tiny_clip,
+    build_tiny_t5,
+    build_tiny_vae,
+    ldm_vae_state_dict,
+)
 
-from cachedoctor.encoders import BUILTINS, ENTRY_POINT_GROUP, Encoder, EncoderError, Modality, Scaling, available, load_encoder
-from tiny_models import CLIP_MAX_LENGTH, T5_MAX_LENGTH, build_tiny_clip, build_tiny_t5, build_tiny_vae, ldm_vae_state_dict
+from cachedoctor.encoders import (
+    BUILTINS,
+    ENTRY_POINT_GROUP,
+    Encoder,
+    EncoderError,
+    Modality,
+    Scaling,
+    available,
+    load_encoder,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -149,7 +165,7 @@ def test_diffusers_single_file_loading_needs_the_hub_for_its_config(tmp_path: Pa
 
     lone = tmp_path / "vae.safetensors"
     shutil.copy(vae_dir / "diffusion_pytorch_model.safetensors", lone)
-    with pytest.raises(OSError, match="config.json"):
+    with pytest.raises(OSError, match=r"config\.json"):
         AutoencoderKL.from_single_file(lone)
     with pytest.raises(EncoderError) as info:
         load_encoder(f"diffusers-vae:{lone}")
@@ -182,7 +198,7 @@ def test_vae_unusable_paths_say_what_to_do(tmp_path: Path, make, says: str) -> N
     with pytest.raises(EncoderError) as info:
         load_encoder(f"diffusers-vae:{path}")
     assert info.value.path.startswith(str(tmp_path)) and says in info.value.message
-    assert "pass" in info.value.message and "never downloads" in info.value.message or "adapter" in info.value.message
+    assert ("pass" in info.value.message and "never downloads" in info.value.message) or "adapter" in info.value.message
 
 
 def test_vae_spec_without_a_path(tmp_path: Path) -> None:
@@ -201,7 +217,7 @@ def test_vae_weights_missing_a_tensor_are_refused_not_randomly_filled(tmp_path: 
     del state["decoder.conv_in.bias"]
     save_file(state, weights)
     encoder = load_encoder(f"diffusers-vae:{weights if single_file else folder}")
-    with pytest.raises(EncoderError, match="1 of the VAE's 124 tensors are not in the weights .first: decoder.conv_in.bias"):
+    with pytest.raises(EncoderError, match=r"1 of the VAE's 124 tensors are not in the weights .first: decoder\.conv_in\.bias"):
         encoder.load("cpu")
 
 

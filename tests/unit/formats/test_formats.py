@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from factories import gzipped, latent, pt_bytes, save_pt, saved_on, write_npz
 from safetensors.torch import save_file
 
 from cachedoctor.formats import ReadError, read_file
-from factories import gzipped, latent, pt_bytes, save_pt, saved_on, write_npz
 
 
 def test_bare_tensor_saved_to_file_object(tmp_path: Path) -> None:

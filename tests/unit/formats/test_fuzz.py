@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from factories import gzipped, latent, pt_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save
 
 from cachedoctor.formats import ReadError, UnreadableFile, read_file
 from cachedoctor.scan.worker import inspect_path
-from factories import gzipped, latent, pt_bytes
 
 
 def _npz() -> bytes:

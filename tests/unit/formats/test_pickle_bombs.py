@@ -14,7 +14,6 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from exploits import BOMB_CONTAINERS, BOMBS, Verdict, judge_in_subprocess, write_bomb
 
 pytestmark = pytest.mark.slow  # one child process per file

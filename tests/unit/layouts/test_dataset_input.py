@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from factories import save_pt
 from test_layouts import CASES, DATASETS, _touch, cli, found
 

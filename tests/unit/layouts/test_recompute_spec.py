@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from factories import save_pt, write_npz
 
 from cachedoctor.formats import read_file
 from cachedoctor.layouts import LAYOUTS, RecomputeSpec, Template, TemplateFinder, recompute_spec
 from cachedoctor.layouts.interface import Expected
-from factories import save_pt, write_npz
 
 
 def template(path: Path) -> Template:

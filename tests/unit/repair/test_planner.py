@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from factories import latent, save_pt
 
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair.model import ActionKind, Stat
 from cachedoctor.repair.planner import plan_repair, root_of
-from factories import latent, save_pt
 
 _FIX = {"device-tagged": Fix.REWRITE_CPU, "batch-leak": Fix.CLONE_STORAGE, "unsafe-pickle": Fix.QUARANTINE,
         "orphan-entry": Fix.QUARANTINE, "partial-write": Fix.QUARANTINE, "read-timeout": Fix.QUARANTINE,

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import torch
+from factories import peers, save_pt
 
 from cachedoctor.baseline import SCHEMA, finding_id
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
 from cachedoctor.findings import Finding, Fix, Severity
-from factories import peers, save_pt
 
 
 def cli(*argv: str, cwd: Path) -> tuple[int, str, str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import xmlschema
+from factories import latent, peers, save_pt, saved_on
 
 from cachedoctor.checks import CHECKS
 from cachedoctor.cli import run
@@ -24,7 +25,6 @@ from cachedoctor.report import OutputFormat, ScanReport, renderer_for
 from cachedoctor.report.github_format import escape_data, escape_property
 from cachedoctor.report.junit_format import xml_text
 from cachedoctor.scan import ScanOptions, scan
-from factories import latent, peers, save_pt, saved_on
 
 JUNIT_XSD = xmlschema.XMLSchema(str(Path(__file__).resolve().parents[2] / "schemas" / "junit.xsd"))
 KINDS = [c.kind for c in CHECKS]

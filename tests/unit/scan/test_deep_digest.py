@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 import xxhash
+from factories import save_pt, settle
 
 from cachedoctor.scan import ScanOptions, scan
-from factories import save_pt, settle
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/io is Linux's")
 

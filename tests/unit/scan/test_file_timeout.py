@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from factories import peers
 
 from cachedoctor.scan.folders import Collector
-from cachedoctor.scan.worker import inspect_chunk
 from cachedoctor.scan.pool import run_pool
-from factories import peers
+from cachedoctor.scan.worker import inspect_chunk
 
 
 def _fifo(folder: Path, name: str = "stall.pt") -> str:
@@ -57,9 +57,10 @@ def test_a_worker_stuck_where_its_alarm_cannot_reach_is_killed_and_replaced(
 
 
 def test_file_timeout_must_be_positive(tmp_path: Path) -> None:
+    import io
+
     from cachedoctor.cli import run
     from cachedoctor.cli.environment import Environment
-    import io
 
     out, err = io.StringIO(), io.StringIO()
     code = run(["scan", str(tmp_path), "--file-timeout", "0"], Environment(stdout=out, stderr=err, cwd=str(tmp_path),

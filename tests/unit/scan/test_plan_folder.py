@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import torch
+from factories import latent, save_pt, settle
 
 from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.plan import plan_folder
 from cachedoctor.scan.state.store import StateStore, default_path
-from factories import latent, save_pt, settle
 
 
 def recorded(tmp_path: Path) -> tuple[Path, list[str]]:

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from factories import flip_data_byte, latent, peers, save_pt, settle
 
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
 from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.sample import Sample
-from factories import flip_data_byte, latent, peers, save_pt, settle
 
 
 def cli(*argv: str, cwd: str = "/") -> tuple[int, str, str]:

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from factories import latent, peers, save_pt, saved_on
 
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
-from factories import latent, peers, save_pt, saved_on
 
 
 def cli(*argv: str, cwd: Path, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
