@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Resource bombs (bench/README.md): every bomb of ``tests/exploits.py`` in each container (the
+"""Resource bombs (bench/README.md): every bomb of ``fixtures/builders/bombs.py`` in each container (the
 data.pkl of a torch archive, plain pickles named x.pt and x.bin), each read with ``read_file``
 in a fresh process under RLIMIT_CPU and RLIMIT_AS. Goal per file: under 1 s, under 100 MB of
 extra peak RSS."""
@@ -42,13 +42,12 @@ except MemoryError:
 print(json.dumps({"read_seconds": time.perf_counter() - t0, "extra_bytes": max(0, peak_kb() - before) * 1024,
                   "outcome": outcome}))
 """
-# The bombs are built by tests/exploits.py (with the tests' factories), in a child process whose
-# PYTHONPATH names tests/ and the repository: this process never imports tests/ (nor torch,
-# which would raise every measuring child's peak RSS).
+# The bombs are built by fixtures/builders/bombs.py in a child process (with the repository on its
+# PYTHONPATH): this process never imports torch, which would raise every measuring child's peak RSS.
 BUILD = r"""
 import json, sys
 from pathlib import Path
-from exploits import BOMBS, write_bomb
+from fixtures.builders.bombs import BOMBS, write_bomb
 root, bombs, containers = Path(sys.argv[1]), sys.argv[2].split(",") if sys.argv[2] else list(BOMBS), sys.argv[3].split(",")
 made = []
 for bomb in bombs:
@@ -61,7 +60,7 @@ print(json.dumps(made))
 
 def child_env():
     return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(runner.REPO / "tests"), str(runner.REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        [str(runner.REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
 
 
 def build(args, root):
