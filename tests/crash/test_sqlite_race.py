@@ -13,7 +13,7 @@ from typing import Callable
 import pytest
 
 from cachedoctor.repair.journal import Journal, new_run_id
-from cachedoctor.scan.state.store import db as statedb
+from cachedoctor.scan.state import db as statedb
 
 ROUNDS = 15
 OPENERS = 4
