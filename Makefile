@@ -43,6 +43,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# Test tiers. `make check`: the edit loop, tests/unit and tests/e2e less the tests marked `slow`
+# (crash tests, real subprocess sweeps); under a minute on an idle 2-core machine. `make test`:
+# the whole suite, tests/crash included, what .ci/run runs; about 3 minutes idle. Mark a test
+# that starts many processes or takes seconds with @pytest.mark.slow.
+.PHONY: check
+check: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests/unit tests/e2e
+
 bench: $(STAMP)
 	$(PY) bench/scan_bench.py
 	$(PY) bench/dataset_bench.py
