@@ -577,3 +577,27 @@ def test_enospc_sitecustomize_is_what_it_says(tmp_path: Path) -> None:
     """)
     proc = run([sys.executable, "-c", code], tmp_path, PYTHONPATH=str(inject))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_zygote_children_are_what_it_says(tmp_path: Path) -> None:
+    """The fork server itself: a child runs ``-m MODULE ARGS`` in the requested folder with
+    exactly the requested environment, in a session of its own, its output captured; its exit
+    code comes back, and a SIGKILL comes back as ``-SIGKILL`` (what the sweep asserts)."""
+    (tmp_path / "probe.py").write_text(textwrap.dedent("""
+        import os, signal, sys
+        print(os.getcwd(), os.environ.get("PROBE"), "OTHER" in os.environ, os.getsid(0) == os.getpid(), sys.argv[1:], flush=True)
+        print("to stderr", file=sys.stderr)
+        if sys.argv[1] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        sys.exit(int(sys.argv[1]))
+    """))
+    z = Zygote(tmp_path / "z", preload=())
+    try:
+        done = z.run([sys.executable, "-m", "probe", "3"], tmp_path, {"PROBE": "yes"})
+        assert done.returncode == 3, done.stderr
+        assert done.stdout == f"{tmp_path} yes False True ['3']\n" and done.stderr == "to stderr\n"
+        killed = z.run([sys.executable, "-m", "probe", "kill"], tmp_path, {"PROBE": "no"})
+        assert killed.returncode == -signal.SIGKILL and killed.stdout.startswith(f"{tmp_path} no False True")
+        assert live_group(killed.pid) == []
+    finally:
+        z.close()
