@@ -43,6 +43,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# Test tiers. `make check`: the edit loop, tests/unit and tests/e2e less the tests marked `slow`
+# (crash tests, real subprocess sweeps); under a minute on an idle 2-core machine. `make test`:
+# the whole suite, tests/crash included, what .ci/run runs; about 3 minutes idle. Mark a test
+# that starts many processes or takes seconds with @pytest.mark.slow.
+.PHONY: check
+check: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests/unit tests/e2e
+
 # The lint and type gate: ruff's rules, ruff's formatting (check only), mypy (its files and
 # options are in pyproject.toml). All three run, so one report shows every failure.
 LINT_PATHS := cachedoctor tests bench fixtures
@@ -53,7 +61,6 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS) || rc=1; \
 	$(VENV)/bin/mypy || rc=1; \
 	exit $$rc
-
 
 # Every benchmark, each run even when an earlier one missed a goal; exits 1 if any goal was missed
 # (2 if one could not run). BENCH_ARGS=--quick for a small check that they all work.

@@ -13,13 +13,21 @@
   This is the OS/SQLite boundary, not the code under test: cachedoctor runs unchanged.
 * :func:`live_group` lists the processes of a killed run's process group that are still
   alive (zombies are dead: they only wait for their new parent to reap them).
+* :class:`Zygote` is a fork server: one interpreter imports torch and cachedoctor's CLI once,
+  then forks a fresh child (its own session, its own stdout/stderr files) per
+  ``python -m cachedoctor ...`` run. A crash test can then SIGKILL dozens of real repairs for
+  the price of their work, not of dozens of torch imports (about 2 s of CPU each).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
@@ -277,3 +285,154 @@ def lost(before: dict[str, bytes], root: Path) -> list[str]:
     """Files of ``before`` whose bytes are now neither at their place nor in the quarantine."""
     now, kept = tree(root), quarantined(root)
     return sorted(r for r, data in before.items() if now.get(r) != data and data not in kept)
+
+
+# --- a fork server: real processes without paying for torch's import each time ------------------
+
+ZYGOTE = r'''
+"""Import the heavy modules once, then fork one child per request (one at a time).
+
+Request (a JSON line on stdin): argv (after ``python``, e.g. ["-m", "cachedoctor", "repair", ...]),
+cwd, env, stdout, stderr (files). Replies (JSON lines): {"pid": ...} once forked, then
+{"returncode": ...} once reaped (negative: killed by that signal, as ``subprocess`` says).
+This process runs nothing else, so every child starts from a freshly imported interpreter."""
+import json, os, runpy, sys, traceback
+
+for name in sys.argv[1:]:
+    __import__(name)
+requests = os.fdopen(os.dup(0), "rb", buffering=0)
+replies = os.fdopen(os.dup(1), "w")
+null = os.open(os.devnull, os.O_RDONLY)
+
+
+def child(req):
+    code = 1
+    try:
+        os.setsid()  # its own process group, as Popen(start_new_session=True)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.dup2(null, 0)
+        for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
+            out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(out, fd)
+            os.close(out)
+        requests.close()
+        replies.close()
+        argv = req["argv"]
+        assert argv[0] == "-m", argv  # python -m MODULE ARGS
+        sys.argv = [argv[1], *argv[2:]]
+        try:
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:  # what the interpreter does with it
+            if exc.code is None or isinstance(exc.code, int):
+                code = exc.code or 0
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(code)
+
+
+while True:
+    line = requests.readline()
+    if not line:
+        break
+    req = json.loads(line)
+    replies.flush()
+    pid = os.fork()
+    if pid == 0:
+        child(req)
+    replies.write(json.dumps({"pid": pid}) + "\n")
+    replies.flush()
+    _, status = os.waitpid(pid, 0)
+    replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+    replies.flush()
+'''
+
+
+class Forked(subprocess.CompletedProcess):  # type: ignore[type-arg]
+    pid: int
+
+
+class Zygote:
+    """A fork server (:data:`ZYGOTE`): ``run([python, "-m", "cachedoctor", ...])`` is a real
+    process in a session of its own, as ``Popen(start_new_session=True)`` makes, forked from an
+    interpreter that has only imported ``preload`` (torch's import, seconds of CPU, is paid
+    once). Every child is a fresh copy of that interpreter: nothing ran in it before the fork.
+    What it cannot do: change what the interpreter loads at start-up (``PYTHONPATH``,
+    ``sitecustomize``), or kill a run while it imports the preloaded modules; use real
+    ``Popen`` for those. One run at a time per zygote."""
+
+    def __init__(self, folder: Path, preload: tuple[str, ...] = ("torch", "cachedoctor.cli")) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE, *preload], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=(folder / "zygote.err").open("wb"))
+        self._buffer = b""
+        self._runs = 0
+
+    def _reply(self, timeout: float) -> dict:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError(f"no reply from the zygote in {timeout} s")
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise RuntimeError(f"the zygote died: {(self.folder / 'zygote.err').read_text()[-3000:]}")
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def start(self, argv: list[str], cwd: Path, env: dict[str, str]) -> int:
+        """Fork a child running ``argv`` (``[sys.executable, "-m", module, *args]``); its pid."""
+        assert argv[0] == sys.executable and argv[1] == "-m", argv
+        self._runs += 1
+        self._out = self.folder / f"{self._runs}.out", self.folder / f"{self._runs}.err"
+        request = {"argv": argv[1:], "cwd": str(cwd), "env": env, "stdout": str(self._out[0]),
+                   "stderr": str(self._out[1])}
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+        self._pid = int(self._reply(120)["pid"])
+        return self._pid
+
+    def wait(self, timeout: float) -> Forked:
+        """Wait for the child :meth:`start` forked; SIGKILL its group past ``timeout``."""
+        try:
+            code = int(self._reply(timeout)["returncode"])
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._pid, signal.SIGKILL)
+            raise
+        out, err = (p.read_text(errors="replace") for p in self._out)
+        for p in self._out:
+            p.unlink()
+        done = Forked([], code, out, err)
+        done.pid = self._pid
+        return done
+
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 180) -> Forked:
+        self.start(argv, cwd, env)
+        return self.wait(timeout)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

@@ -15,19 +15,38 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from factories import latent, peers, pt_bytes
-from faults_harness import fill, inject_dir, live_group, lost, one_line_error, quarantined, tmpfs, tree
+from faults_harness import Zygote, fill, inject_dir, live_group, lost, one_line_error, quarantined, tmpfs, tree
 
 FREE_KB = (0, 4, 8, 16, 32, 64, 128, 256, 1024)
 TIMEOUT_S = 120
 
 
+_ZYGOTE: Zygote | None = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """One fork server for the module (``faults_harness.Zygote``): a run without an injection
+    is forked from an interpreter that has imported the CLI, not started from nothing."""
+    global _ZYGOTE
+    _ZYGOTE = Zygote(tmp_path_factory.mktemp("zygote"), preload=("cachedoctor.cli",))
+    yield
+    _ZYGOTE.close()
+    _ZYGOTE = None
+
+
 def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m cachedoctor ARGS``: forked when nothing needs a fresh interpreter, a new one
+    when ``PYTHONPATH`` brings the injecting ``sitecustomize`` (loaded at start-up only)."""
     child = {k: v for k, v in os.environ.items() if not k.startswith("CACHEDOCTOR_")}
     child.update(env, PYTHONDONTWRITEBYTECODE="1")
+    if _ZYGOTE is not None and "PYTHONPATH" not in env:
+        return _ZYGOTE.run([sys.executable, "-m", "cachedoctor", *args], Path.cwd(), child, TIMEOUT_S)
     return subprocess.run([sys.executable, "-m", "cachedoctor", *args], capture_output=True, text=True,
                           env=child, timeout=TIMEOUT_S)
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -31,7 +33,7 @@ import pytest
 import torch
 
 from factories import save_pt, saved_on
-from faults_harness import fill, live_group
+from faults_harness import Zygote, fill, live_group
 from repair_factories import POOL, Dataset, simpletuner, tree_bytes
 
 pytestmark = pytest.mark.slow
@@ -115,8 +117,11 @@ class _Done(subprocess.CompletedProcess):  # type: ignore[type-arg]
     pid: int
 
 
-def run(argv: list[str], cwd: Path, **extra: str) -> "_Done":
-    """Run to the end in a session of its own (its pid is its process group, for live_group)."""
+def run(argv: list[str], cwd: Path, zygote: Zygote | None = None, **extra: str) -> "_Done":
+    """Run to the end in a session of its own (its pid is its process group, for live_group):
+    forked by ``zygote`` when given (torch already imported), else a fresh interpreter."""
+    if zygote is not None:
+        return zygote.run(argv, cwd, child_env(**extra), TIMEOUT_S)  # type: ignore[return-value]
     proc = subprocess.Popen(argv, cwd=cwd, env=child_env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
@@ -153,9 +158,9 @@ def quarantined(b: Broken) -> list[bytes]:
     return [p.read_bytes() for p in b.quarantine.glob("*/**/*") if p.is_file() and p.name != ".records.jsonl"]
 
 
-def scan_findings(b: Broken) -> tuple[int, list[object]]:
+def scan_findings(b: Broken, zygote: Zygote | None = None) -> tuple[int, list[object]]:
     proc = run([sys.executable, "-m", "cachedoctor", "scan", "--deep", "--config", str(b.ds.config), "--format", "json"],
-               b.ds.root)
+               b.ds.root, zygote)
     try:
         return proc.returncode, json.loads(proc.stdout)["findings"]
     except (ValueError, KeyError):
@@ -192,10 +197,10 @@ def untouched_problems(b: Broken) -> list[str]:
     return problems
 
 
-def repaired_problems(b: Broken) -> list[str]:
+def repaired_problems(b: Broken, zygote: Zygote | None = None) -> list[str]:
     """Everything a finished repair promises, as a list of what is wrong (empty: all kept)."""
     problems = untouched_problems(b)
-    rc, findings = scan_findings(b)
+    rc, findings = scan_findings(b, zygote)
     if rc != 0 or findings != []:
         problems.append(f"scan --deep exit {rc}, findings {findings}")
     kept = quarantined(b)
@@ -217,13 +222,13 @@ def repaired_problems(b: Broken) -> list[str]:
     return problems
 
 
-def after_kill_problems(b: Broken, label: str, *, journaled: bool = False) -> list[str]:
+def after_kill_problems(b: Broken, label: str, zygote: Zygote, *, journaled: bool = False) -> list[str]:
     """Run the second repair (no kill) after a killed one and judge the result. ``journaled``:
     the kill came after the journal recorded the run (every crash point does), so the journal
     must hold it as running: the resume check below is then never vacuous."""
     interrupted = running_run(b)
     problems = [] if interrupted is not None or not journaled else ["no run is marked running in the journal"]
-    second = run(repair_argv(b), b.ds.root)
+    second = run(repair_argv(b), b.ds.root, zygote)
     if second.returncode != 0 or "Traceback" in second.stderr:
         problems.append(f"second repair exit {second.returncode}: {second.stdout[-800:]} {second.stderr[-800:]}")
     if interrupted is not None and f"resuming interrupted run {interrupted}" not in second.stdout:
@@ -232,104 +237,171 @@ def after_kill_problems(b: Broken, label: str, *, journaled: bool = False) -> li
     runs = sorted(p.name for p in b.quarantine.iterdir()) if b.quarantine.is_dir() else []
     if len(runs) > 1 or (interrupted is not None and runs not in ([], [interrupted])):
         problems.append(f"quarantine run folders {runs}, expected one (the interrupted run {interrupted})")
-    problems += repaired_problems(b)
+    problems += repaired_problems(b, zygote)
     return [f"{label}: {p}" for p in problems]
 
 
-def build_all(roots: list[Path], **kw: object) -> list[Broken]:
-    return [broken(root, **kw) for root in roots]  # one at a time: see broken()
+def clone(template: Broken, root: Path) -> Broken:
+    """A copy of ``template`` at ``root`` (``shutil.copytree``, the file times kept), the
+    absolute paths in its multidatabackend.json and bucket metadata moved there: the same
+    dataset and cache bytes as ``broken()`` builds, without encoding them again."""
+    shutil.copytree(template.ds.root, root, symlinks=True)
+    old, new = str(template.ds.root) + os.sep, str(root) + os.sep
+
+    def moved(path: Path | str) -> Path:
+        assert str(path).startswith(old), path
+        return Path(new + str(path)[len(old):])
+
+    for path in [moved(template.ds.config), *moved(template.ds.data).glob("aspect_ratio_bucket_metadata_*.json")]:
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new))
+    t = template.ds
+    ds = Dataset(root, moved(t.config), moved(t.data), moved(t.vae), [moved(p) for p in t.images], None)
+    b = Broken(ds, ds.source_bytes(), dict(template.healthy), dict(template.defective),
+               {str(moved(p)): tensor for p, tensor in template.expected.items()},
+               [str(moved(p)) for p in template.replaced], [str(moved(p)) for p in template.moved])
+    assert tree_bytes(ds.vae) == {**b.healthy, **b.defective}
+    return b
 
 
-def test_a_full_run_passes_exactly_the_counted_crash_points(tmp_path: Path) -> None:
+def build_all(template: Broken, roots: list[Path]) -> list[Broken]:
+    return [clone(template, root) for root in roots]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Broken:
+    """The default ``broken()`` dataset, encoded once for the module; tests take copies."""
+    return broken(tmp_path_factory.mktemp("template") / "ds")
+
+
+WORKERS = max(2, min(4, os.cpu_count() or 2))
+
+
+@pytest.fixture(scope="module")
+def zygotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator["queue.Queue[Zygote]"]:
+    """``WORKERS`` fork servers (see ``faults_harness.Zygote``), one per thread that runs repairs."""
+    folder = tmp_path_factory.mktemp("zygotes")
+    pool: queue.Queue[Zygote] = queue.Queue()
+    made = [Zygote(folder / str(i)) for i in range(WORKERS)]
+    for z in made:
+        pool.put(z)
+    yield pool
+    for z in made:
+        z.close()
+
+
+@contextlib.contextmanager
+def borrowed(pool: "queue.Queue[Zygote]") -> Iterator[Zygote]:
+    z = pool.get()
+    try:
+        yield z
+    finally:
+        pool.put(z)
+
+
+def test_a_full_run_passes_exactly_the_counted_crash_points(tmp_path: Path, template: Broken,
+                                                           zygotes: "queue.Queue[Zygote]") -> None:
     """The sweep below is only worth something if ``KILL_AT=k`` really stops the run for every
     k up to the count and the count is the whole run: k = N dies by SIGKILL (the last point is
-    reached), k = N + 1 runs to the end and repairs everything (there is no point N + 1)."""
-    last, beyond = build_all([tmp_path / "last", tmp_path / "beyond"])
+    reached), k = N + 1 runs to the end and repairs everything (there is no point N + 1). The
+    unkilled run is a fresh ``python -m cachedoctor``, start-up included."""
+    last, beyond = build_all(template, [tmp_path / "last", tmp_path / "beyond"])
     assert last.crash_points == 24 >= 20
-    killed = run(repair_argv(last), last.ds.root, CACHEDOCTOR_TEST_KILL_AT=str(last.crash_points))
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    whole = run(repair_argv(beyond), beyond.ds.root, CACHEDOCTOR_TEST_KILL_AT=str(beyond.crash_points + 1))
-    assert whole.returncode == 0, whole.stdout + whole.stderr
-    assert "done: 7 verified, 0 skipped, 0 blocked, 0 failed" in whole.stdout
-    assert repaired_problems(beyond) == []
+    with borrowed(zygotes) as z:
+        killed = run(repair_argv(last), last.ds.root, z, CACHEDOCTOR_TEST_KILL_AT=str(last.crash_points))
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        whole = run(repair_argv(beyond), beyond.ds.root, CACHEDOCTOR_TEST_KILL_AT=str(beyond.crash_points + 1))
+        assert whole.returncode == 0, whole.stdout + whole.stderr
+        assert "done: 7 verified, 0 skipped, 0 blocked, 0 failed" in whole.stdout
+        assert repaired_problems(beyond, z) == []
     runs = list(beyond.quarantine.iterdir())
     assert len(runs) == 1
     # the missing latent had no old file: the other six planted files are quarantined
     assert len([p for p in runs[0].rglob("*") if p.is_file() and p.name != ".records.jsonl"]) == 6
 
 
-def test_sigkill_at_every_crash_point_then_repair_again(tmp_path: Path) -> None:
+def test_sigkill_at_every_crash_point_then_repair_again(tmp_path: Path, template: Broken,
+                                                        zygotes: "queue.Queue[Zygote]") -> None:
     """SIGKILL at each of the N crash points of a full run (``CACHEDOCTOR_TEST_KILL_AT=k``,
-    k = 1..N, each on a fresh dataset), then an unkilled repair: the first process must really
-    die of SIGKILL, the second must resume the journal's run under its id (one quarantine
-    folder), and the cache must end clean with nothing lost. All k are run (a few at a time)
-    and every failure is reported, so one broken point does not hide another."""
-    first = broken(tmp_path / "k01")
-    n = first.crash_points
-    cases = [first] + build_all([tmp_path / f"k{k:02d}" for k in range(2, n + 1)])
+    k = 1..N, each on a fresh copy of the dataset), then an unkilled repair: the first process
+    must really die of SIGKILL, the second must resume the journal's run under its id (one
+    quarantine folder), and the cache must end clean with nothing lost. All k are run (a few at
+    a time) and every failure is reported, so one broken point does not hide another. The
+    processes are forked from zygotes (torch imported once): the crash points all lie past
+    start-up, which the random-time kills below cover with fresh interpreters."""
+    n = template.crash_points
+    cases = build_all(template, [tmp_path / f"k{k:02d}" for k in range(1, n + 1)])
 
     def one(k: int, b: Broken) -> list[str]:
-        first = run(repair_argv(b), b.ds.root, CACHEDOCTOR_TEST_KILL_AT=str(k))
-        if first.returncode != -signal.SIGKILL:
-            return [f"k={k}: the first repair was not SIGKILLed: exit {first.returncode} {first.stderr[-500:]}"]
-        alive = live_group(first.pid)
-        left = [f"k={k}: still alive a second after the kill: {alive}"] if alive else []
-        return left + after_kill_problems(b, f"k={k}", journaled=True)
+        with borrowed(zygotes) as z:
+            first = run(repair_argv(b), b.ds.root, z, CACHEDOCTOR_TEST_KILL_AT=str(k))
+            if first.returncode != -signal.SIGKILL:
+                return [f"k={k}: the first repair was not SIGKILLed: exit {first.returncode} {first.stderr[-500:]}"]
+            alive = live_group(first.pid)
+            left = [f"k={k}: still alive a second after the kill: {alive}"] if alive else []
+            return left + after_kill_problems(b, f"k={k}", z, journaled=True)
 
-    with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2))) as pool:
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         problems = [p for ps in pool.map(one, range(1, n + 1), cases) for p in ps]
     assert problems == [], "\n".join(problems)
 
 
-def test_sigkill_at_random_times_then_repair_again(tmp_path: Path) -> None:
+def test_sigkill_at_random_times_then_repair_again(tmp_path: Path, template: Broken,
+                                                   zygotes: "queue.Queue[Zygote]") -> None:
     """Six SIGKILLs sent from outside at seeded random instants between 0 and the measured
     duration of an unkilled run (whatever the process was doing: importing, scanning, writing
     the journal, encoding, renaming); a process that already finished is fine. Then the same
-    judgement as for the deterministic points.
+    judgement as for the deterministic points. The killed runs are fresh interpreters
+    (``python -m cachedoctor``: a kill can land in start-up); the judging runs are forked.
 
     The instants are stratified (one uniform draw in each sixth of the run): most of a run is
     importing torch, and plain draws can all land there; the last sixth is scanning, acting
     and rescanning."""
     kills = 6
-    timing, *cases = build_all([tmp_path / f"r{i}" for i in range(kills + 1)])
+    timing, *cases = build_all(template, [tmp_path / f"r{i}" for i in range(kills + 1)])
     started = time.monotonic()
     whole = run(repair_argv(timing), timing.ds.root)
     duration = time.monotonic() - started
     assert whole.returncode == 0, whole.stdout + whole.stderr
     rng = random.Random(20240607)
     problems = []
-    for i, b in enumerate(cases):
-        delay = duration * (i + rng.random()) / kills
-        proc = subprocess.Popen(repair_argv(b), cwd=b.ds.root, env=child_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-        time.sleep(delay)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGKILL)  # not reaped yet: the pid is still this child's
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-        alive = live_group(proc.pid)  # its process group: every descendant (zombies are dead)
-        if alive:
-            problems.append(f"kill {i} at {delay:.2f}s: still alive a second later: {alive}")
-        if proc.returncode not in (0, -signal.SIGKILL):
-            problems.append(f"kill {i} at {delay:.2f}s: exit {proc.returncode} {out[-500:]} {err[-500:]}")
-        problems += after_kill_problems(b, f"kill {i} at {delay:.2f}s of {duration:.2f}s")
+    with borrowed(zygotes) as z:
+        for i, b in enumerate(cases):
+            delay = duration * (i + rng.random()) / kills
+            proc = subprocess.Popen(repair_argv(b), cwd=b.ds.root, env=child_env(), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+            time.sleep(delay)  # the random instant itself, not a wait for something
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)  # not reaped yet: the pid is still this child's
+            out, err = proc.communicate(timeout=TIMEOUT_S)
+            alive = live_group(proc.pid)  # its process group: every descendant (zombies are dead)
+            if alive:
+                problems.append(f"kill {i} at {delay:.2f}s: still alive a second later: {alive}")
+            if proc.returncode not in (0, -signal.SIGKILL):
+                problems.append(f"kill {i} at {delay:.2f}s: exit {proc.returncode} {out[-500:]} {err[-500:]}")
+            problems += after_kill_problems(b, f"kill {i} at {delay:.2f}s of {duration:.2f}s", z)
     assert problems == [], "\n".join(problems)
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_two_repairs_at_once(tmp_path: Path, attempt: int) -> None:
+def test_two_repairs_at_once(tmp_path: Path, attempt: int, template: Broken, zygotes: "queue.Queue[Zygote]") -> None:
     """Two repairs started together on one cache: the per-file locks and the plan's
     precondition (a file changed since the scan is left alone) must keep them from writing one
     file twice or tearing it. Either may report leftovers of the other (exit 1), neither may
-    crash, and the cache must end clean with every defective file's bytes in a quarantine."""
-    b = broken(tmp_path / "ds")
-    procs = [subprocess.Popen(repair_argv(b), cwd=b.ds.root, env=child_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=TIMEOUT_S) for p in procs]
-    for proc, (out, err) in zip(procs, outs):
-        assert proc.returncode in (0, 1), out + err
-        assert "Traceback" not in err, err
-    assert torn(b) == []
-    assert repaired_problems(b) == []
+    crash, and the cache must end clean with every defective file's bytes in a quarantine.
+    Forked from two zygotes, the two start within milliseconds of each other, and stay in
+    step through the whole run (fresh interpreters drift apart by their import times)."""
+    b = clone(template, tmp_path / "ds")
+    with borrowed(zygotes) as z1, borrowed(zygotes) as z2:
+        for z in (z1, z2):
+            z.start(repair_argv(b), b.ds.root, child_env())
+        done = [z.wait(TIMEOUT_S) for z in (z1, z2)]
+        for proc in done:
+            assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+            assert "Traceback" not in proc.stderr, proc.stderr
+        assert torn(b) == []
+        assert repaired_problems(b, z1) == []
 
 
 # --- a full disk -----------------------------------------------------------------------------
@@ -401,13 +473,14 @@ def full_disk_problems(b: Broken, proc: subprocess.CompletedProcess[str]) -> lis
     return problems
 
 
-def test_full_disk_injected_stops_cleanly_and_resumes(tmp_path: Path) -> None:
+def test_full_disk_injected_stops_cleanly_and_resumes(tmp_path: Path, template: Broken,
+                                                      zygotes: "queue.Queue[Zygote]") -> None:
     """ENOSPC on every write of new cache content (injected by a ``sitecustomize.py`` on the
     child's ``PYTHONPATH``, see ``ENOSPC_SITECUSTOMIZE``: only writes to ``.cachedoctor-*``
     temp files fail). The first action (the orphan, moved, no write) succeeds, the first
     replacement hits the full disk: the run stops as :func:`full_disk_problems` says. With
     space again, the same command resumes the run (the message promises so) and finishes."""
-    b = broken(tmp_path / "ds")
+    b = clone(template, tmp_path / "ds")
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(textwrap.dedent(ENOSPC_SITECUSTOMIZE))
@@ -416,11 +489,12 @@ def test_full_disk_injected_stops_cleanly_and_resumes(tmp_path: Path) -> None:
     assert "it resumes" in full.stderr
     moved = [p for p in b.moved if not Path(p).exists()]
     assert moved == [str(b.ds.vae / ("0" * 64 + ".pt"))]  # the first action, in path order
-    again = run(repair_argv(b), b.ds.root)
-    assert again.returncode == 0, again.stdout + again.stderr
-    run_ids = [p.name for p in b.quarantine.iterdir()]
-    assert len(run_ids) == 1 and f"resuming interrupted run {run_ids[0]}" in again.stdout, again.stdout
-    assert repaired_problems(b) == []
+    with borrowed(zygotes) as z:  # the injection is gone: a forked interpreter will do
+        again = run(repair_argv(b), b.ds.root, z)
+        assert again.returncode == 0, again.stdout + again.stderr
+        run_ids = [p.name for p in b.quarantine.iterdir()]
+        assert len(run_ids) == 1 and f"resuming interrupted run {run_ids[0]}" in again.stdout, again.stdout
+        assert repaired_problems(b, z) == []
 
 
 @contextlib.contextmanager
@@ -428,8 +502,6 @@ def tmpfs_over(folder: Path, size_kb: int) -> Iterator[None]:
     """Mount a ``size_kb`` tmpfs over ``folder`` keeping its files (copied in); skip when this
     machine does not let us mount. Unmounted afterwards, the files copied back (so pytest can
     clean up and the folder reads as before)."""
-    import shutil
-
     aside = folder.with_name(folder.name + "-aside")
     shutil.copytree(folder, aside)
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(folder)],
@@ -449,37 +521,37 @@ def tmpfs_over(folder: Path, size_kb: int) -> Iterator[None]:
         shutil.rmtree(aside)
 
 
-def test_full_tmpfs_stops_cleanly(tmp_path: Path) -> None:
+def test_full_tmpfs_stops_cleanly(tmp_path: Path, template: Broken, zygotes: "queue.Queue[Zygote]") -> None:
     """A real full file system (tmpfs at 100%): the repair journal is the first thing written,
     and SQLite reports the full disk for it. The run must stop with the same one-line message,
     exit 2 and nothing changed; once space is freed the same command repairs everything."""
-    b = broken(tmp_path / "ds")
-    with tmpfs_over(b.ds.vae, 512):
+    b = clone(template, tmp_path / "ds")
+    with tmpfs_over(b.ds.vae, 512), borrowed(zygotes) as z:
         filler = fill(b.ds.vae, 0)
-        full = run(repair_argv(b), b.ds.root)
+        full = run(repair_argv(b), b.ds.root, z)
         filler.unlink()
         assert full_disk_problems(b, full) == []
-        again = run(repair_argv(b), b.ds.root)
+        again = run(repair_argv(b), b.ds.root, z)
         assert again.returncode == 0, again.stdout + again.stderr
-        assert repaired_problems(b) == []
+        assert repaired_problems(b, z) == []
 
 
-def test_tmpfs_filling_up_mid_run_stops_cleanly(tmp_path: Path) -> None:
+def test_tmpfs_filling_up_mid_run_stops_cleanly(tmp_path: Path, zygotes: "queue.Queue[Zygote]") -> None:
     """A real file system with room for the journal and the quarantine records but not for one
     new latent (float32 latents of 1280x1280 images: 300 KiB; 160 KiB free): the orphan is
     moved (no space needed), then the first rewrite's temp file hits ENOSPC. Same judgement."""
     b = broken(tmp_path / "ds", n=5, leak=False, dtype="float32", size=(1280, 1280), target=(1280, 1280))
     assert min(len(data) for data in b.healthy.values()) > 300 * 1024  # so a new one cannot fit in 160 KiB
-    with tmpfs_over(b.ds.vae, 4096):
+    with tmpfs_over(b.ds.vae, 4096), borrowed(zygotes) as z:
         filler = fill(b.ds.vae, 160)
-        full = run(repair_argv(b), b.ds.root)
+        full = run(repair_argv(b), b.ds.root, z)
         problems = full_disk_problems(b, full)
         filler.unlink()
         assert problems == [], full.stderr
         assert not (b.ds.vae / ("0" * 64 + ".pt")).exists(), full.stderr  # moved before the disk was found full
-        again = run(repair_argv(b), b.ds.root)
+        again = run(repair_argv(b), b.ds.root, z)
         assert again.returncode == 0, again.stdout + again.stderr
-        assert repaired_problems(b) == []
+        assert repaired_problems(b, z) == []
 
 
 def test_enospc_sitecustomize_is_what_it_says(tmp_path: Path) -> None:
@@ -505,3 +577,27 @@ def test_enospc_sitecustomize_is_what_it_says(tmp_path: Path) -> None:
     """)
     proc = run([sys.executable, "-c", code], tmp_path, PYTHONPATH=str(inject))
     assert proc.returncode == 0, proc.stderr
+
+
+def test_zygote_children_are_what_it_says(tmp_path: Path) -> None:
+    """The fork server itself: a child runs ``-m MODULE ARGS`` in the requested folder with
+    exactly the requested environment, in a session of its own, its output captured; its exit
+    code comes back, and a SIGKILL comes back as ``-SIGKILL`` (what the sweep asserts)."""
+    (tmp_path / "probe.py").write_text(textwrap.dedent("""
+        import os, signal, sys
+        print(os.getcwd(), os.environ.get("PROBE"), "OTHER" in os.environ, os.getsid(0) == os.getpid(), sys.argv[1:], flush=True)
+        print("to stderr", file=sys.stderr)
+        if sys.argv[1] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        sys.exit(int(sys.argv[1]))
+    """))
+    z = Zygote(tmp_path / "z", preload=())
+    try:
+        done = z.run([sys.executable, "-m", "probe", "3"], tmp_path, {"PROBE": "yes"})
+        assert done.returncode == 3, done.stderr
+        assert done.stdout == f"{tmp_path} yes False True ['3']\n" and done.stderr == "to stderr\n"
+        killed = z.run([sys.executable, "-m", "probe", "kill"], tmp_path, {"PROBE": "no"})
+        assert killed.returncode == -signal.SIGKILL and killed.stdout.startswith(f"{tmp_path} no False True")
+        assert live_group(killed.pid) == []
+    finally:
+        z.close()

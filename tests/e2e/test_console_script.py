@@ -42,6 +42,7 @@ def test_json_contract_and_exit_codes(script: str, tmp_path: Path) -> None:
     assert missing.stderr.strip().count("\n") == 0 and "gone" in missing.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_exits_130(script: str, tmp_path: Path) -> None:
     """A real SIGINT in the middle of a scan: exit 130, one line, no traceback."""
     import signal

@@ -148,6 +148,7 @@ def test_gate_stops_when_the_scan_cannot_run(dataset) -> None:  # type: ignore[n
     assert "multidatabackend.json" in stopped.stderr
 
 
+@pytest.mark.slow
 def test_repair_first_recomputes_then_starts_training(dataset) -> None:  # type: ignore[no-untyped-def]
     latent_file = dataset.latent_path(dataset.images[2])
     latent_file.write_bytes(latent_file.read_bytes()[:200])

@@ -240,6 +240,7 @@ def test_onetrainer_dict_recomputed(tmp_path: Path) -> None:
     assert got["original_resolution"] == (40, 40) and got["crop_offset"] == healthy[2]["crop_offset"]
 
 
+@pytest.mark.slow
 def test_two_cpu_workers_write_what_one_writes(tmp_path: Path) -> None:
     """--device cpu --workers 2 runs the same pipeline in two spawned processes."""
     one, two = simpletuner(tmp_path / "one", 6), simpletuner(tmp_path / "two", 6)

@@ -37,6 +37,7 @@ def _no_alarm(seconds: float | None) -> Iterator[object]:
     yield lambda on: None
 
 
+@pytest.mark.slow
 def test_a_worker_stuck_where_its_alarm_cannot_reach_is_killed_and_replaced(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The parent's backstop: with the workers' own alarm switched off (as a C call that never

@@ -291,6 +291,7 @@ def test_sample_needs_the_state(tmp_path: Path) -> None:
 
 # --- concurrency ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_concurrent_scans_keep_the_database_sound(tmp_path: Path) -> None:
     folder = tmp_path / "big"
     for k in range(6):
