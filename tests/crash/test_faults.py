@@ -14,11 +14,10 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from factories import latent, peers, pt_bytes
 from faults_harness import Zygote, fill, inject_dir, live_group, lost, one_line_error, quarantined, tmpfs, tree
 

@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
+from factories import flip_data_byte, latent, peers, save_pt, settle
 from filelock import FileLock
+from repair_factories import POOL, simpletuner
 
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
-from factories import flip_data_byte, latent, peers, save_pt, settle
-from repair_factories import POOL, simpletuner
 
 #: Writes latents as SimpleTuner does: torch.save to memory, the bytes to ``tmp`` + 8 random
 #: characters in the cache folder (slowly, in chunks, so a kill lands mid-write), then rename.

@@ -24,14 +24,13 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import torch
-
 from factories import save_pt, saved_on
 from faults_harness import Zygote, fill, live_group
 from repair_factories import POOL, Dataset, simpletuner, tree_bytes
@@ -117,7 +116,7 @@ class _Done(subprocess.CompletedProcess):  # type: ignore[type-arg]
     pid: int
 
 
-def run(argv: list[str], cwd: Path, zygote: Zygote | None = None, **extra: str) -> "_Done":
+def run(argv: list[str], cwd: Path, zygote: Zygote | None = None, **extra: str) -> _Done:
     """Run to the end in a session of its own (its pid is its process group, for live_group):
     forked by ``zygote`` when given (torch already imported), else a fresh interpreter."""
     if zygote is not None:
@@ -180,7 +179,7 @@ def torn(b: Broken) -> list[str]:
             continue
         try:
             torch.load(p, weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any failure to load is a torn file
+        except Exception as exc:
             bad.append(f"{p.name}: {type(exc).__name__}: {exc}")
     return bad
 
@@ -214,7 +213,7 @@ def repaired_problems(b: Broken, zygote: Zygote | None = None) -> list[str]:
     for path, tensor in b.expected.items():
         try:
             now = torch.load(path, weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - reported as a problem
+        except Exception as exc:
             problems.append(f"{Path(path).name}: {exc}")
             continue
         if now.dtype != tensor.dtype or not torch.equal(now, tensor):
@@ -279,7 +278,7 @@ WORKERS = max(2, min(4, os.cpu_count() or 2))
 
 
 @pytest.fixture(scope="module")
-def zygotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator["queue.Queue[Zygote]"]:
+def zygotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[queue.Queue[Zygote]]:
     """``WORKERS`` fork servers (see ``faults_harness.Zygote``), one per thread that runs repairs."""
     folder = tmp_path_factory.mktemp("zygotes")
     pool: queue.Queue[Zygote] = queue.Queue()
@@ -292,7 +291,7 @@ def zygotes(tmp_path_factory: pytest.TempPathFactory) -> Iterator["queue.Queue[Z
 
 
 @contextlib.contextmanager
-def borrowed(pool: "queue.Queue[Zygote]") -> Iterator[Zygote]:
+def borrowed(pool: queue.Queue[Zygote]) -> Iterator[Zygote]:
     z = pool.get()
     try:
         yield z
@@ -301,7 +300,7 @@ def borrowed(pool: "queue.Queue[Zygote]") -> Iterator[Zygote]:
 
 
 def test_a_full_run_passes_exactly_the_counted_crash_points(tmp_path: Path, template: Broken,
-                                                           zygotes: "queue.Queue[Zygote]") -> None:
+                                                           zygotes: queue.Queue[Zygote]) -> None:
     """The sweep below is only worth something if ``KILL_AT=k`` really stops the run for every
     k up to the count and the count is the whole run: k = N dies by SIGKILL (the last point is
     reached), k = N + 1 runs to the end and repairs everything (there is no point N + 1). The
@@ -322,7 +321,7 @@ def test_a_full_run_passes_exactly_the_counted_crash_points(tmp_path: Path, temp
 
 
 def test_sigkill_at_every_crash_point_then_repair_again(tmp_path: Path, template: Broken,
-                                                        zygotes: "queue.Queue[Zygote]") -> None:
+                                                        zygotes: queue.Queue[Zygote]) -> None:
     """SIGKILL at each of the N crash points of a full run (``CACHEDOCTOR_TEST_KILL_AT=k``,
     k = 1..N, each on a fresh copy of the dataset), then an unkilled repair: the first process
     must really die of SIGKILL, the second must resume the journal's run under its id (one
@@ -348,7 +347,7 @@ def test_sigkill_at_every_crash_point_then_repair_again(tmp_path: Path, template
 
 
 def test_sigkill_at_random_times_then_repair_again(tmp_path: Path, template: Broken,
-                                                   zygotes: "queue.Queue[Zygote]") -> None:
+                                                   zygotes: queue.Queue[Zygote]) -> None:
     """Six SIGKILLs sent from outside at seeded random instants between 0 and the measured
     duration of an unkilled run (whatever the process was doing: importing, scanning, writing
     the journal, encoding, renaming); a process that already finished is fine. Then the same
@@ -385,7 +384,7 @@ def test_sigkill_at_random_times_then_repair_again(tmp_path: Path, template: Bro
 
 
 @pytest.mark.parametrize("attempt", range(3))
-def test_two_repairs_at_once(tmp_path: Path, attempt: int, template: Broken, zygotes: "queue.Queue[Zygote]") -> None:
+def test_two_repairs_at_once(tmp_path: Path, attempt: int, template: Broken, zygotes: queue.Queue[Zygote]) -> None:
     """Two repairs started together on one cache: the per-file locks and the plan's
     precondition (a file changed since the scan is left alone) must keep them from writing one
     file twice or tearing it. Either may report leftovers of the other (exit 1), neither may
@@ -474,7 +473,7 @@ def full_disk_problems(b: Broken, proc: subprocess.CompletedProcess[str]) -> lis
 
 
 def test_full_disk_injected_stops_cleanly_and_resumes(tmp_path: Path, template: Broken,
-                                                      zygotes: "queue.Queue[Zygote]") -> None:
+                                                      zygotes: queue.Queue[Zygote]) -> None:
     """ENOSPC on every write of new cache content (injected by a ``sitecustomize.py`` on the
     child's ``PYTHONPATH``, see ``ENOSPC_SITECUSTOMIZE``: only writes to ``.cachedoctor-*``
     temp files fail). The first action (the orphan, moved, no write) succeeds, the first
@@ -521,7 +520,7 @@ def tmpfs_over(folder: Path, size_kb: int) -> Iterator[None]:
         shutil.rmtree(aside)
 
 
-def test_full_tmpfs_stops_cleanly(tmp_path: Path, template: Broken, zygotes: "queue.Queue[Zygote]") -> None:
+def test_full_tmpfs_stops_cleanly(tmp_path: Path, template: Broken, zygotes: queue.Queue[Zygote]) -> None:
     """A real full file system (tmpfs at 100%): the repair journal is the first thing written,
     and SQLite reports the full disk for it. The run must stop with the same one-line message,
     exit 2 and nothing changed; once space is freed the same command repairs everything."""
@@ -536,7 +535,7 @@ def test_full_tmpfs_stops_cleanly(tmp_path: Path, template: Broken, zygotes: "qu
         assert repaired_problems(b, z) == []
 
 
-def test_tmpfs_filling_up_mid_run_stops_cleanly(tmp_path: Path, zygotes: "queue.Queue[Zygote]") -> None:
+def test_tmpfs_filling_up_mid_run_stops_cleanly(tmp_path: Path, zygotes: queue.Queue[Zygote]) -> None:
     """A real file system with room for the journal and the quarantine records but not for one
     new latent (float32 latents of 1280x1280 images: 300 KiB; 160 KiB free): the orphan is
     moved (no space needed), then the first rewrite's temp file hits ENOSPC. Same judgement."""

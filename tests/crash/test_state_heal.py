@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from factories import latent, peers, pt_bytes
 from faults_harness import one_line_error
+
 from cachedoctor.scan import ScanOptions, scan
 
 PAGE = 4096
