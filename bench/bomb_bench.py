@@ -59,51 +59,87 @@ print(json.dumps(made))
 
 
 def child_env():
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(runner.REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(runner.REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
 
 
 def build(args, root):
-    proc = subprocess.run([sys.executable, "-c", BUILD, str(root), ",".join(args.only or []),
-                           ",".join(args.container or CONTAINERS)], capture_output=True, text=True, env=child_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", BUILD, str(root), ",".join(args.only or []), ",".join(args.container or CONTAINERS)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+    )
     if proc.returncode:
         fail(f"cannot build the bombs: {proc.stderr.strip()[-400:]}")
     return {"files": json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
 def methods(args, ctx):
-    limits = [str(args.cpu_limit), str(int(args.mem_limit * 2 ** 30)), "1" if args.deep else "0"]
-    return [Method(f"{f['bomb']}-{f['container']}", f"{f['bomb']} in {f['container']} ({f['bytes']:,} bytes)",
-                   command=[sys.executable, "-c", MEASURE, f["path"], *limits], items=1,
-                   cwd=os.path.dirname(f["path"])) for f in ctx.facts["files"]]
+    limits = [str(args.cpu_limit), str(int(args.mem_limit * 2**30)), "1" if args.deep else "0"]
+    return [
+        Method(
+            f"{f['bomb']}-{f['container']}",
+            f"{f['bomb']} in {f['container']} ({f['bytes']:,} bytes)",
+            command=[sys.executable, "-c", MEASURE, f["path"], *limits],
+            items=1,
+            cwd=os.path.dirname(f["path"]),
+        )
+        for f in ctx.facts["files"]
+    ]
 
 
 def worst(key):
     def value(figures):
         values = [f.get(key) for f in figures.values()]
         return None if any(v is None for v in values) else max(values)  # a killed reader has no figure: FAIL
+
     return value
 
 
 def finish(args, ctx, figures):
-    return [f"{f['label']}: the reader did not finish (exit {f.get('exit_code')}): {f.get('stderr_tail', '')}"
-            for f in figures.values() if "read_seconds" not in f]
+    return [
+        f"{f['label']}: the reader did not finish (exit {f.get('exit_code')}): {f.get('stderr_tail', '')}"
+        for f in figures.values()
+        if "read_seconds" not in f
+    ]
 
 
 BENCH = Bench(
-    name="bomb_bench", title="cachedoctor resource-bomb benchmark", schema="cachedoctor.bench.bombs/2",
-    build=build, methods=methods, finish=finish, repeat=1, statistic="best", budget=600,
-    options=[opt("--only", action="append", metavar="BOMB", help="this bomb only (repeatable)"),
-             opt("--container", action="append", choices=CONTAINERS, help="this container only (repeatable)"),
-             opt("--deep", action="store_true", help="read_file(deep=True) instead of a quick read"),
-             opt("--cpu-limit", type=int, default=60, metavar="S", help="RLIMIT_CPU of each reader (default 60)"),
-             opt("--mem-limit", type=float, default=4.0, metavar="GIB", help="RLIMIT_AS of each reader (default 4)")],
+    name="bomb_bench",
+    title="cachedoctor resource-bomb benchmark",
+    schema="cachedoctor.bench.bombs/2",
+    build=build,
+    methods=methods,
+    finish=finish,
+    repeat=1,
+    statistic="best",
+    budget=600,
+    options=[
+        opt("--only", action="append", metavar="BOMB", help="this bomb only (repeatable)"),
+        opt("--container", action="append", choices=CONTAINERS, help="this container only (repeatable)"),
+        opt("--deep", action="store_true", help="read_file(deep=True) instead of a quick read"),
+        opt("--cpu-limit", type=int, default=60, metavar="S", help="RLIMIT_CPU of each reader (default 60)"),
+        opt("--mem-limit", type=float, default=4.0, metavar="GIB", help="RLIMIT_AS of each reader (default 4)"),
+    ],
     quick={"container": ["plain-pt"]},
-    detail=lambda f: (f"read_file {f['read_seconds']:.3f} s, +{f['extra_bytes'] / 2 ** 20:.1f} MB: {f['outcome']}"
-                      if "read_seconds" in f else "did not finish"),
-    goals=[Goal("slowest read_file of a bomb, seconds", value=worst("read_seconds"), target=1.0, unit=" s"),
-           Goal("largest extra peak RSS of a bomb, MB", value=lambda fs: None if worst("extra_bytes")(fs) is None
-                else worst("extra_bytes")(fs) / 2 ** 20, target=100, unit=" MB")])
+    detail=lambda f: (
+        f"read_file {f['read_seconds']:.3f} s, +{f['extra_bytes'] / 2**20:.1f} MB: {f['outcome']}"
+        if "read_seconds" in f
+        else "did not finish"
+    ),
+    goals=[
+        Goal("slowest read_file of a bomb, seconds", value=worst("read_seconds"), target=1.0, unit=" s"),
+        Goal(
+            "largest extra peak RSS of a bomb, MB",
+            value=lambda fs: None if worst("extra_bytes")(fs) is None else worst("extra_bytes")(fs) / 2**20,
+            target=100,
+            unit=" MB",
+        ),
+    ],
+)
 
 if __name__ == "__main__":
     sys.exit(runner.main(BENCH))

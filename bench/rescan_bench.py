@@ -45,8 +45,11 @@ def build(args, root):
 
     from memory_bench import BUILD  # the same metadata-sized files, built by a child (no torch here)
 
-    proc = subprocess.run([sys.executable, "-c", BUILD, str(runner.REPO), str(root / "cache"), str(args.entries),
-                           str(args.per_folder)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", BUILD, str(runner.REPO), str(root / "cache"), str(args.entries), str(args.per_folder)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         fail(f"cannot build the cache: {proc.stderr.strip()[-300:]}")
     return {"entries": args.entries, "per_folder": args.per_folder, "bytes": int(proc.stdout.split()[-1])}
@@ -55,8 +58,10 @@ def build(args, root):
 def check(result, n, label, reused):
     s = result.stats
     if s.files_seen != n or (reused and s.files_reused != n) or len(result.findings) != n // 100 or result.errors:
-        fail(f"{label}: {s.files_seen} files seen, {s.files_reused} reused, {len(result.findings)} findings "
-             f"(expected {n // 100}), {len(result.errors)} errors: the figures would be meaningless")
+        fail(
+            f"{label}: {s.files_seen} files seen, {s.files_reused} reused, {len(result.findings)} findings "
+            f"(expected {n // 100}), {len(result.errors)} errors: the figures would be meaningless"
+        )
     return {"files_seen": s.files_seen, "files_read": s.files_read, "files_reused": s.files_reused}
 
 
@@ -70,14 +75,16 @@ def setup(args, ctx):
         for name in names:
             with open(os.path.join(folder, name), "rb") as f:
                 f.read()
-    first = check(scan([ctx.cache], ScanOptions(state="auto", workers=args.workers)), args.entries, "first scan",
-                  False)
+    first = check(scan([ctx.cache], ScanOptions(state="auto", workers=args.workers)), args.entries, "first scan", False)
     if first["files_read"] != args.entries:
         fail(f"the first scan read {first['files_read']} files, expected a full read of {args.entries}")
-    settle = check(scan([ctx.cache], ScanOptions(state="auto", workers=args.workers)), args.entries,
-                   "second scan", False)
-    print(f"first scan recorded {args.entries:,} files; the second re-read "
-          f"{settle['files_seen'] - settle['files_reused']:,} racy file(s)")
+    settle = check(
+        scan([ctx.cache], ScanOptions(state="auto", workers=args.workers)), args.entries, "second scan", False
+    )
+    print(
+        f"first scan recorded {args.entries:,} files; the second re-read "
+        f"{settle['files_seen'] - settle['files_reused']:,} racy file(s)"
+    )
 
 
 def methods(args, ctx):
@@ -97,14 +104,30 @@ def methods(args, ctx):
     cli = [exe] if exe else [sys.executable, "-m", "cachedoctor"]
     # The defaults are timed: no CACHEDOCTOR_* settings, the set's root as the working folder.
     env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEDOCTOR_")}
-    out = [Method("bare", "bare os.scandir + stat walk", bare, items=n),
-           Method("rescan_n", f"rescan, {w} workers", rescan(w), items=n),
-           Method("rescan_1", "rescan, 1 worker", rescan(1), items=n)]
+    out = [
+        Method("bare", "bare os.scandir + stat walk", bare, items=n),
+        Method("rescan_n", f"rescan, {w} workers", rescan(w), items=n),
+        Method("rescan_1", "rescan, 1 worker", rescan(1), items=n),
+    ]
     if not args.no_cli:
-        out += [Method("walk_proc", "bare walk in a fresh python", items=n, late=True, cwd=str(ctx.root),
-                       command=[sys.executable, "-c", WALK, cache]),
-                Method("cli", "cachedoctor scan CACHE (state database, rescan)", items=n, late=True,
-                       cwd=str(ctx.root), command=[*cli, "scan", cache])]
+        out += [
+            Method(
+                "walk_proc",
+                "bare walk in a fresh python",
+                items=n,
+                late=True,
+                cwd=str(ctx.root),
+                command=[sys.executable, "-c", WALK, cache],
+            ),
+            Method(
+                "cli",
+                "cachedoctor scan CACHE (state database, rescan)",
+                items=n,
+                late=True,
+                cwd=str(ctx.root),
+                command=[*cli, "scan", cache],
+            ),
+        ]
         os.environ.clear()
         os.environ.update(env)
     return out
@@ -116,18 +139,39 @@ def finish(args, ctx, figures):
     if cli is not None:
         m = UNCHANGED.search(cli.get("stdout_head", "") + cli.get("stdout_tail", ""))
         if m is None or int(m.group(1)) != args.entries:
-            notes.append(f"CLI: WARNING: its summary did not say all {args.entries:,} files were unchanged "
-                         f"({cli.get('stdout_tail', '')[-120:]!r}): its time may not be a rescan's")
+            notes.append(
+                f"CLI: WARNING: its summary did not say all {args.entries:,} files were unchanged "
+                f"({cli.get('stdout_tail', '')[-120:]!r}): its time may not be a rescan's"
+            )
     return notes
 
 
 BENCH = Bench(
-    name="rescan_bench", title="cachedoctor rescan benchmark", schema="cachedoctor.bench.rescan/2",
-    build=build, setup=setup, methods=methods, finish=finish, workers=True, cli=True, repeat=11,
-    statistic="median", budget=120, alternate=True,
-    options=[opt("--files", "--entries", dest="entries", type=int, default=20_000, metavar="N",
-                 help="files in the cache (default 20000; the documented figure uses 50000)"),
-             opt("--per-folder", type=int, default=1000, metavar="M", help="files per part_NNNN/ folder")],
+    name="rescan_bench",
+    title="cachedoctor rescan benchmark",
+    schema="cachedoctor.bench.rescan/2",
+    build=build,
+    setup=setup,
+    methods=methods,
+    finish=finish,
+    workers=True,
+    cli=True,
+    repeat=11,
+    statistic="median",
+    budget=120,
+    alternate=True,
+    options=[
+        opt(
+            "--files",
+            "--entries",
+            dest="entries",
+            type=int,
+            default=20_000,
+            metavar="N",
+            help="files in the cache (default 20000; the documented figure uses 50000)",
+        ),
+        opt("--per-folder", type=int, default=1000, metavar="M", help="files per part_NNNN/ folder"),
+    ],
     quick={"entries": 2000, "repeat": 3},
     describe=lambda a: {"entries": a.entries, "per_folder": a.per_folder, "version": 1},
     reusable=lambda a, root: count_files(root / "cache") == a.entries,
@@ -135,11 +179,14 @@ BENCH = Bench(
     goals=[
         Goal("in-process rescan, W workers vs bare walk (seconds)", "rescan_n", "bare", 2.0, per="seconds"),
         Goal("in-process rescan, 1 worker vs bare walk (seconds)", "rescan_1", "bare", 2.0, per="seconds"),
-        Goal("whole process: cachedoctor scan (rescan) vs walk in a fresh python", "cli", "walk_proc", 2.5,
-             per="seconds"),
-        Goal("whole process: cachedoctor scan (rescan) vs in-process rescan", "cli", "rescan_1", per="seconds",
-             info=True),
-    ])
+        Goal(
+            "whole process: cachedoctor scan (rescan) vs walk in a fresh python", "cli", "walk_proc", 2.5, per="seconds"
+        ),
+        Goal(
+            "whole process: cachedoctor scan (rescan) vs in-process rescan", "cli", "rescan_1", per="seconds", info=True
+        ),
+    ],
+)
 
 if __name__ == "__main__":
     sys.exit(runner.main(BENCH))

@@ -123,21 +123,43 @@ def parser(bench: Bench) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=bench.name, description=bench.title)
     for flags, kw in bench.options:
         p.add_argument(*flags, **kw)
-    p.add_argument("--quick", action="store_true",
-                   help="a small, fast run to check the benchmark works: "
-                        + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in bench.quick.items()))
-    p.add_argument("--repeat", type=int, default=bench.repeat, metavar="K",
-                   help=f"time every method K times; goals compare the {bench.statistic} (default {bench.repeat})")
-    p.add_argument("--budget", type=float, default=bench.budget, metavar="S",
-                   help=f"stop repeating once another round would end past S seconds of timing "
-                        f"(default {bench.budget:g}; one round always runs)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small, fast run to check the benchmark works: "
+        + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in bench.quick.items()),
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=bench.repeat,
+        metavar="K",
+        help=f"time every method K times; goals compare the {bench.statistic} (default {bench.repeat})",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=bench.budget,
+        metavar="S",
+        help=f"stop repeating once another round would end past S seconds of timing "
+        f"(default {bench.budget:g}; one round always runs)",
+    )
     if bench.workers:
-        p.add_argument("--workers", type=int, default=os.cpu_count() or 1, metavar="W",
-                       help="worker count of the W-worker rows (default os.cpu_count() = %(default)s)")
+        p.add_argument(
+            "--workers",
+            type=int,
+            default=os.cpu_count() or 1,
+            metavar="W",
+            help="worker count of the W-worker rows (default os.cpu_count() = %(default)s)",
+        )
     if bench.cli:
         p.add_argument("--no-cli", action="store_true", help="skip the command-line rows")
-    p.add_argument("--dir", type=Path, metavar="DIR",
-                   help="build the set in DIR (empty, or a set of this bench), or reuse it; never deleted")
+    p.add_argument(
+        "--dir",
+        type=Path,
+        metavar="DIR",
+        help="build the set in DIR (empty, or a set of this bench), or reuse it; never deleted",
+    )
     if bench.kept_name:
         p.add_argument("--keep", action="store_true", help="keep the set in bench/out/ and reuse it next time")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON to FILE")
@@ -150,8 +172,7 @@ def parse(bench: Bench, argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         given = set(argv if argv is not None else sys.argv[1:])
         for key, value in bench.quick.items():
-            if not any(a == f"--{key.replace('_', '-')}" or a.startswith(f"--{key.replace('_', '-')}=")
-                       for a in given):
+            if not any(a == f"--{key.replace('_', '-')}" or a.startswith(f"--{key.replace('_', '-')}=") for a in given):
                 setattr(args, key, value)
     for key in ("repeat", "workers"):
         if getattr(args, key, 1) < 1:
@@ -183,8 +204,12 @@ def prepare_set(bench: Bench, args: argparse.Namespace, root: Path) -> dict:
             have = None
     if listed and have is None:
         fail(f"{root} holds files that are not a benchmark set (no {MARKER}); use an empty folder")
-    if want is not None and have is not None and have.get("set") == want and \
-            (bench.reusable is None or bench.reusable(args, root)):
+    if (
+        want is not None
+        and have is not None
+        and have.get("set") == want
+        and (bench.reusable is None or bench.reusable(args, root))
+    ):
         return {**have.get("facts", {}), "reused": True, "build_seconds": 0.0}
     for name in listed:
         path = root / name
@@ -245,7 +270,7 @@ def rounds(methods: list[Method], times: dict, extras: dict, repeat: int, budget
     done = 0
     for r in range(repeat):
         t_round = time.perf_counter()
-        for m in (methods[::-1] if alternate and r % 2 else methods):
+        for m in methods[::-1] if alternate and r % 2 else methods:
             dt, extra = time_method(m)
             times[m.key].append(dt)
             extras[m.key] = extra
@@ -296,8 +321,12 @@ def target_text(g: Goal) -> str:
 
 
 def machine(**versions: Any) -> dict[str, Any]:
-    return {"python": platform.python_version(), **versions, "cpu_count": os.cpu_count(),
-            "platform": platform.platform()}
+    return {
+        "python": platform.python_version(),
+        **versions,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+    }
 
 
 def main(bench: Bench, argv: list[str] | None = None) -> int:
@@ -315,8 +344,10 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
     try:
         facts = prepare_set(bench, args, root)
         ctx = SimpleNamespace(root=root, facts=facts, args=args)
-        print(f"{bench.title}  (python {platform.python_version()}, {os.cpu_count()} CPUs, "
-              f"{platform.system()} {platform.machine()})")
+        print(
+            f"{bench.title}  (python {platform.python_version()}, {os.cpu_count()} CPUs, "
+            f"{platform.system()} {platform.machine()})"
+        )
         how = "reused" if facts["reused"] else f"built in {facts['build_seconds']:.1f} s"
         print(f"set: {root} ({how})")
         for key, value in facts.items():
@@ -339,11 +370,18 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
         figures: dict[str, dict] = {}
         for m in methods:
             ts = times[m.key]
-            figures[m.key] = {"label": m.label, "items": m.items, "bytes": m.nbytes, "seconds_best": min(ts),
-                              "seconds_median": statistics.median(ts), "seconds_all": ts,
-                              "items_per_s": m.items / min(ts) if m.items else None,
-                              "mb_per_s": m.nbytes / min(ts) / MB if m.nbytes else None,
-                              "whole_process": m.command is not None, **extras[m.key]}
+            figures[m.key] = {
+                "label": m.label,
+                "items": m.items,
+                "bytes": m.nbytes,
+                "seconds_best": min(ts),
+                "seconds_median": statistics.median(ts),
+                "seconds_all": ts,
+                "items_per_s": m.items / min(ts) if m.items else None,
+                "mb_per_s": m.nbytes / min(ts) / MB if m.nbytes else None,
+                "whole_process": m.command is not None,
+                **extras[m.key],
+            }
         notes = list(bench.finish(args, ctx, figures)) if bench.finish else []
         for f in figures.values():
             if f["whole_process"] and f.get("exit_code") not in (0, 1):
@@ -351,8 +389,10 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
         if cpu0 and cpu1:
             others = max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1]))
             share = others / (timing_s * (os.cpu_count() or 1))
-            notes.append(f"other processes used {share:.0%} of the machine during the timing"
-                         + ("; WARNING: the figures are disturbed by other work" if share > 0.10 else ""))
+            notes.append(
+                f"other processes used {share:.0%} of the machine during the timing"
+                + ("; WARNING: the figures are disturbed by other work" if share > 0.10 else "")
+            )
 
         print()
         print(f"figures: {done} round(s); goals compare the {bench.statistic}; * = a fresh process each time")
@@ -363,8 +403,10 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
             rate = f"{f['items_per_s']:>10,.0f}" if f["items_per_s"] else f"{'-':>10}"
             mbs = f"{f['mb_per_s']:>8,.1f}" if f["mb_per_s"] else f"{'-':>8}"
             label = f["label"] + (" *" if f["whole_process"] else "")
-            print(f"{label:<52} {f['items']:>7,} {f['seconds_best']:>8.3f} {f['seconds_median']:>9.3f} {rate} {mbs}"
-                  + (f"  {bench.detail(f)}" if bench.detail else ""))
+            print(
+                f"{label:<52} {f['items']:>7,} {f['seconds_best']:>8.3f} {f['seconds_median']:>9.3f} {rate} {mbs}"
+                + (f"  {bench.detail(f)}" if bench.detail else "")
+            )
         for note in notes:
             print(f"note: {note}")
 
@@ -376,18 +418,36 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
             result = judge(g, value)
             shown = "n/a" if value is None else f"{value:.2f}{g.unit}"
             print(f"{g.label:<64} {shown:>8} {target_text(g):>9}  {result}")
-            rows.append({"goal": g.label, "method": g.method, "baseline": g.baseline, "per": g.per,
-                         "value": value, "target": None if g.info else g.target, "result": result})
+            rows.append(
+                {
+                    "goal": g.label,
+                    "method": g.method,
+                    "baseline": g.baseline,
+                    "per": g.per,
+                    "value": value,
+                    "target": None if g.info else g.target,
+                    "result": result,
+                }
+            )
         missed = [r["goal"] for r in rows if r["result"].startswith("FAIL")]
         print()
         print("verdict: " + ("every goal met" if not missed else f"{len(missed)} goal(s) missed: " + "; ".join(missed)))
         total = time.perf_counter() - wall0
         print(f"total run time {total:.1f} s (set {facts['build_seconds']:.1f} s, timing {timing_s:.1f} s)")
         if args.json:
-            doc = {"schema": bench.schema, "argv": sys.argv[1:] if argv is None else argv, "machine": machine(),
-                   "set": {"folder": str(root), **facts}, "repeat": args.repeat, "rounds": done,
-                   "statistic": bench.statistic, "figures": figures, "goals": rows, "notes": notes,
-                   "total_seconds": total}
+            doc = {
+                "schema": bench.schema,
+                "argv": sys.argv[1:] if argv is None else argv,
+                "machine": machine(),
+                "set": {"folder": str(root), **facts},
+                "repeat": args.repeat,
+                "rounds": done,
+                "statistic": bench.statistic,
+                "figures": figures,
+                "goals": rows,
+                "notes": notes,
+                "total_seconds": total,
+            }
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
             print(f"figures written to {args.json}")

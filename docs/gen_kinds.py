@@ -32,11 +32,12 @@ def render() -> str:
     sys.path.insert(0, str(DOCS.parent))
     from cachedoctor.checks import CHECKS
 
-    lines = ["| kind | severity | fix | what it means | what repair does |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = ["| kind | severity | fix | what it means | what repair does |", "| --- | --- | --- | --- | --- |"]
     for check in CHECKS:
-        lines.append(f"| `{check.kind}` | {check.severity.value} | `{check.fix.value}` | "
-                     f"{_cell(check.summary)} | {_cell(check.repair)} |")
+        lines.append(
+            f"| `{check.kind}` | {check.severity.value} | `{check.fix.value}` | "
+            f"{_cell(check.summary)} | {_cell(check.repair)} |"
+        )
     return "\n".join(lines) + "\n"
 
 

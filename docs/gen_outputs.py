@@ -60,8 +60,10 @@ def documents() -> list[Path]:
 
 def samples(path: Path) -> list[Sample]:
     text = path.read_text(encoding="utf-8")
-    return [Sample(path, text.count("\n", 0, m.start()) + 1, m["cmd"], m["body"], m.span("body"))
-            for m in MARKER.finditer(text)]
+    return [
+        Sample(path, text.count("\n", 0, m.start()) + 1, m["cmd"], m["body"], m.span("body"))
+        for m in MARKER.finditer(text)
+    ]
 
 
 def all_samples() -> list[Sample]:
@@ -69,12 +71,12 @@ def all_samples() -> list[Sample]:
 
 
 _VOLATILE = [
-    (re.compile(r"\b\d+\.\d+s\b"), "<T>s"),                                   # 0.04s
+    (re.compile(r"\b\d+\.\d+s\b"), "<T>s"),  # 0.04s
     (re.compile(r'"elapsed_s": [0-9.e-]+'), '"elapsed_s": <T>'),
-    (re.compile(r'\b(time|timestamp)="[^"]*"'), r'\1="<T>"'),                  # junit
-    (re.compile(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b"), "<RUN>"),                    # repair run ids
+    (re.compile(r'\b(time|timestamp)="[^"]*"'), r'\1="<T>"'),  # junit
+    (re.compile(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b"), "<RUN>"),  # repair run ids
     (re.compile(r'("version": |cachedoctor\.version" value=)"[^"]*"'), r'\1"<V>"'),
-    (re.compile(r"cachedoctor \d+\.\d+\.\d+\S*"), "cachedoctor <V>"),          # --version
+    (re.compile(r"cachedoctor \d+\.\d+\.\d+\S*"), "cachedoctor <V>"),  # --version
 ]
 
 
@@ -88,8 +90,11 @@ def normalise(text: str) -> str:
 def _sandbox() -> Path:
     box = Path(tempfile.mkdtemp(prefix="cachedoctor-docs-"))
     shutil.copytree(ROOT / "fixtures", box / "fixtures", ignore=shutil.ignore_patterns(".cachedoctor", "__pycache__"))
-    subprocess.run([sys.executable, str(box / "fixtures" / "touch.py"), str(box / "fixtures" / "datasets")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(box / "fixtures" / "touch.py"), str(box / "fixtures" / "datasets")],
+        check=True,
+        capture_output=True,
+    )
     bindir = box / ".bin"
     bindir.mkdir()
     shim = bindir / "cachedoctor"
@@ -102,13 +107,30 @@ def run(command: str) -> str:
     """The block for ``command``: ``$ command`` and what it prints, paths shown under SHOWN_ROOT."""
     box = _sandbox()
     try:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("CACHEDOCTOR_") and k not in ("GITHUB_STEP_SUMMARY", "FORCE_COLOR")}
-        env.update(PATH=f"{box / '.bin'}{os.pathsep}{env.get('PATH', '')}", COLUMNS=WIDTH, LINES="50",
-                   NO_COLOR="1", TERM="dumb", PYTHONIOENCODING="utf-8", PYTHONPATH=str(ROOT),
-                   HOME=str(box))
-        proc = subprocess.run(["bash", "-c", command], cwd=box, env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("CACHEDOCTOR_") and k not in ("GITHUB_STEP_SUMMARY", "FORCE_COLOR")
+        }
+        env.update(
+            PATH=f"{box / '.bin'}{os.pathsep}{env.get('PATH', '')}",
+            COLUMNS=WIDTH,
+            LINES="50",
+            NO_COLOR="1",
+            TERM="dumb",
+            PYTHONIOENCODING="utf-8",
+            PYTHONPATH=str(ROOT),
+            HOME=str(box),
+        )
+        proc = subprocess.run(
+            ["bash", "-c", command],
+            cwd=box,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=TIMEOUT_S,
+        )
         out = proc.stdout.decode("utf-8", "replace")
         for root in {str(box.resolve()), str(box)}:
             out = out.replace(root, SHOWN_ROOT)

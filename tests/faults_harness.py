@@ -207,8 +207,9 @@ def tmpfs(folder: Path, size_kb: int) -> Iterator[Path]:
     """A real ``size_kb`` tmpfs mounted at ``folder`` (created empty); unmounted afterwards.
     Skips the test, saying why, where this machine does not let us mount."""
     folder.mkdir(parents=True, exist_ok=True)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(folder)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root and mount rights): {mounted.stderr.strip()}")
     try:
@@ -257,7 +258,7 @@ def one_line_error(stderr: str) -> str | None:
     lines = stderr.strip().splitlines()
     if len(lines) != 1 or "Traceback" in stderr or not lines[0].startswith("cachedoctor: error: "):
         return None
-    return lines[0][len("cachedoctor: error: "):]
+    return lines[0][len("cachedoctor: error: ") :]
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -277,8 +278,17 @@ def tree(root: Path) -> dict[str, bytes]:
 def quarantined(root: Path) -> list[bytes]:
     """The bytes of every file in every quarantine run under ``root`` (temp files and records aside)."""
     q = root / ".cachedoctor" / "quarantine"
-    return [p.read_bytes() for p in q.rglob("*") if p.is_file() and p.name != ".records.jsonl"
-            and not (p.name.startswith(".cachedoctor-") and p.name.endswith(".tmp"))] if q.is_dir() else []
+    return (
+        [
+            p.read_bytes()
+            for p in q.rglob("*")
+            if p.is_file()
+            and p.name != ".records.jsonl"
+            and not (p.name.startswith(".cachedoctor-") and p.name.endswith(".tmp"))
+        ]
+        if q.is_dir()
+        else []
+    )
 
 
 def lost(before: dict[str, bytes], root: Path) -> list[str]:
@@ -376,8 +386,12 @@ class Zygote:
     def __init__(self, folder: Path, preload: tuple[str, ...] = ("torch", "cachedoctor.cli")) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE, *preload], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=(folder / "zygote.err").open("wb"))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE, *preload],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=(folder / "zygote.err").open("wb"),
+        )
         self._buffer = b""
         self._runs = 0
 
@@ -401,8 +415,13 @@ class Zygote:
         assert argv[0] == sys.executable and argv[1] == "-m", argv
         self._runs += 1
         self._out = self.folder / f"{self._runs}.out", self.folder / f"{self._runs}.err"
-        request = {"argv": argv[1:], "cwd": str(cwd), "env": env, "stdout": str(self._out[0]),
-                   "stderr": str(self._out[1])}
+        request = {
+            "argv": argv[1:],
+            "cwd": str(cwd),
+            "env": env,
+            "stdout": str(self._out[0]),
+            "stderr": str(self._out[1]),
+        }
         assert self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
         self.proc.stdin.flush()

@@ -46,8 +46,9 @@ def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     child.update(env, PYTHONDONTWRITEBYTECODE="1")
     if _ZYGOTE is not None and "PYTHONPATH" not in env:
         return _ZYGOTE.run([sys.executable, "-m", "cachedoctor", *args], Path.cwd(), child, TIMEOUT_S)
-    return subprocess.run([sys.executable, "-m", "cachedoctor", *args], capture_output=True, text=True,
-                          env=child, timeout=TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "cachedoctor", *args], capture_output=True, text=True, env=child, timeout=TIMEOUT_S
+    )
 
 
 def make_cache(root: Path, strays: int = 2) -> None:
@@ -71,8 +72,12 @@ def findings(proc: subprocess.CompletedProcess[str]) -> list[tuple[str, str]] | 
 
 def temps(root: Path) -> list[str]:
     """cachedoctor's temp files anywhere under ``root``, symlinked folders included."""
-    return sorted(os.path.join(d, n) for d, _, names in os.walk(root, followlinks=True) for n in names
-                  if n.startswith(".cachedoctor-") and n.endswith(".tmp"))
+    return sorted(
+        os.path.join(d, n)
+        for d, _, names in os.walk(root, followlinks=True)
+        for n in names
+        if n.startswith(".cachedoctor-") and n.endswith(".tmp")
+    )
 
 
 def judge_stop(proc: subprocess.CompletedProcess[str], root: Path) -> list[str]:
@@ -88,6 +93,7 @@ def judge_stop(proc: subprocess.CompletedProcess[str], root: Path) -> list[str]:
 
 
 # --- a real, nearly full disk ------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_scan_on_a_nearly_full_disk_always_reports(tmp_path: Path) -> None:
@@ -180,11 +186,16 @@ def test_restore_on_a_nearly_full_disk_stops_in_one_line_or_finishes(tmp_path: P
 
 # --- an injected error at every write call site ------------------------------------------------
 
+
 def _sites(tmp_path: Path, cache: Path, args: tuple[str, ...]) -> dict[int, str]:
     """The first call (1-based) of each distinct write call site of a run, and the site."""
     count = tmp_path / "count"
-    proc = cli(*args, PYTHONPATH=str(inject_dir(tmp_path)), CACHEDOCTOR_FAULT_ROOT=str(cache),
-               CACHEDOCTOR_FAULT_COUNT=str(count))
+    proc = cli(
+        *args,
+        PYTHONPATH=str(inject_dir(tmp_path)),
+        CACHEDOCTOR_FAULT_ROOT=str(cache),
+        CACHEDOCTOR_FAULT_COUNT=str(count),
+    )
     assert proc.returncode in (0, 1), proc.stderr
     first: dict[str, int] = {}
     for i, site in enumerate(count.read_text().splitlines(), 1):
@@ -210,8 +221,11 @@ def test_a_write_error_at_every_call_site(tmp_path: Path, command: str) -> None:
         (cache / "tmpStray000").write_bytes(b"replaced since")
         before["new"] = b"replaced since"
     shutil.copytree(cache, pristine)
-    args = {"scan": ("scan", str(cache), "--format", "json"), "repair": ("repair", str(cache), "--yes"),
-            "restore": ("quarantine", "restore", run_id, str(cache))}[command]
+    args = {
+        "scan": ("scan", str(cache), "--format", "json"),
+        "repair": ("repair", str(cache), "--yes"),
+        "restore": ("quarantine", "restore", run_id, str(cache)),
+    }[command]
     expected = findings(cli("scan", str(cache), "--no-state", "--format", "json"))
     sites = _sites(tmp_path, cache, args)
     assert len(sites) >= 3, sites
@@ -220,8 +234,13 @@ def test_a_write_error_at_every_call_site(tmp_path: Path, command: str) -> None:
         shutil.rmtree(cache)
         shutil.copytree(pristine, cache)
         code = "ENOSPC" if k % 2 == 0 else "EIO"
-        proc = cli(*args, PYTHONPATH=str(inject_dir(tmp_path)), CACHEDOCTOR_FAULT_ROOT=str(cache),
-                   CACHEDOCTOR_FAULT_AT=str(at), CACHEDOCTOR_FAULT_ERRNO=code)
+        proc = cli(
+            *args,
+            PYTHONPATH=str(inject_dir(tmp_path)),
+            CACHEDOCTOR_FAULT_ROOT=str(cache),
+            CACHEDOCTOR_FAULT_AT=str(at),
+            CACHEDOCTOR_FAULT_ERRNO=code,
+        )
         label = f"{command}, {code} at write call {at} ({site})"
         if "Traceback" in proc.stderr:
             problems.append(f"{label}: traceback {proc.stderr[-1500:]}")
@@ -233,7 +252,9 @@ def test_a_write_error_at_every_call_site(tmp_path: Path, command: str) -> None:
         elif proc.returncode not in (0, 1):
             problems.append(f"{label}: exit {proc.returncode} {proc.stderr[-800:]!r}")
         now, kept = tree(cache), quarantined(cache)
-        problems += [f"{label}: lost {r}" for r, data in before.items() if data not in now.values() and data not in kept]
+        problems += [
+            f"{label}: lost {r}" for r, data in before.items() if data not in now.values() and data not in kept
+        ]
         problems += [f"{label}: temp file left {t}" for t in temps(cache)]
     assert problems == [], "\n".join(problems)
 
@@ -246,28 +267,34 @@ def test_the_injection_fails_exactly_the_chosen_call(tmp_path: Path) -> None:
     root.mkdir()
     code = f"""
 import errno, os, sqlite3
-open({str(tmp_path / 'outside')!r}, "w").write("x")
-open({str(root / 'one')!r}, "w").close()
+open({str(tmp_path / "outside")!r}, "w").write("x")
+open({str(root / "one")!r}, "w").close()
 try:
-    open({str(root / 'two')!r}, "w")
+    open({str(root / "two")!r}, "w")
 except OSError as exc:
     assert exc.errno == errno.EIO, exc
 else:
     raise SystemExit("no error at call 2")
-db = sqlite3.connect({str(root / 'db')!r})
+db = sqlite3.connect({str(root / "db")!r})
 try:
     db.execute("CREATE TABLE t (x)")
 except sqlite3.OperationalError as exc:
     assert exc.sqlite_errorcode == 10, exc
     raise SystemExit("the database was call 3, which must succeed")
 """
-    env = {**os.environ, "PYTHONPATH": str(inject_dir(tmp_path)), "CACHEDOCTOR_FAULT_ROOT": str(root),
-           "CACHEDOCTOR_FAULT_AT": "2", "CACHEDOCTOR_FAULT_ERRNO": "EIO"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(inject_dir(tmp_path)),
+        "CACHEDOCTOR_FAULT_ROOT": str(root),
+        "CACHEDOCTOR_FAULT_AT": "2",
+        "CACHEDOCTOR_FAULT_ERRNO": "EIO",
+    }
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
 
 
 # --- a cache that spans file systems -----------------------------------------------------------
+
 
 def spanning(tmp_path: Path) -> tuple[Path, Path]:
     """A cache on the test's disk whose ``sub`` folder is a symlink to a tmpfs (another file
@@ -320,15 +347,22 @@ def test_kills_during_cross_device_copies(tmp_path: Path) -> None:
         assert killed.returncode == -signal.SIGKILL, killed.stderr
         assert lost(before, cache) == []
         listing = cli("quarantine", "list", str(cache))
-        assert listing.returncode == 0 and "unknown" not in listing.stdout and ".tmp" not in listing.stdout, listing.stdout
+        assert listing.returncode == 0 and "unknown" not in listing.stdout and ".tmp" not in listing.stdout, (
+            listing.stdout
+        )
         again = cli("repair", str(cache), "--yes")
         assert again.returncode == 1 and "resuming interrupted run" in again.stdout, again.stdout + again.stderr
         assert temps(cache) == [] and lost(before, cache) == []
         (run_id,) = os.listdir(cache / ".cachedoctor" / "quarantine")
 
-        proc = subprocess.Popen([sys.executable, "-m", "cachedoctor", "quarantine", "restore", run_id, str(cache)],
-                                env={**os.environ, "CACHEDOCTOR_TEST_KILL_IN_COPY": "2"}, start_new_session=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cachedoctor", "quarantine", "restore", run_id, str(cache)],
+            env={**os.environ, "CACHEDOCTOR_TEST_KILL_IN_COPY": "2"},
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         proc.communicate(timeout=TIMEOUT_S)
         assert proc.returncode == -signal.SIGKILL
         assert live_group(proc.pid) == []

@@ -98,8 +98,9 @@ def test_trainer_crash_after_a_scan_reads_deep_only_what_was_written_since(tmp_p
     assert cli("scan", str(cache))[0] == 0  # the state database: the last healthy checkpoint
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    proc = subprocess.Popen([sys.executable, str(script), str(cache), "1000", "direct"], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(cache), "1000", "direct"], stdout=subprocess.PIPE, text=True
+    )
     try:
         for _ in range(4):
             assert proc.stdout is not None and proc.stdout.readline()
@@ -125,9 +126,13 @@ def test_interrupted_repair_is_resumed_with_its_own_encoder(tmp_path: Path) -> N
     ds = simpletuner(tmp_path, 6)
     for image in ds.images[:3]:
         ds.latent_path(image).unlink()
-    killed = subprocess.run([sys.executable, "-m", "cachedoctor", "repair", "--config", str(ds.config), "--encoder", POOL,
-                             "--yes"], env={**os.environ, "CACHEDOCTOR_TEST_KILL_AT": "5"}, capture_output=True,
-                            text=True, timeout=120)
+    killed = subprocess.run(
+        [sys.executable, "-m", "cachedoctor", "repair", "--config", str(ds.config), "--encoder", POOL, "--yes"],
+        env={**os.environ, "CACHEDOCTOR_TEST_KILL_AT": "5"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert killed.returncode == -signal.SIGKILL
     code, out, _ = cli("recover", "--config", str(ds.config))
     assert code == 1 and "interrupted repair in" in out and f"encoder(s): {POOL}" in out

@@ -86,7 +86,9 @@ def broken(root: Path, n: int = 12, *, leak: bool = True, **kw: object) -> Broke
             save_pt(p, expected[str(p)].clone())
     replaced = [str(p) for p in lat[:4]]
     if leak:
-        batch = torch.randn(7, *expected[str(lat[4])].shape, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+        batch = torch.randn(7, *expected[str(lat[4])].shape, generator=torch.Generator().manual_seed(4)).to(
+            torch.bfloat16
+        )
         save_pt(lat[4], batch[2])
         expected[str(lat[4])] = batch[2].clone()
         replaced.append(str(lat[4]))
@@ -98,8 +100,15 @@ def broken(root: Path, n: int = 12, *, leak: bool = True, **kw: object) -> Broke
     save_pt(orphan, expected[str(lat[2])] + 1)  # a latent like its peers that no item maps to
     cache = tree_bytes(ds.vae)
     broken_rel = {os.path.relpath(p, ds.vae) for p in replaced + [str(stray), str(orphan)]}
-    return Broken(ds, ds.source_bytes(), {r: b for r, b in cache.items() if r not in broken_rel},
-                  {r: b for r, b in cache.items() if r in broken_rel}, expected, replaced, [str(stray), str(orphan)])
+    return Broken(
+        ds,
+        ds.source_bytes(),
+        {r: b for r, b in cache.items() if r not in broken_rel},
+        {r: b for r, b in cache.items() if r in broken_rel},
+        expected,
+        replaced,
+        [str(stray), str(orphan)],
+    )
 
 
 def repair_argv(b: Broken) -> list[str]:
@@ -121,8 +130,15 @@ def run(argv: list[str], cwd: Path, zygote: Zygote | None = None, **extra: str) 
     forked by ``zygote`` when given (torch already imported), else a fresh interpreter."""
     if zygote is not None:
         return zygote.run(argv, cwd, child_env(**extra), TIMEOUT_S)  # type: ignore[return-value]
-    proc = subprocess.Popen(argv, cwd=cwd, env=child_env(**extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=child_env(**extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -158,8 +174,11 @@ def quarantined(b: Broken) -> list[bytes]:
 
 
 def scan_findings(b: Broken, zygote: Zygote | None = None) -> tuple[int, list[object]]:
-    proc = run([sys.executable, "-m", "cachedoctor", "scan", "--deep", "--config", str(b.ds.config), "--format", "json"],
-               b.ds.root, zygote)
+    proc = run(
+        [sys.executable, "-m", "cachedoctor", "scan", "--deep", "--config", str(b.ds.config), "--format", "json"],
+        b.ds.root,
+        zygote,
+    )
     try:
         return proc.returncode, json.loads(proc.stdout)["findings"]
     except (ValueError, KeyError):
@@ -231,8 +250,10 @@ def after_kill_problems(b: Broken, label: str, zygote: Zygote, *, journaled: boo
     if second.returncode != 0 or "Traceback" in second.stderr:
         problems.append(f"second repair exit {second.returncode}: {second.stdout[-800:]} {second.stderr[-800:]}")
     if interrupted is not None and f"resuming interrupted run {interrupted}" not in second.stdout:
-        problems.append(f"the journal had run {interrupted} running, the second repair did not resume it: "
-                        f"{second.stdout.strip().splitlines()}")
+        problems.append(
+            f"the journal had run {interrupted} running, the second repair did not resume it: "
+            f"{second.stdout.strip().splitlines()}"
+        )
     runs = sorted(p.name for p in b.quarantine.iterdir()) if b.quarantine.is_dir() else []
     if len(runs) > 1 or (interrupted is not None and runs not in ([], [interrupted])):
         problems.append(f"quarantine run folders {runs}, expected one (the interrupted run {interrupted})")
@@ -249,7 +270,7 @@ def clone(template: Broken, root: Path) -> Broken:
 
     def moved(path: Path | str) -> Path:
         assert str(path).startswith(old), path
-        return Path(new + str(path)[len(old):])
+        return Path(new + str(path)[len(old) :])
 
     for path in [moved(template.ds.config), *moved(template.ds.data).glob("aspect_ratio_bucket_metadata_*.json")]:
         text = path.read_text()
@@ -257,9 +278,15 @@ def clone(template: Broken, root: Path) -> Broken:
         path.write_text(text.replace(old, new))
     t = template.ds
     ds = Dataset(root, moved(t.config), moved(t.data), moved(t.vae), [moved(p) for p in t.images], None)
-    b = Broken(ds, ds.source_bytes(), dict(template.healthy), dict(template.defective),
-               {str(moved(p)): tensor for p, tensor in template.expected.items()},
-               [str(moved(p)) for p in template.replaced], [str(moved(p)) for p in template.moved])
+    b = Broken(
+        ds,
+        ds.source_bytes(),
+        dict(template.healthy),
+        dict(template.defective),
+        {str(moved(p)): tensor for p, tensor in template.expected.items()},
+        [str(moved(p)) for p in template.replaced],
+        [str(moved(p)) for p in template.moved],
+    )
     assert tree_bytes(ds.vae) == {**b.healthy, **b.defective}
     return b
 
@@ -299,8 +326,9 @@ def borrowed(pool: queue.Queue[Zygote]) -> Iterator[Zygote]:
         pool.put(z)
 
 
-def test_a_full_run_passes_exactly_the_counted_crash_points(tmp_path: Path, template: Broken,
-                                                           zygotes: queue.Queue[Zygote]) -> None:
+def test_a_full_run_passes_exactly_the_counted_crash_points(
+    tmp_path: Path, template: Broken, zygotes: queue.Queue[Zygote]
+) -> None:
     """The sweep below is only worth something if ``KILL_AT=k`` really stops the run for every
     k up to the count and the count is the whole run: k = N dies by SIGKILL (the last point is
     reached), k = N + 1 runs to the end and repairs everything (there is no point N + 1). The
@@ -320,8 +348,9 @@ def test_a_full_run_passes_exactly_the_counted_crash_points(tmp_path: Path, temp
     assert len([p for p in runs[0].rglob("*") if p.is_file() and p.name != ".records.jsonl"]) == 6
 
 
-def test_sigkill_at_every_crash_point_then_repair_again(tmp_path: Path, template: Broken,
-                                                        zygotes: queue.Queue[Zygote]) -> None:
+def test_sigkill_at_every_crash_point_then_repair_again(
+    tmp_path: Path, template: Broken, zygotes: queue.Queue[Zygote]
+) -> None:
     """SIGKILL at each of the N crash points of a full run (``CACHEDOCTOR_TEST_KILL_AT=k``,
     k = 1..N, each on a fresh copy of the dataset), then an unkilled repair: the first process
     must really die of SIGKILL, the second must resume the journal's run under its id (one
@@ -346,8 +375,9 @@ def test_sigkill_at_every_crash_point_then_repair_again(tmp_path: Path, template
     assert problems == [], "\n".join(problems)
 
 
-def test_sigkill_at_random_times_then_repair_again(tmp_path: Path, template: Broken,
-                                                   zygotes: queue.Queue[Zygote]) -> None:
+def test_sigkill_at_random_times_then_repair_again(
+    tmp_path: Path, template: Broken, zygotes: queue.Queue[Zygote]
+) -> None:
     """Six SIGKILLs sent from outside at seeded random instants between 0 and the measured
     duration of an unkilled run (whatever the process was doing: importing, scanning, writing
     the journal, encoding, renaming); a process that already finished is fine. Then the same
@@ -368,8 +398,15 @@ def test_sigkill_at_random_times_then_repair_again(tmp_path: Path, template: Bro
     with borrowed(zygotes) as z:
         for i, b in enumerate(cases):
             delay = duration * (i + rng.random()) / kills
-            proc = subprocess.Popen(repair_argv(b), cwd=b.ds.root, env=child_env(), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+            proc = subprocess.Popen(
+                repair_argv(b),
+                cwd=b.ds.root,
+                env=child_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
             time.sleep(delay)  # the random instant itself, not a wait for something
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)  # not reaped yet: the pid is still this child's
@@ -459,7 +496,7 @@ def full_disk_problems(b: Broken, proc: subprocess.CompletedProcess[str]) -> lis
     elif not lines[0].startswith("cachedoctor: error: ") or ": no space left" not in lines[0]:
         problems.append(f"not a clear message about the full disk: {lines[0]}")
     else:
-        named = lines[0][len("cachedoctor: error: "):].split(": no space left")[0]
+        named = lines[0][len("cachedoctor: error: ") :].split(": no space left")[0]
         if not named.startswith(str(b.ds.vae) + os.sep):
             problems.append(f"the message names {named!r}, not a path in the cache")
     problems += untouched_problems(b)
@@ -472,8 +509,9 @@ def full_disk_problems(b: Broken, proc: subprocess.CompletedProcess[str]) -> lis
     return problems
 
 
-def test_full_disk_injected_stops_cleanly_and_resumes(tmp_path: Path, template: Broken,
-                                                      zygotes: queue.Queue[Zygote]) -> None:
+def test_full_disk_injected_stops_cleanly_and_resumes(
+    tmp_path: Path, template: Broken, zygotes: queue.Queue[Zygote]
+) -> None:
     """ENOSPC on every write of new cache content (injected by a ``sitecustomize.py`` on the
     child's ``PYTHONPATH``, see ``ENOSPC_SITECUSTOMIZE``: only writes to ``.cachedoctor-*``
     temp files fail). The first action (the orphan, moved, no write) succeeds, the first
@@ -503,8 +541,9 @@ def tmpfs_over(folder: Path, size_kb: int) -> Iterator[None]:
     clean up and the folder reads as before)."""
     aside = folder.with_name(folder.name + "-aside")
     shutil.copytree(folder, aside)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(folder)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(folder)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         shutil.rmtree(aside)
         pytest.skip(f"cannot mount a tmpfs here (needs root and mount rights): {mounted.stderr.strip()}")
@@ -582,14 +621,16 @@ def test_zygote_children_are_what_it_says(tmp_path: Path) -> None:
     """The fork server itself: a child runs ``-m MODULE ARGS`` in the requested folder with
     exactly the requested environment, in a session of its own, its output captured; its exit
     code comes back, and a SIGKILL comes back as ``-SIGKILL`` (what the sweep asserts)."""
-    (tmp_path / "probe.py").write_text(textwrap.dedent("""
+    (tmp_path / "probe.py").write_text(
+        textwrap.dedent("""
         import os, signal, sys
         print(os.getcwd(), os.environ.get("PROBE"), "OTHER" in os.environ, os.getsid(0) == os.getpid(), sys.argv[1:], flush=True)
         print("to stderr", file=sys.stderr)
         if sys.argv[1] == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         sys.exit(int(sys.argv[1]))
-    """))
+    """)
+    )
     z = Zygote(tmp_path / "z", preload=())
     try:
         done = z.run([sys.executable, "-m", "probe", "3"], tmp_path, {"PROBE": "yes"})

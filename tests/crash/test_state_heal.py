@@ -30,7 +30,7 @@ def make_cache(root: Path) -> None:
     for i in range(4):
         folder = root / f"f{i}"
         peers(folder)
-        (folder / f"cut{i}.pt").write_bytes(pt_bytes(latent())[:300 + i])
+        (folder / f"cut{i}.pt").write_bytes(pt_bytes(latent())[: 300 + i])
         (folder / f"tmpStray{i:03d}").write_bytes(b"x" * (10 + i))
 
 
@@ -93,7 +93,9 @@ def test_every_corruption_heals(written: tuple[Path, bytes, list]) -> None:
         for attempt in ("first", "second"):
             findings, _notes = found(root, "auto")
             if findings != expected:
-                problems.append(f"{label}: the {attempt} scan reports {len(findings)} findings, not the {len(expected)} expected")
+                problems.append(
+                    f"{label}: the {attempt} scan reports {len(findings)} findings, not the {len(expected)} expected"
+                )
     assert problems == [], "\n".join(problems)
 
 
@@ -120,13 +122,14 @@ def test_damage_after_opening_is_a_note_and_the_report(tmp_path: Path, damage: s
         db.close()
         data = bytearray(path.read_bytes())
         at = (root_page - 1) * PAGE
-        data[at:at + 1] = b"\x99"  # not a b-tree page type
+        data[at : at + 1] = b"\x99"  # not a b-tree page type
         path.write_bytes(bytes(data))
     expected = cli("scan", str(root), "--no-state")
     proc = cli("scan", str(root))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout.replace("\n", " ").count("moved it to") == 1, proc.stdout
     assert [n for n in os.listdir(path.parent) if n.startswith("state.sqlite.broken-")], os.listdir(path.parent)
+
     def paths(out: str) -> list[str]:  # the report's lines about cache files: the findings
         return sorted(line for line in out.splitlines() if f"{root}/f" in line and "state database" not in line)
 

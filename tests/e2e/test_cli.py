@@ -41,7 +41,9 @@ def test_json_document_contract(cache: Path) -> None:
     assert doc["targets"] == [str(cache)]
     assert all(set(f) == FINDING_KEYS for f in doc["findings"])
     assert [(f["kind"], f["severity"], Path(f["path"]).name, f["fix"]) for f in doc["findings"]] == [
-        ("batch-leak", "error", "leak.pt", "clone-storage"), ("device-tagged", "warning", "gpu.pt", "rewrite-cpu")]
+        ("batch-leak", "error", "leak.pt", "clone-storage"),
+        ("device-tagged", "warning", "gpu.pt", "rewrite-cpu"),
+    ]
     summary = doc["summary"]
     assert summary["files_read"] == 6 and summary["findings"] == 2
     assert summary["by_kind"] == {"batch-leak": 1, "device-tagged": 1}

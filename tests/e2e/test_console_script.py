@@ -54,8 +54,12 @@ def test_ctrl_c_exits_130(script: str, tmp_path: Path) -> None:
     started = tmp_path / ".cachedoctor" / "state.sqlite"  # made once the CLI is imported and scanning
     for delay in (0.0, 0.05, 0.2, 0.4):
         shutil.rmtree(started.parent, ignore_errors=True)
-        proc = subprocess.Popen([script, "scan", str(tmp_path), "--deep", "-j", "1", "--format", "json"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [script, "scan", str(tmp_path), "--deep", "-j", "1", "--format", "json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 60
         while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)  # a loaded CI machine may take seconds to start Python
@@ -80,8 +84,13 @@ def test_sigkill_leaves_no_scan_worker_behind(script: str, tmp_path: Path) -> No
     data = pt_bytes(latent(h=96, w=96))
     for i in range(3000):
         (tmp_path / f"{i:05d}.pt").write_bytes(data)
-    proc = subprocess.Popen([script, "scan", str(tmp_path), "--deep", "--no-state", "-j", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [script, "scan", str(tmp_path), "--deep", "--no-state", "-j", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     children: list[str] = []
     while not children:  # wait until the pool's readers exist

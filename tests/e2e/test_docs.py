@@ -40,7 +40,8 @@ DOCUMENTS = [p for p in gen_outputs.documents() if p.exists()]
 def test_kinds_table_matches_the_checks() -> None:
     current = gen_kinds.KINDS_MD.read_text(encoding="utf-8")
     assert gen_kinds.rendered_document(current) == current, (
-        "docs/kinds.md differs from the check classes' texts: run `python docs/gen_kinds.py`")
+        "docs/kinds.md differs from the check classes' texts: run `python docs/gen_kinds.py`"
+    )
 
 
 def test_kinds_table_lists_every_check() -> None:
@@ -61,7 +62,8 @@ def test_sample_output_is_what_the_command_prints(sample) -> None:
     fresh = gen_outputs.run(sample.command)
     assert gen_outputs.normalise(sample.body) == gen_outputs.normalise(fresh), (
         f"{sample.id}: the sample output of `{sample.command}` differs from what it prints now: "
-        "run `python docs/gen_outputs.py` (and read the diff before committing it)")
+        "run `python docs/gen_outputs.py` (and read the diff before committing it)"
+    )
 
 
 def test_normalise_ignores_only_what_varies() -> None:

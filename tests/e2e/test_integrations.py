@@ -24,10 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 CI_DOC = (REPO / "docs" / "ci.md").read_text()
 
 #: The job-script snippets of docs/ci.md ("Gates: CI and the start of a training job"), verbatim.
-GATE = ("cachedoctor scan --config multidatabackend.json --fail-on error || exit 1\n"
-        'accelerate launch train.py "$@"\n')
-REPAIR_FIRST = ("cachedoctor repair --config multidatabackend.json --encoder diffusers-vae:/models/vae --yes \\\n"
-                '  && accelerate launch train.py "$@"\n')
+GATE = 'cachedoctor scan --config multidatabackend.json --fail-on error || exit 1\naccelerate launch train.py "$@"\n'
+REPAIR_FIRST = (
+    "cachedoctor repair --config multidatabackend.json --encoder diffusers-vae:/models/vae --yes \\\n"
+    '  && accelerate launch train.py "$@"\n'
+)
 TRAIN = 'accelerate launch train.py "$@"'
 STARTED = "training starts"
 
@@ -67,14 +68,16 @@ def test_pre_commit_hook_definition() -> None:
     assert (hook["language"], hook["pass_filenames"], hook["always_run"]) == ("python", False, False)
     assert hook["name"] and hook["description"]
     files = re.compile(hook["files"])
-    assert [bool(files.search(p)) for p in ("cache/vae/ab12.pt", "img_0512x0512_sdxl.npz", "x/y.safetensors")] == [True] * 3
+    assert [bool(files.search(p)) for p in ("cache/vae/ab12.pt", "img_0512x0512_sdxl.npz", "x/y.safetensors")] == [
+        True
+    ] * 3
     assert [bool(files.search(p)) for p in ("train.py", "a.pt.txt", "README.md", "config.json")] == [False] * 4
 
 
 def test_pre_commit_entry_is_the_installed_command() -> None:
     program = shlex.split(load_hooks()[0]["entry"])[0]
     pyproject = (REPO / "pyproject.toml").read_text()
-    scripts = pyproject[pyproject.index("[project.scripts]"):].split("\n[", 1)[0]
+    scripts = pyproject[pyproject.index("[project.scripts]") :].split("\n[", 1)[0]
     assert f'\n{program} = "cachedoctor.__main__:main"' in scripts
 
 
@@ -90,7 +93,7 @@ def test_pre_commit_entry_exits_0_on_a_healthy_cache_and_1_on_a_defect(tmp_path:
 
 
 def test_ci_doc_shows_the_hook_and_the_job_snippets() -> None:
-    section = CI_DOC[CI_DOC.index("## Gates: CI and the start of a training job"):CI_DOC.index("## Baselines")]
+    section = CI_DOC[CI_DOC.index("## Gates: CI and the start of a training job") : CI_DOC.index("## Baselines")]
     assert GATE in section and REPAIR_FIRST in section
     assert "- id: cachedoctor-scan" in section and "args: [path/to/cache]" in section
     assert "cachedoctor scan --config config/multidatabackend.json --fail-on error" in section

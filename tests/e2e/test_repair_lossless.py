@@ -31,8 +31,11 @@ def cli(*argv: str, stdin_tty: bool = False) -> tuple[int, str, str]:
 def quarantined(root: Path) -> dict[str, bytes]:
     """Path relative to the cache root -> bytes, for every file in every quarantine run."""
     base = root / ".cachedoctor" / "quarantine"
-    return {str(Path(*p.relative_to(base).parts[1:])): p.read_bytes()
-            for p in base.rglob("*") if p.is_file() and p.name != ".records.jsonl"}
+    return {
+        str(Path(*p.relative_to(base).parts[1:])): p.read_bytes()
+        for p in base.rglob("*")
+        if p.is_file() and p.name != ".records.jsonl"
+    }
 
 
 def run_id(root: Path) -> str:
@@ -76,7 +79,9 @@ def test_batch_leak_view_is_cloned_losslessly(tmp_path: Path) -> None:
 def test_gzip_dict_stays_gzip_dict_with_key_order(tmp_path: Path) -> None:
     """SimpleTuner --compress_disk_cache, a dict with its keys in their order, on cuda:0."""
     for i in range(4):
-        (tmp_path / f"peer{i}.pt").write_bytes(gzip.compress(pt_bytes({"latents": latent(seed=i), "aux": torch.ones(3)})))
+        (tmp_path / f"peer{i}.pt").write_bytes(
+            gzip.compress(pt_bytes({"latents": latent(seed=i), "aux": torch.ones(3)}))
+        )
     obj = {"latents": latent(seed=9), "aux": torch.arange(3.0)}
     with saved_on("cuda:0"):
         (tmp_path / "gpu.pt").write_bytes(gzip.compress(pt_bytes(obj)))
@@ -107,9 +112,14 @@ def test_unsafe_pickle_is_quarantined_never_loaded(tmp_path: Path, marker: Path)
     assert code == 0 and "quarantine     2 file(s)" in out
     assert not (tmp_path / "evil.pt").exists() and not (tmp_path / "plain.pt").exists()
     assert quarantined(tmp_path)["evil.pt"] == evil
-    records = [json.loads(line) for line in next((tmp_path / ".cachedoctor" / "quarantine").glob("*/.records.jsonl")).read_text().splitlines()]
+    records = [
+        json.loads(line)
+        for line in next((tmp_path / ".cachedoctor" / "quarantine").glob("*/.records.jsonl")).read_text().splitlines()
+    ]
     assert sorted((r["path"], r["reasons"], r["action"]) for r in records) == [
-        ("evil.pt", ["unsafe-pickle"], "quarantine"), ("plain.pt", ["unsafe-pickle"], "quarantine")]
+        ("evil.pt", ["unsafe-pickle"], "quarantine"),
+        ("plain.pt", ["unsafe-pickle"], "quarantine"),
+    ]
 
 
 def test_temp_files_foreign_quarantined_own_deleted(tmp_path: Path) -> None:
@@ -196,11 +206,14 @@ def test_journal_records_the_run_and_each_item(tmp_path: Path) -> None:
     (tmp_path / "bad.pt").write_bytes(b"PK\x03\x04 not really")
     assert cli("repair", str(tmp_path), "--yes")[0] == 1  # bad.pt has no known source: blocked
     db = sqlite3.connect(tmp_path / ".cachedoctor" / "journal.sqlite")
-    (run, status), = db.execute("SELECT run_id, status FROM runs").fetchall()
+    ((run, status),) = db.execute("SELECT run_id, status FROM runs").fetchall()
     assert status == "done" and run == run_id(tmp_path)
     rows = {Path(p).name: (json.loads(a)["kind"], s) for p, a, s in db.execute("SELECT path, action, state FROM items")}
-    assert rows == {"gpu.pt": ("rewrite-cpu", "verified"), "tmpAbCdEfGh": ("quarantine", "verified"),
-                    "bad.pt": ("recompute", "blocked")}
+    assert rows == {
+        "gpu.pt": ("rewrite-cpu", "verified"),
+        "tmpAbCdEfGh": ("quarantine", "verified"),
+        "bad.pt": ("recompute", "blocked"),
+    }
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 

@@ -107,9 +107,10 @@ def test_each_defect_is_recomputed_to_the_original(tmp_path: Path) -> None:
         assert got.dtype == torch.bfloat16 and torch.equal(bits(got), bits(healthy[victim])), victim
     assert ds.source_bytes() == sources
     assert scan_json("--config", str(ds.config))["findings"] == []
-    run_folder, = (ds.vae / ".cachedoctor" / "quarantine").iterdir()
+    (run_folder,) = (ds.vae / ".cachedoctor" / "quarantine").iterdir()
     assert sorted(p.name for p in run_folder.iterdir() if p.suffix == ".pt") == sorted(
-        ds.latent_path(p).name for p in (trunc, nan, stale, dtype, shape))
+        ds.latent_path(p).name for p in (trunc, nan, stale, dtype, shape)
+    )
 
 
 def test_recompute_without_encoder_is_blocked_and_changes_nothing(tmp_path: Path) -> None:
@@ -149,8 +150,9 @@ def test_text_embeds_recomputed_with_clip(tmp_path: Path) -> None:
     victim = ds.embed_path(caption)
     healthy = torch.load(victim, weights_only=True)
     victim.write_bytes(victim.read_bytes()[:500])
-    code, out, err = cli("repair", "--config", str(ds.config), "--encoder", POOL, "--encoder", te,
-                         "--batch-size", "1", "--yes")  # as the cache was built: batch size changes rounding
+    code, out, err = cli(
+        "repair", "--config", str(ds.config), "--encoder", POOL, "--encoder", te, "--batch-size", "1", "--yes"
+    )  # as the cache was built: batch size changes rounding
     assert (code, err) == (0, ""), out
     got = torch.load(victim, weights_only=True)
     assert list(got) == ["prompt_embeds", "pooled_prompt_embeds"]
@@ -174,8 +176,12 @@ def _kohya(folder: Path, n: int) -> list[Path]:
         prep = prepare_image(RecomputeSpec("latent", str(img), "kohya-npz", latent_hw=(3, 4)), 8)
         lat = enc.encode(prep.pixels[None])["latent"][0].numpy()
         top, left = prep.crop
-        np.savez(folder / f"pic{i}_0040x0024_sdxl.npz", latents_3x4=lat, original_size_3x4=np.array([40, 24]),
-                 crop_ltrb_3x4=np.array([left, top, left + 32, top + 24]))
+        np.savez(
+            folder / f"pic{i}_0040x0024_sdxl.npz",
+            latents_3x4=lat,
+            original_size_3x4=np.array([40, 24]),
+            crop_ltrb_3x4=np.array([left, top, left + 32, top + 24]),
+        )
         images.append(img)
     return images
 
@@ -222,8 +228,11 @@ def test_onetrainer_dict_recomputed(tmp_path: Path) -> None:
     for i in range(4):
         img = image(images_dir / f"{i}.png", (40, 40), seed=i)
         prep = prepare_image(RecomputeSpec("latent", str(img), "dict", latent_hw=(4, 4)), 8)
-        entry = {"latent_image": enc.encode(prep.pixels[None])["latent"][0].clone(),
-                 "original_resolution": (40, 40), "crop_offset": prep.crop}
+        entry = {
+            "latent_image": enc.encode(prep.pixels[None])["latent"][0].clone(),
+            "original_resolution": (40, 40),
+            "crop_offset": prep.crop,
+        }
         healthy[i] = entry
         save_pt(variation / f"{i}.pt", entry, fileobj=False)
         aggregate.append({"crop_resolution": (32, 32), "image_path": str(img)})
@@ -248,7 +257,9 @@ def test_two_cpu_workers_write_what_one_writes(tmp_path: Path) -> None:
         for p in ds.images[:4]:
             ds.latent_path(p).unlink()
     assert cli("repair", "--config", str(one.config), "--encoder", POOL, "--yes")[0] == 0
-    code, out, _ = cli("repair", "--config", str(two.config), "--encoder", POOL, "--workers", "2", "--batch-size", "1", "--yes")
+    code, out, _ = cli(
+        "repair", "--config", str(two.config), "--encoder", POOL, "--workers", "2", "--batch-size", "1", "--yes"
+    )
     assert code == 0, out
     assert {k: v for k, v in tree_bytes(one.vae).items()} == tree_bytes(two.vae)
 
@@ -262,13 +273,35 @@ def test_torchrun_two_ranks(tmp_path: Path) -> None:
         ds.latent_path(p).unlink()
     with saved_on("cuda:1"):
         save_pt(ds.latent_path(ds.images[6]), load(ds.latent_path(ds.images[6])))
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "-m", "cachedoctor", "repair", "--config", str(ds.config), "--encoder", POOL, "--yes"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "cachedoctor",
+            "repair",
+            "--config",
+            str(ds.config),
+            "--encoder",
+            POOL,
+            "--yes",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("done: 6 verified") == 1 and proc.stdout.count("plan:") == 1
     state = ds.vae / ".cachedoctor"
-    assert sorted(p.name for p in state.glob("journal-rank*.sqlite")) == ["journal-rank0.sqlite", "journal-rank1.sqlite"]
+    assert sorted(p.name for p in state.glob("journal-rank*.sqlite")) == [
+        "journal-rank0.sqlite",
+        "journal-rank1.sqlite",
+    ]
     assert len(list((state / "quarantine").iterdir())) == 1
     assert scan_json("--config", str(ds.config))["findings"] == []
 
@@ -292,7 +325,8 @@ def test_encoder_that_fails_to_load_is_one_line_exit_2(tmp_path: Path, monkeypat
         "    def load(self, device):\n"
         "        raise RuntimeError('CUDA out of memory. Tried to allocate 20.00 GiB')\n"
         "def factory(arg):\n"
-        "    return Oom(8)\n")
+        "    return Oom(8)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     ds = simpletuner(tmp_path / "st", 3)
     ds.latent_path(ds.images[0]).unlink()

@@ -17,16 +17,30 @@ def test_healthy_mixed_cache_has_no_finding(tmp_path: Path) -> None:
     save_pt(vae / "bucket2.pt", latent(h=12, w=6, seed=10))
     text = tmp_path / "text"
     for i in range(3):
-        save_pt(text / f"{i:032x}-sdxl.pt", {"prompt_embeds": torch.zeros(1, 8, 32, dtype=torch.bfloat16),
-                                              "pooled_prompt_embeds": torch.zeros(16, dtype=torch.bfloat16)})
+        save_pt(
+            text / f"{i:032x}-sdxl.pt",
+            {
+                "prompt_embeds": torch.zeros(1, 8, 32, dtype=torch.bfloat16),
+                "pooled_prompt_embeds": torch.zeros(16, dtype=torch.bfloat16),
+            },
+        )
     kohya = tmp_path / "kohya"
     for i, (h, w) in enumerate([(8, 6), (6, 8), (8, 8)]):
-        write_npz(kohya / f"img{i}_{w * 8:04d}x{h * 8:04d}_sdxl.npz", **{
-            f"latents_{h}x{w}": np.zeros((4, h, w), np.float32), "original_size": np.array([w * 8, h * 8]),
-            "crop_ltrb": np.array([0.0, 0.0, w * 8.0, h * 8.0])})
-    write_npz(kohya / "multi_0064x0064_sdxl.npz", latents_8x8=np.zeros((4, 8, 8), np.float32),
-              latents_4x4=np.zeros((4, 4, 4), np.float32), original_size=np.array([64, 64]),
-              crop_ltrb=np.array([0.0, 0.0, 64.0, 64.0]))
+        write_npz(
+            kohya / f"img{i}_{w * 8:04d}x{h * 8:04d}_sdxl.npz",
+            **{
+                f"latents_{h}x{w}": np.zeros((4, h, w), np.float32),
+                "original_size": np.array([w * 8, h * 8]),
+                "crop_ltrb": np.array([0.0, 0.0, w * 8.0, h * 8.0]),
+            },
+        )
+    write_npz(
+        kohya / "multi_0064x0064_sdxl.npz",
+        latents_8x8=np.zeros((4, 8, 8), np.float32),
+        latents_4x4=np.zeros((4, 4, 4), np.float32),
+        original_size=np.array([64, 64]),
+        crop_ltrb=np.array([0.0, 0.0, 64.0, 64.0]),
+    )
     (kohya / "img0.png").write_bytes(b"\x89PNG\r\n\x1a\n not a cache file")
     save_file({"latents": torch.zeros(4, 8, 8)}, str(tmp_path / "x.safetensors"))
     assert findings_of(tmp_path, deep=True) == []
@@ -34,6 +48,7 @@ def test_healthy_mixed_cache_has_no_finding(tmp_path: Path) -> None:
 
 
 # corrupt-archive ---------------------------------------------------------------------------
+
 
 def test_zero_bytes(tmp_path: Path) -> None:
     peers(tmp_path)
@@ -135,6 +150,7 @@ def test_npz_flipped_byte_deep(tmp_path: Path) -> None:
 
 # partial-write -----------------------------------------------------------------------------
 
+
 def test_simpletuner_temp_file(tmp_path: Path) -> None:
     peers(tmp_path)
     tmp = tmp_path / "tmpa1b2c3d4"
@@ -148,11 +164,14 @@ def test_dot_tmp_and_partial_files(tmp_path: Path) -> None:
     a.write_bytes(b"")
     b = tmp_path / "y.npz.partial"
     b.write_bytes(b"PK")
-    assert sorted(findings_of(tmp_path)) == [("partial-write", str(a), "quarantine"),
-                                             ("partial-write", str(b), "quarantine")]
+    assert sorted(findings_of(tmp_path)) == [
+        ("partial-write", str(a), "quarantine"),
+        ("partial-write", str(b), "quarantine"),
+    ]
 
 
 # batch-leak --------------------------------------------------------------------------------
+
 
 def test_saved_view_of_a_batch(tmp_path: Path) -> None:
     peers(tmp_path)
@@ -181,6 +200,7 @@ def test_leading_batch_dimension(tmp_path: Path) -> None:
 
 # device-tagged -----------------------------------------------------------------------------
 
+
 def test_cuda_tagged_storage(tmp_path: Path) -> None:
     peers(tmp_path)
     with saved_on("cuda:3"):
@@ -200,6 +220,7 @@ def test_cuda_tagged_dict_in_gzip(tmp_path: Path) -> None:
 
 
 # non-finite --------------------------------------------------------------------------------
+
 
 def test_nan_in_bf16_latent_deep_only(tmp_path: Path) -> None:
     peers(tmp_path)
@@ -229,6 +250,7 @@ def test_nan_in_safetensors(tmp_path: Path) -> None:
 
 # dtype-mismatch / shape-mismatch -----------------------------------------------------------
 
+
 def test_fp32_file_in_bf16_folder(tmp_path: Path) -> None:
     peers(tmp_path)
     bad = save_pt(tmp_path / "fp32.pt", latent(dtype=torch.float32))
@@ -255,8 +277,10 @@ def test_rank_differs_without_batch(tmp_path: Path) -> None:
 
 def test_text_embed_width_differs(tmp_path: Path) -> None:
     def embed(width: int) -> dict:
-        return {"prompt_embeds": torch.zeros(1, 8, width, dtype=torch.bfloat16),
-                "pooled_prompt_embeds": torch.zeros(16, dtype=torch.bfloat16)}
+        return {
+            "prompt_embeds": torch.zeros(1, 8, width, dtype=torch.bfloat16),
+            "pooled_prompt_embeds": torch.zeros(16, dtype=torch.bfloat16),
+        }
 
     for i in range(3):
         save_pt(tmp_path / f"{i}-sdxl.pt", embed(32))

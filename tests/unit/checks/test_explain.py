@@ -30,8 +30,8 @@ def section(text: str, title: str) -> str:
     """The body of one titled section of ``explain``'s output, unwrapped."""
     blocks = text.split("\n\n")
     start = next(i for i, b in enumerate(blocks) if b.startswith(title + "\n"))
-    body = [blocks[start][len(title) + 1:]]
-    for block in blocks[start + 1:]:
+    body = [blocks[start][len(title) + 1 :]]
+    for block in blocks[start + 1 :]:
         if not block.startswith("  "):  # the next title
             break
         body.append(block)
@@ -94,7 +94,8 @@ def test_how_to_find_says_deep_and_dataset() -> None:
         assert "--layout kohya|onetrainer" in found and "--manifest FILE" in found
     assert "The part marked (deep) above needs --deep." in section(explain("corrupt-archive"), "How to find it")
     assert section(explain("dtype-mismatch"), "How to find it").startswith(
-        "A quick scan finds it by comparing each file with the files of its folder (no --deep, no dataset needed).")
+        "A quick scan finds it by comparing each file with the files of its folder (no --deep, no dataset needed)."
+    )
     assert "When the scan knows the dataset" in section(explain("shape-mismatch"), "How to find it")
 
 
@@ -133,7 +134,10 @@ def test_unknown_kind_suggests_the_closest_and_exits_2() -> None:
     code, out, err = cli("explain", "batch-leek")
     assert (code, out) == (2, "")
     assert err == "cachedoctor: error: unknown finding kind 'batch-leek'; did you mean 'batch-leak'?\n"
-    assert cli("explain", "orphan")[2] == "cachedoctor: error: unknown finding kind 'orphan'; did you mean 'orphan-entry'?\n"
+    assert (
+        cli("explain", "orphan")[2]
+        == "cachedoctor: error: unknown finding kind 'orphan'; did you mean 'orphan-entry'?\n"
+    )
 
 
 def test_unknown_kind_without_a_close_one() -> None:
@@ -146,10 +150,12 @@ def test_unknown_kind_without_a_close_one() -> None:
 
 
 def test_explain_imports_neither_torch_nor_numpy() -> None:
-    code = ("import sys, io, cachedoctor.cli\n"
-            "from cachedoctor.cli.environment import Environment\n"
-            "env = Environment(stdout=io.StringIO(), stderr=io.StringIO())\n"
-            "codes = [cachedoctor.cli.run(['explain', 'batch-leak'], env), cachedoctor.cli.run(['explain'], env)]\n"
-            "print(codes, sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys, io, cachedoctor.cli\n"
+        "from cachedoctor.cli.environment import Environment\n"
+        "env = Environment(stdout=io.StringIO(), stderr=io.StringIO())\n"
+        "codes = [cachedoctor.cli.run(['explain', 'batch-leak'], env), cachedoctor.cli.run(['explain'], env)]\n"
+        "print(codes, sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[0, 0] []"

@@ -18,22 +18,30 @@ from cachedoctor.report import ScanReport, ScanSummary
 from cachedoctor.settings import load
 
 
-def test_audit_matches_scan_with_a_baseline_and_a_severity_override(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_audit_matches_scan_with_a_baseline_and_a_severity_override(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     cache = tmp_path / "cache"
     peers(cache)
     save_pt(cache / "leak.pt", torch.randn(7, 4, 8, 8).to(torch.bfloat16)[5])  # batch-leak: recorded in the baseline
-    env = Environment(stdout=io.StringIO(), stderr=io.StringIO(), stdout_isatty=False, stderr_isatty=False,
-                      cwd=str(tmp_path), environ={})
+    env = Environment(
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+        stdout_isatty=False,
+        stderr_isatty=False,
+        cwd=str(tmp_path),
+        environ={},
+    )
     assert run(["scan", str(cache), "--write-baseline", "base.json"], env) == ExitStatus.CLEAN
     with saved_on("cuda:0"):  # new since the baseline: device-tagged, a warning made an error by the config
         save_pt(cache / "gpu.pt", latent(seed=9))
     (tmp_path / "cachedoctor.toml").write_text('[severity]\ndevice-tagged = "error"\n')
 
     out = io.StringIO()
-    env = Environment(stdout=out, stderr=io.StringIO(), stdout_isatty=False, stderr_isatty=False, cwd=str(tmp_path),
-                      environ={})
+    env = Environment(
+        stdout=out, stderr=io.StringIO(), stdout_isatty=False, stderr_isatty=False, cwd=str(tmp_path), environ={}
+    )
     code = run(["scan", str(cache), "--baseline", "base.json", "--format", "json"], env)
     document = json.loads(out.getvalue())
 

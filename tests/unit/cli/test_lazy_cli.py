@@ -23,15 +23,31 @@ def _heavy(module: str, checks_allowed: bool = False) -> bool:
     """``explain`` (and severity names in the settings) need the checks' own texts: the checks may be
     imported there, never what they judge (readers, layouts)."""
     checks = () if checks_allowed else ("cachedoctor.checks",)
-    return (module.startswith(("cachedoctor.formats", "cachedoctor.scan", "cachedoctor.layouts.", *checks))
-            or module in ("cachedoctor.layouts", "sqlite3", "numpy", "torch"))
+    return module.startswith(
+        ("cachedoctor.formats", "cachedoctor.scan", "cachedoctor.layouts.", *checks)
+    ) or module in ("cachedoctor.layouts", "sqlite3", "numpy", "torch")
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["explain"], ["explain", "batch-leak"], ["quarantine", "list", "."],
-                                  ["settings", "show"], ["config", "show"]], ids=" ".join)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--version"],
+        ["explain"],
+        ["explain", "batch-leak"],
+        ["quarantine", "list", "."],
+        ["settings", "show"],
+        ["config", "show"],
+    ],
+    ids=" ".join,
+)
 def test_light_commands_import_nothing_heavy(argv: list[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
-    out = subprocess.run([sys.executable, "-c", _CODE.format(cwd=str(tmp_path), argv=argv)], capture_output=True,
-                         text=True, check=True, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", _CODE.format(cwd=str(tmp_path), argv=argv)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
     code, modules = json.loads(out.stdout)
     assert code == 0
     assert [m for m in modules if _heavy(m, argv[0] == "explain")] == []
@@ -39,8 +55,13 @@ def test_light_commands_import_nothing_heavy(argv: list[str], tmp_path) -> None:
 
 def test_settings_show_with_layout_and_severity_in_the_file_stays_light(tmp_path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "cachedoctor.toml").write_text('layout = "kohya"\n[severity]\nbatch-leak = "warning"\n')
-    out = subprocess.run([sys.executable, "-c", _CODE.format(cwd=str(tmp_path), argv=["settings", "show"])],
-                         capture_output=True, text=True, check=True, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", _CODE.format(cwd=str(tmp_path), argv=["settings", "show"])],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    )
     code, modules = json.loads(out.stdout)
     assert code == 0 and [m for m in modules if _heavy(m, checks_allowed=True)] == []
 

@@ -16,8 +16,16 @@ from cachedoctor.exit_status import ExitStatus
 
 def cli(*argv: str, cwd: Path, environ: dict[str, str] | None = None, stdin: str | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    env = Environment(stdout=out, stderr=err, stdout_isatty=False, stderr_isatty=False, stdin_isatty=stdin is not None,
-                      stdin=io.StringIO(stdin or ""), cwd=str(cwd), environ=environ or {})
+    env = Environment(
+        stdout=out,
+        stderr=err,
+        stdout_isatty=False,
+        stderr_isatty=False,
+        stdin_isatty=stdin is not None,
+        stdin=io.StringIO(stdin or ""),
+        cwd=str(cwd),
+        environ=environ or {},
+    )
     return run(list(argv), env), out.getvalue(), err.getvalue()
 
 
@@ -75,8 +83,9 @@ def _captured(monkeypatch: pytest.MonkeyPatch) -> list:  # type: ignore[type-arg
     return seen
 
 
-def test_repair_workers_are_recompute_processes_and_the_setting_is_the_readers(tmp_path: Path,
-                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_repair_workers_are_recompute_processes_and_the_setting_is_the_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     peers(tmp_path / "cache")
     seen = _captured(monkeypatch)
     code, out, _ = cli("repair", "cache", "--workers", "2", cwd=tmp_path, environ={"CACHEDOCTOR_WORKERS": "3"})
@@ -89,15 +98,21 @@ def test_repair_scans_with_the_scan_settings(tmp_path: Path, monkeypatch: pytest
     from cachedoctor.options import scan_options
     from cachedoctor.settings import load
 
-    (tmp_path / "cachedoctor.toml").write_text('exclude = ["x*"]\nstate = "st.sqlite"\nfile-timeout = 4\nsample = "5%"\n')
+    (tmp_path / "cachedoctor.toml").write_text(
+        'exclude = ["x*"]\nstate = "st.sqlite"\nfile-timeout = 4\nsample = "5%"\n'
+    )
     peers(tmp_path / "cache")
     seen = _captured(monkeypatch)
     cli("repair", "cache", "--deep", cwd=tmp_path)
     (options,) = seen
     expected = scan_options(load(str(tmp_path), {}), deep=True, sample=False, default_state=False)
     assert options.scan == expected
-    assert (options.scan.exclude, options.scan.state, options.scan.file_timeout, options.scan.sample) == \
-        (("x*",), str(tmp_path / "st.sqlite"), 4.0, None)
+    assert (options.scan.exclude, options.scan.state, options.scan.file_timeout, options.scan.sample) == (
+        ("x*",),
+        str(tmp_path / "st.sqlite"),
+        4.0,
+        None,
+    )
 
 
 def test_repair_asks_on_a_terminal_and_reads_the_answer_from_stdin(tmp_path: Path) -> None:
@@ -110,7 +125,7 @@ def test_repair_asks_on_a_terminal_and_reads_the_answer_from_stdin(tmp_path: Pat
 
 
 def test_settings_show_and_its_old_name_print_the_same(tmp_path: Path) -> None:
-    (tmp_path / "cachedoctor.toml").write_text('workers = 2\n')
+    (tmp_path / "cachedoctor.toml").write_text("workers = 2\n")
     shown = cli("settings", "show", cwd=tmp_path)
     assert shown[0] == 0 and "workers" in shown[1]
     assert cli("config", "show", cwd=tmp_path) == shown
@@ -121,4 +136,7 @@ def test_one_line_exit_2_for_a_missing_target_in_every_command(tmp_path: Path) -
     for command in (["scan"], ["repair"], ["recover"]):
         code, out, err = cli(*command, "nowhere", cwd=tmp_path)
         assert (code, out) == (ExitStatus.ERROR, "")
-        assert err == f"cachedoctor: error: {tmp_path / 'nowhere'}: no such file or folder; check the path (and that its disk is mounted)\n"
+        assert (
+            err
+            == f"cachedoctor: error: {tmp_path / 'nowhere'}: no such file or folder; check the path (and that its disk is mounted)\n"
+        )

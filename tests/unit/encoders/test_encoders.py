@@ -186,10 +186,20 @@ def write_unet_config(folder: Path) -> Path:
         (lambda d: d / "nowhere", "no such file or folder"),
         (lambda d: d, "no model folder here"),
         (lambda d: (d / "notes.txt", (d / "notes.txt").write_text("hi"))[0], "not a model"),
-        (lambda d: (d / "x.safetensors", (d / "x.safetensors").write_bytes(b"\xff" * 64), (d / "config.json").write_text("{}"))[0], "not a safetensors file"),
+        (
+            lambda d: (
+                d / "x.safetensors",
+                (d / "x.safetensors").write_bytes(b"\xff" * 64),
+                (d / "config.json").write_text("{}"),
+            )[0],
+            "not a safetensors file",
+        ),
         (lambda d: write_unet_config(d / "unet") / "config.json", "not a model"),
         (lambda d: write_unet_config(d / "unet"), "describes a UNet2DConditionModel"),
-        (lambda d: (d / "config.json", (d / "config.json").write_text("{}"))[0].parent, "no diffusion_pytorch_model weights"),
+        (
+            lambda d: (d / "config.json", (d / "config.json").write_text("{}"))[0].parent,
+            "no diffusion_pytorch_model weights",
+        ),
     ],
     ids=["missing", "no-config", "text-file", "garbage-safetensors", "config-file", "unet", "no-weights"],
 )
@@ -207,7 +217,9 @@ def test_vae_spec_without_a_path(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("single_file", [False, True], ids=["folder", "single-file"])
-def test_vae_weights_missing_a_tensor_are_refused_not_randomly_filled(tmp_path: Path, vae_dir: Path, single_file: bool) -> None:
+def test_vae_weights_missing_a_tensor_are_refused_not_randomly_filled(
+    tmp_path: Path, vae_dir: Path, single_file: bool
+) -> None:
     from safetensors.torch import load_file, save_file
 
     folder = tmp_path / "vae"
@@ -217,7 +229,9 @@ def test_vae_weights_missing_a_tensor_are_refused_not_randomly_filled(tmp_path: 
     del state["decoder.conv_in.bias"]
     save_file(state, weights)
     encoder = load_encoder(f"diffusers-vae:{weights if single_file else folder}")
-    with pytest.raises(EncoderError, match=r"1 of the VAE's 124 tensors are not in the weights .first: decoder\.conv_in\.bias"):
+    with pytest.raises(
+        EncoderError, match=r"1 of the VAE's 124 tensors are not in the weights .first: decoder\.conv_in\.bias"
+    ):
         encoder.load("cpu")
 
 
@@ -243,7 +257,9 @@ def direct_text(model_cls: str, folder: Path, prompts: list[str]):
     import transformers
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    tokens = tokenizer(prompts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt")
+    tokens = tokenizer(
+        prompts, padding="max_length", max_length=tokenizer.model_max_length, truncation=True, return_tensors="pt"
+    )
     with torch.no_grad():
         return tokens, getattr(transformers, model_cls).from_pretrained(folder)(input_ids=tokens.input_ids)
 
@@ -269,7 +285,9 @@ def test_clip_bfloat16_computes_in_bfloat16_and_returns_float32(clip_dir: Path) 
     out = encode_with(f"transformers-text:{clip_dir}@bfloat16", PROMPTS)
     model = CLIPTextModelWithProjection.from_pretrained(clip_dir, dtype=torch.bfloat16)
     assert model.dtype == torch.bfloat16
-    tokens = AutoTokenizer.from_pretrained(clip_dir)(PROMPTS, padding="max_length", truncation=True, return_tensors="pt")
+    tokens = AutoTokenizer.from_pretrained(clip_dir)(
+        PROMPTS, padding="max_length", truncation=True, return_tensors="pt"
+    )
     with torch.no_grad():
         direct = model(input_ids=tokens.input_ids)
     assert out["prompt_embeds"].dtype == torch.float32
@@ -350,7 +368,7 @@ def test_text_unusable_paths_say_what_to_do(tmp_path: Path, clip_dir: Path, make
 
 # --- specs, the registry, third parties ------------------------------------------------------
 
-TOY_MODULE = '''
+TOY_MODULE = """
 from cachedoctor.encoders import Encoder, Modality
 
 class Toy(Encoder):
@@ -382,7 +400,7 @@ def needs_missing_lib(arg):
 
 def broken(arg):
     raise ValueError("ARG must be a number")
-'''
+"""
 
 
 @pytest.fixture
@@ -403,7 +421,9 @@ def test_module_factory_spec_passes_the_arg(toy_module: str) -> None:
     assert encoder.encode(["a", "b"])["prompt_embeds"].shape == (2, 1)
 
 
-def test_third_party_entry_point_is_listed_and_loads(tmp_path: Path, toy_module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_third_party_entry_point_is_listed_and_loads(
+    tmp_path: Path, toy_module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dist = tmp_path / "toy_dist-1.0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-dist\nVersion: 1.0\n")

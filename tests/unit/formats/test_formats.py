@@ -28,7 +28,9 @@ def test_dict_of_tensors_keeps_key_paths_and_skips_plain_values(tmp_path: Path) 
     meta = read_file(str(save_pt(tmp_path / "d.pt", obj, fileobj=False)))
     assert meta is not None and meta.container == "dict"
     assert [(t.key, t.shape, t.dtype) for t in meta.tensors] == [
-        ("latent_image", (4, 8, 8), "bfloat16"), ("nested.m[0]", (3,), "float32")]
+        ("latent_image", (4, 8, 8), "bfloat16"),
+        ("nested.m[0]", (3,), "float32"),
+    ]
 
 
 def test_v3_rebuild_dtypes_count_storage_in_elements(tmp_path: Path) -> None:
@@ -36,7 +38,9 @@ def test_v3_rebuild_dtypes_count_storage_in_elements(tmp_path: Path) -> None:
     meta = read_file(str(save_pt(tmp_path / "v3.pt", obj)))
     assert meta is not None
     assert [(t.key, t.dtype, t.storage_numel, t.record_bytes) for t in meta.tensors] == [
-        ("f8", "float8_e4m3fn", 6, 6), ("u16", "uint16", 5, 10)]
+        ("f8", "float8_e4m3fn", 6, 6),
+        ("u16", "uint16", 5, 10),
+    ]
 
 
 def test_view_of_batch_reports_offset_and_whole_storage(tmp_path: Path) -> None:
@@ -76,7 +80,9 @@ def test_safetensors_header(tmp_path: Path) -> None:
     meta = read_file(str(path))
     assert meta is not None and meta.format == "safetensors"
     assert sorted((t.key, t.shape, t.dtype) for t in meta.tensors) == [
-        ("ids", (3,), "int64"), ("latents", (4, 8, 8), "bfloat16")]
+        ("ids", (3,), "int64"),
+        ("latents", (4, 8, 8), "bfloat16"),
+    ]
 
 
 @pytest.mark.parametrize("dtype", [["F16"], {"F": 16}, 16, None])
@@ -94,14 +100,21 @@ def test_safetensors_header_with_a_non_string_dtype_is_a_bad_header(tmp_path: Pa
 
 
 def test_npz_multi_resolution_by_content_not_name(tmp_path: Path) -> None:
-    path = write_npz(tmp_path / "img_0064x0048_sdxl.npz", latents_6x8=np.zeros((4, 6, 8), np.float32),
-                     latents_3x4=np.zeros((4, 3, 4), np.float32), original_size=np.array([64, 48]))
+    path = write_npz(
+        tmp_path / "img_0064x0048_sdxl.npz",
+        latents_6x8=np.zeros((4, 6, 8), np.float32),
+        latents_3x4=np.zeros((4, 3, 4), np.float32),
+        original_size=np.array([64, 48]),
+    )
     renamed = tmp_path / "img.latent"
     path.rename(renamed)
     meta = read_file(str(renamed))
     assert meta is not None and meta.format == "npz"
     assert [(t.key, t.shape, t.dtype) for t in meta.tensors] == [
-        ("latents_6x8", (4, 6, 8), "float32"), ("latents_3x4", (4, 3, 4), "float32"), ("original_size", (2,), "int64")]
+        ("latents_6x8", (4, 6, 8), "float32"),
+        ("latents_3x4", (4, 3, 4), "float32"),
+        ("original_size", (2,), "int64"),
+    ]
 
 
 def test_compressed_npz_deep_reads_values(tmp_path: Path) -> None:
@@ -162,10 +175,12 @@ def test_quick_read_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
 
     path = save_pt(tmp_path / "a.pt", {"x": latent()})
     npz = write_npz(tmp_path / "b.npz", latents=np.zeros(3, np.float32))
-    code = ("import sys; from cachedoctor.scan import scan, ScanOptions; "
-            f"r = scan([{str(tmp_path)!r}], ScanOptions(workers=1)); "
-            "assert r.stats.files_read == 2, r.stats; "
-            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    code = (
+        "import sys; from cachedoctor.scan import scan, ScanOptions; "
+        f"r = scan([{str(tmp_path)!r}], ScanOptions(workers=1)); "
+        "assert r.stats.files_read == 2, r.stats; "
+        "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert path.exists() and npz.exists()

@@ -81,8 +81,12 @@ def test_bit_flips(tmp_path: Path, name: str, data: st.DataObject) -> None:
 
 
 @SETTINGS
-@given(blob=st.binary(min_size=0, max_size=2048), prefix=st.sampled_from(
-    [b"", b"PK\x03\x04", b"\x1f\x8b", b"\x80\x02", b"\x93NUMPY\x01\x00", b"\x10\x00\x00\x00\x00\x00\x00\x00{"]))
+@given(
+    blob=st.binary(min_size=0, max_size=2048),
+    prefix=st.sampled_from(
+        [b"", b"PK\x03\x04", b"\x1f\x8b", b"\x80\x02", b"\x93NUMPY\x01\x00", b"\x10\x00\x00\x00\x00\x00\x00\x00{"]
+    ),
+)
 def test_random_bytes_behind_every_magic(tmp_path: Path, blob: bytes, prefix: bytes) -> None:
     path = tmp_path / "f.pt"
     path.write_bytes(prefix + blob)

@@ -20,12 +20,17 @@ pytestmark = pytest.mark.slow  # one child process per file
 
 
 @pytest.fixture(scope="module")
-def verdicts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Verdict]:
+def verdicts(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, str], Verdict]:
     """The verdict on every selected (bomb, container), two children at a time (each under its
     own limits). Each file is built, judged and deleted in turn: big-string is 200 MB."""
     root = tmp_path_factory.mktemp("bombs")
-    selected = [(item.callspec.params["bomb"], item.callspec.params["container"]) for item in request.session.items
-                if getattr(item, "module", None) is request.module and hasattr(item, "callspec")]
+    selected = [
+        (item.callspec.params["bomb"], item.callspec.params["container"])
+        for item in request.session.items
+        if getattr(item, "module", None) is request.module and hasattr(item, "callspec")
+    ]
 
     def judge(key: tuple[str, str]) -> tuple[tuple[str, str], Verdict]:
         path = write_bomb(*key, root / "-".join(key))
@@ -44,5 +49,6 @@ def test_bomb_is_reported_not_followed(bomb: str, container: str, verdicts: dict
     verdict = verdicts[bomb, container]
     assert verdict.returncode == 0, f"{BOMBS[bomb]}: the reader did not survive it: {verdict.stderr}"
     for mode in ("quick", "deep"):
-        assert ("unsafe-pickle", "resource-bomb") in verdict.kinds(mode), \
+        assert ("unsafe-pickle", "resource-bomb") in verdict.kinds(mode), (
             f"{BOMBS[bomb]} ({mode}): found {verdict.kinds(mode)}; read_file: {verdict.report['read']}"
+        )

@@ -16,6 +16,7 @@ from test_layouts import CASES, DATASETS, _touch, cli, found
 @pytest.fixture
 def copy(tmp_path: Path):  # type: ignore[no-untyped-def]
     """A fresh copy of one fixture case with its recorded mtimes."""
+
     def make(name: str) -> Path:
         root = tmp_path / "datasets"
         shutil.copytree(DATASETS / name, root / name)
@@ -23,13 +24,15 @@ def copy(tmp_path: Path):  # type: ignore[no-untyped-def]
         (root / "mtimes.json").write_text(json.dumps({k: v for k, v in mtimes.items() if k.startswith(name + "/")}))
         _touch().apply(root)
         return root
+
     return make
 
 
 def test_simpletuner_config_with_placeholders_disabled_and_remote_datasets(copy) -> None:  # type: ignore[no-untyped-def]
     root = copy("simpletuner-healthy")
-    code, out, err = cli("scan", "--config", "simpletuner-healthy/config/multidatabackend.json", "--format", "json",
-                         cwd=root)
+    code, out, err = cli(
+        "scan", "--config", "simpletuner-healthy/config/multidatabackend.json", "--format", "json", cwd=root
+    )
     doc = json.loads(out)
     assert (code, err, doc["findings"]) == (0, "", [])
     dataset = doc["dataset"]
@@ -57,10 +60,13 @@ def test_simpletuner_config_found_in_a_checkout(copy) -> None:  # type: ignore[n
     assert (code, doc["dataset"]["layout"], doc["findings"]) == (0, "simpletuner", [])
 
 
-@pytest.mark.parametrize(("case", "target", "layout"), [
-    ("kohya-healthy", "kohya-healthy/train", "kohya"),
-    ("onetrainer-healthy", "onetrainer-healthy/cache", "onetrainer"),
-])
+@pytest.mark.parametrize(
+    ("case", "target", "layout"),
+    [
+        ("kohya-healthy", "kohya-healthy/train", "kohya"),
+        ("onetrainer-healthy", "onetrainer-healthy/cache", "onetrainer"),
+    ],
+)
 def test_auto_detects_the_layout(copy, case: str, target: str, layout: str) -> None:  # type: ignore[no-untyped-def]
     root = copy(case)
     code, out, _ = cli("scan", target, "--format", "json", cwd=root)
@@ -116,7 +122,12 @@ def test_manifest_build_then_scan_finds_content_changes_only(copy) -> None:  # t
     os.utime(edited, ns=(st.st_atime_ns, st.st_mtime_ns))
     code, out, _ = cli("scan", "kohya-healthy/train", "--manifest", "items.jsonl", "--format", "json", cwd=root)
     assert found(json.loads(out), root) == [
-        ("stale-entry", os.path.normpath(latent_rows[1]["cache"]), os.path.normpath(latent_rows[1]["source"]), "recompute"),
+        (
+            "stale-entry",
+            os.path.normpath(latent_rows[1]["cache"]),
+            os.path.normpath(latent_rows[1]["source"]),
+            "recompute",
+        ),
     ]
     assert code == 0  # stale-entry is a warning
 
@@ -143,12 +154,16 @@ def test_copied_dataset_is_not_reported_stale_entry_by_entry(tmp_path: Path) -> 
 
 # -- bad input: one line naming the file and the problem, exit 2 ------------------------------
 
+
 def test_config_that_is_not_json(tmp_path: Path) -> None:
     config = tmp_path / "multidatabackend.json"
     config.write_text('[{"id": "x",,}]')
     code, out, err = cli("scan", "--config", str(config), cwd=tmp_path)
     assert (code, out) == (2, "")
-    assert err == f"cachedoctor: error: {config}: not valid JSON at line 1; fix the file (SimpleTuner would refuse it too)\n"
+    assert (
+        err
+        == f"cachedoctor: error: {config}: not valid JSON at line 1; fix the file (SimpleTuner would refuse it too)\n"
+    )
 
 
 def test_config_that_is_json_but_not_a_list(tmp_path: Path) -> None:
@@ -160,12 +175,24 @@ def test_config_that_is_json_but_not_a_list(tmp_path: Path) -> None:
 
 def test_config_whose_dataset_folder_does_not_exist(tmp_path: Path) -> None:
     config = tmp_path / "multidatabackend.json"
-    config.write_text(json.dumps([{"id": "photos", "type": "local", "instance_data_dir": str(tmp_path / "nope"),
-                                   "cache_dir_vae": str(tmp_path / "vae")}]))
+    config.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "photos",
+                    "type": "local",
+                    "instance_data_dir": str(tmp_path / "nope"),
+                    "cache_dir_vae": str(tmp_path / "vae"),
+                }
+            ]
+        )
+    )
     code, _, err = cli("scan", "--config", str(config), cwd=tmp_path)
     assert code == 2
-    assert err == (f"cachedoctor: error: {tmp_path / 'nope'}: dataset 'photos': instance_data_dir does not exist; "
-                   "fix the path in the config or mount the dataset\n")
+    assert err == (
+        f"cachedoctor: error: {tmp_path / 'nope'}: dataset 'photos': instance_data_dir does not exist; "
+        "fix the path in the config or mount the dataset\n"
+    )
 
 
 def test_kohya_dataset_folder_that_does_not_exist(tmp_path: Path) -> None:
@@ -173,14 +200,17 @@ def test_kohya_dataset_folder_that_does_not_exist(tmp_path: Path) -> None:
     assert code == 2 and err.count("\n") == 1 and str(tmp_path / "missing") in err and "no such" in err
 
 
-@pytest.mark.parametrize(("name", "text", "problem"), [
-    ("m.jsonl", '{"source": "a.png"}\n', "line 1: no 'cache' column; every row needs source and cache"),
-    ("m.jsonl", '{"source": "a.png", "cache": "a.pt"}\n{"cache": "b.pt"}\n', "line 2: no 'source' column"),
-    ("m.jsonl", '{"source": "a.png", "cache": "a.pt"}\nnot json\n', "line 2: not JSON"),
-    ("m.csv", "source,shape\na.png,4x8x8\n", "line 1: the header has no 'cache' column"),
-    ("m.csv", "source,cache\na.png,\n", "line 2: no 'cache' column"),
-    ("m.jsonl", '{"source": "a.png", "cache": "a.pt", "shape": "four"}\n', "line 1: 'shape' is"),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "problem"),
+    [
+        ("m.jsonl", '{"source": "a.png"}\n', "line 1: no 'cache' column; every row needs source and cache"),
+        ("m.jsonl", '{"source": "a.png", "cache": "a.pt"}\n{"cache": "b.pt"}\n', "line 2: no 'source' column"),
+        ("m.jsonl", '{"source": "a.png", "cache": "a.pt"}\nnot json\n', "line 2: not JSON"),
+        ("m.csv", "source,shape\na.png,4x8x8\n", "line 1: the header has no 'cache' column"),
+        ("m.csv", "source,cache\na.png,\n", "line 2: no 'cache' column"),
+        ("m.jsonl", '{"source": "a.png", "cache": "a.pt", "shape": "four"}\n', "line 1: 'shape' is"),
+    ],
+)
 def test_bad_manifest_rows(tmp_path: Path, name: str, text: str, problem: str) -> None:
     (tmp_path / name).write_text(text)
     (tmp_path / "cache").mkdir()
@@ -223,9 +253,16 @@ def _simpletuner(tmp_path: Path, captions: dict[str, str], strategy: str) -> Pat
     data, vae, text = tmp_path / "data", tmp_path / "vae", tmp_path / "text"
     for folder in (data, vae, text):
         folder.mkdir()
-    config = [{"id": "d", "type": "local", "instance_data_dir": str(data), "cache_dir_vae": str(vae),
-               "caption_strategy": strategy},
-              {"id": "t", "type": "local", "dataset_type": "text_embeds", "default": True, "cache_dir": str(text)}]
+    config = [
+        {
+            "id": "d",
+            "type": "local",
+            "instance_data_dir": str(data),
+            "cache_dir_vae": str(vae),
+            "caption_strategy": strategy,
+        },
+        {"id": "t", "type": "local", "dataset_type": "text_embeds", "default": True, "cache_dir": str(text)},
+    ]
     (tmp_path / "multidatabackend.json").write_text(json.dumps(config))
     embed = {"prompt_embeds": torch.zeros(1, 4, 8), "pooled_prompt_embeds": torch.zeros(8)}
     save_pt(text / f"{hashlib.md5(b'').hexdigest()}-sdxl.pt", embed)
@@ -247,9 +284,12 @@ def test_simpletuner_multi_line_caption_files_need_one_embed_per_line(tmp_path: 
     root = _simpletuner(tmp_path, {"cat.png": "a cat\nA Cat, sitting\n\n"}, "textfile")
     embed = {"prompt_embeds": torch.zeros(1, 4, 8), "pooled_prompt_embeds": torch.zeros(8)}
     save_pt(_embed(root, "a cat"), embed)  # the second line's embed is missing
-    code, out, _ = cli("scan", "--config", "multidatabackend.json", "--model-family", "sdxl", "--format", "json", cwd=root)
+    code, out, _ = cli(
+        "scan", "--config", "multidatabackend.json", "--model-family", "sdxl", "--format", "json", cwd=root
+    )
     assert found(json.loads(out), root) == [
-        ("missing-entry", os.path.relpath(_embed(root, "A Cat, sitting"), root), "data/cat.txt", "recompute")]
+        ("missing-entry", os.path.relpath(_embed(root, "A Cat, sitting"), root), "data/cat.txt", "recompute")
+    ]
     assert code == 1
 
 
@@ -257,7 +297,9 @@ def test_simpletuner_filename_captions_replace_underscores(tmp_path: Path) -> No
     root = _simpletuner(tmp_path, {"a_red_car.png": ""}, "filename")
     embed = {"prompt_embeds": torch.zeros(1, 4, 8), "pooled_prompt_embeds": torch.zeros(8)}
     save_pt(_embed(root, "a_red_car"), embed)  # named after the raw stem: wrong, so missing + orphan
-    code, out, _ = cli("scan", "--config", "multidatabackend.json", "--model-family", "sdxl", "--format", "json", cwd=root)
+    code, out, _ = cli(
+        "scan", "--config", "multidatabackend.json", "--model-family", "sdxl", "--format", "json", cwd=root
+    )
     assert found(json.loads(out), root) == [
         ("missing-entry", os.path.relpath(_embed(root, "a red car"), root), "data/a_red_car.png", "recompute"),
         ("orphan-entry", os.path.relpath(_embed(root, "a_red_car"), root), None, "quarantine"),
@@ -274,7 +316,10 @@ def test_simpletuner_null_caption_embed_is_not_an_orphan(tmp_path: Path) -> None
 
 def test_simpletuner_images_with_one_caption_share_one_embed(tmp_path: Path) -> None:
     root = _simpletuner(tmp_path, {"a.png": "a photo of sks dog", "b.png": "a photo of sks dog"}, "textfile")
-    save_pt(_embed(root, "a photo of sks dog"), {"prompt_embeds": torch.zeros(1, 4, 8), "pooled_prompt_embeds": torch.zeros(8)})
+    save_pt(
+        _embed(root, "a photo of sks dog"),
+        {"prompt_embeds": torch.zeros(1, 4, 8), "pooled_prompt_embeds": torch.zeros(8)},
+    )
     code, out, _ = cli("scan", "--config", "multidatabackend.json", "--format", "json", cwd=root)
     assert (code, json.loads(out)["findings"]) == (0, [])
 
@@ -288,9 +333,17 @@ def test_manifest_build_of_a_simpletuner_config_round_trips(copy) -> None:  # ty
     assert {r["role"] for r in rows} == {"latent", "text"}
     assert any("latent_hw" in r for r in rows)
     caches = [r["cache"] for r in rows]
-    code, out, _ = cli("scan", *sorted({os.path.dirname(c) for c in caches if "/vae/" in c or "/text/" in c}),
-                       "--manifest", "st.jsonl", "--format", "json", cwd=root)
+    code, out, _ = cli(
+        "scan",
+        *sorted({os.path.dirname(c) for c in caches if "/vae/" in c or "/text/" in c}),
+        "--manifest",
+        "st.jsonl",
+        "--format",
+        "json",
+        cwd=root,
+    )
     doc = json.loads(out)
     # the text cache also holds the null-caption embed, which no row names: the only finding
     assert [(f["kind"], os.path.basename(f["path"])) for f in doc["findings"]] == [
-        ("orphan-entry", "d41d8cd98f00b204e9800998ecf8427e-sdxl.pt")]
+        ("orphan-entry", "d41d8cd98f00b204e9800998ecf8427e-sdxl.pt")
+    ]

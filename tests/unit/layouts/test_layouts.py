@@ -71,17 +71,27 @@ def found(doc: dict, tree: Path, kind: str | None = None) -> list[tuple[str, str
     def rel(p: str | None) -> str | None:
         return None if p is None else os.path.relpath(p, tree)
 
-    return sorted((f["kind"], rel(f["path"]), rel(f["source"]), f["fix"]) for f in doc["findings"]
-                  if kind is None or f["kind"] == kind)
+    return sorted(
+        (f["kind"], rel(f["path"]), rel(f["source"]), f["fix"])
+        for f in doc["findings"]
+        if kind is None or f["kind"] == kind
+    )
 
 
 def planted(name: str, kind: str | None = None) -> list[tuple[str, str, str | None, str]]:
-    return sorted((f["kind"], f["path"], f["source"], f["fix"]) for f in CASES[name]["findings"]
-                  if kind is None or f["kind"] == kind)
+    return sorted(
+        (f["kind"], f["path"], f["source"], f["fix"])
+        for f in CASES[name]["findings"]
+        if kind is None or f["kind"] == kind
+    )
 
 
-PAIRS = [(name, kind) for name, case in CASES.items() for kind in DATASET_KINDS
-         if any(f["kind"] == kind for f in case["findings"])]
+PAIRS = [
+    (name, kind)
+    for name, case in CASES.items()
+    for kind in DATASET_KINDS
+    if any(f["kind"] == kind for f in case["findings"])
+]
 
 
 @pytest.mark.parametrize(("case", "kind"), PAIRS, ids=[f"{c}-{k}" for c, k in PAIRS])
@@ -122,8 +132,10 @@ def test_dataset_scans_import_neither_torch_nor_numpy(tree: Path) -> None:
     import sys
 
     argvs = [CASES[name]["args"] for name in ("simpletuner", "kohya", "onetrainer", "manifest")]
-    code = ("import io, sys; from cachedoctor.cli import run; from cachedoctor.cli.environment import Environment; "
-            f"codes = [run(['scan', *a, '--format', 'json', '-j', '1'], Environment(stdout=io.StringIO())) for a in {argvs!r}]; "
-            "print(codes, sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    code = (
+        "import io, sys; from cachedoctor.cli import run; from cachedoctor.cli.environment import Environment; "
+        f"codes = [run(['scan', *a, '--format', 'json', '-j', '1'], Environment(stdout=io.StringIO())) for a in {argvs!r}]; "
+        "print(codes, sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tree)
     assert out.stdout.strip() == "[1, 1, 1, 1] []"

@@ -32,8 +32,20 @@ def test_simpletuner_latent_copies_a_bare_bf16_peer_and_the_recorded_crop(tmp_pa
     entry = Expected(str(tmp_path / "a.pt"), src, latent_hw=(16, 12), crop=(120, 140, 6, 0))
     spec, why = LAYOUTS["simpletuner"].recompute_spec(str(tmp_path / "a.pt"), entry, template(peer))
     assert why is None
-    assert spec == RecomputeSpec("latent", src, "bare-tensor", "torch-zip", "", "bfloat16", True, (16, 12),
-                                 resize=(120, 140), crop=(6, 0), keys=("",), template=str(peer))
+    assert spec == RecomputeSpec(
+        "latent",
+        src,
+        "bare-tensor",
+        "torch-zip",
+        "",
+        "bfloat16",
+        True,
+        (16, 12),
+        resize=(120, 140),
+        crop=(6, 0),
+        keys=("",),
+        template=str(peer),
+    )
 
 
 def test_simpletuner_latent_follows_a_dict_peer(tmp_path: Path) -> None:
@@ -41,39 +53,79 @@ def test_simpletuner_latent_follows_a_dict_peer(tmp_path: Path) -> None:
     entry = Expected(str(tmp_path / "a.pt"), source(tmp_path), latent_hw=(8, 8))
     spec, _ = LAYOUTS["simpletuner"].recompute_spec(str(tmp_path / "a.pt"), entry, template(peer))
     assert spec is not None
-    assert (spec.writer, spec.key, spec.dtype, spec.keys, spec.resize, spec.crop) == ("dict", "latents", "float16",
-                                                                                     ("latents",), None, None)
+    assert (spec.writer, spec.key, spec.dtype, spec.keys, spec.resize, spec.crop) == (
+        "dict",
+        "latents",
+        "float16",
+        ("latents",),
+        None,
+        None,
+    )
 
 
 def test_simpletuner_without_peer_writes_a_bare_bf16_tensor_and_without_size_is_blocked(tmp_path: Path) -> None:
     entry = Expected(str(tmp_path / "a.pt"), source(tmp_path), latent_hw=(8, 8))
     spec, _ = LAYOUTS["simpletuner"].recompute_spec(str(tmp_path / "a.pt"), entry, None)
     assert spec is not None and (spec.writer, spec.dtype, spec.container_format, spec.template) == (
-        "bare-tensor", "bfloat16", "torch-zip", None)
+        "bare-tensor",
+        "bfloat16",
+        "torch-zip",
+        None,
+    )
     unsized = Expected(str(tmp_path / "a.pt"), entry.source)
     assert LAYOUTS["simpletuner"].recompute_spec(str(tmp_path / "a.pt"), unsized, None) == (
-        None, "the layout does not record this entry's latent size (no bucket metadata for it)")
+        None,
+        "the layout does not record this entry's latent size (no bucket metadata for it)",
+    )
 
 
 def test_simpletuner_text_encodes_the_recorded_caption(tmp_path: Path) -> None:
     peer = save_pt(tmp_path / "p-flux.pt", {"prompt_embeds": torch.zeros(1, 4, 8), "pooled": torch.zeros(1, 8)})
     entry = Expected(str(tmp_path / "x-flux.pt"), source(tmp_path, "img.txt"), "text", text="a red cat")
     spec, why = LAYOUTS["simpletuner"].recompute_spec(entry.path, entry, template(peer))
-    assert why is None and spec == RecomputeSpec("text", entry.source, "dict", "torch-zip", "", "float32", False, None,
-                                                 text="a red cat", keys=("prompt_embeds", "pooled"), template=str(peer))
+    assert why is None and spec == RecomputeSpec(
+        "text",
+        entry.source,
+        "dict",
+        "torch-zip",
+        "",
+        "float32",
+        False,
+        None,
+        text="a red cat",
+        keys=("prompt_embeds", "pooled"),
+        template=str(peer),
+    )
 
 
 def test_kohya_takes_the_bucket_from_the_entry_itself_and_the_flip_from_its_peer(tmp_path: Path) -> None:
-    own = write_npz(tmp_path / "a_0096x0128_sdxl.npz", latents_16x12=np.zeros((4, 16, 12), np.float32),
-                    original_size_16x12=np.array([96, 128]), crop_ltrb_16x12=np.array([0, 0, 96, 128]))
-    peer = write_npz(tmp_path / "b_0096x0128_sdxl.npz", latents_16x12=np.zeros((4, 16, 12), np.float32),
-                     latents_flipped_16x12=np.zeros((4, 16, 12), np.float32))
+    own = write_npz(
+        tmp_path / "a_0096x0128_sdxl.npz",
+        latents_16x12=np.zeros((4, 16, 12), np.float32),
+        original_size_16x12=np.array([96, 128]),
+        crop_ltrb_16x12=np.array([0, 0, 96, 128]),
+    )
+    peer = write_npz(
+        tmp_path / "b_0096x0128_sdxl.npz",
+        latents_16x12=np.zeros((4, 16, 12), np.float32),
+        latents_flipped_16x12=np.zeros((4, 16, 12), np.float32),
+    )
     entry = Expected(str(own), source(tmp_path, "a.png"))
     spec, why = LAYOUTS["kohya"].recompute_spec(str(own), entry, template(peer))
     assert why is None
-    assert spec == RecomputeSpec("latent", entry.source, "kohya-npz", "npz", "latents_16x12", "float32", False,
-                                 (16, 12),
-                                 keys=("latents_16x12", "latents_flipped_16x12"), flipped=True, template=str(peer))
+    assert spec == RecomputeSpec(
+        "latent",
+        entry.source,
+        "kohya-npz",
+        "npz",
+        "latents_16x12",
+        "float32",
+        False,
+        (16, 12),
+        keys=("latents_16x12", "latents_flipped_16x12"),
+        flipped=True,
+        template=str(peer),
+    )
 
 
 def test_kohya_without_peer_writes_the_three_standard_keys(tmp_path: Path) -> None:
@@ -90,29 +142,59 @@ def test_kohya_entry_that_is_missing_cannot_be_sized(tmp_path: Path) -> None:
 
 
 def test_onetrainer_latent_uses_latent_image_in_the_peers_dtype(tmp_path: Path) -> None:
-    peer = save_pt(tmp_path / "0.pt", {"latent_image": torch.zeros(4, 8, 8, dtype=torch.bfloat16),
-                                       "original_resolution": (64, 64), "crop_offset": (0, 0)})
+    peer = save_pt(
+        tmp_path / "0.pt",
+        {
+            "latent_image": torch.zeros(4, 8, 8, dtype=torch.bfloat16),
+            "original_resolution": (64, 64),
+            "crop_offset": (0, 0),
+        },
+    )
     entry = Expected(str(tmp_path / "1.pt"), source(tmp_path), latent_hw=(8, 8), latent_key="latent_image")
     spec, why = LAYOUTS["onetrainer"].recompute_spec(entry.path, entry, template(peer))
-    assert why is None and spec == RecomputeSpec("latent", entry.source, "dict", "torch-zip", "latent_image",
-                                                 "bfloat16", False, (8, 8), keys=("latent_image",), template=str(peer))
+    assert why is None and spec == RecomputeSpec(
+        "latent",
+        entry.source,
+        "dict",
+        "torch-zip",
+        "latent_image",
+        "bfloat16",
+        False,
+        (8, 8),
+        keys=("latent_image",),
+        template=str(peer),
+    )
     bare, _ = LAYOUTS["onetrainer"].recompute_spec(entry.path, entry, None)
-    assert bare is not None and (bare.keys, bare.dtype) == (("latent_image", "original_resolution", "crop_offset"),
-                                                            "float32")
+    assert bare is not None and (bare.keys, bare.dtype) == (
+        ("latent_image", "original_resolution", "crop_offset"),
+        "float32",
+    )
 
 
 def test_onetrainer_text_entries_are_left_to_onetrainer(tmp_path: Path) -> None:
     entry = Expected(str(tmp_path / "0.pt"), source(tmp_path), "text", text="a cat")
     assert LAYOUTS["onetrainer"].recompute_spec(entry.path, entry, None) == (
-        None, "OneTrainer text caches hold tokens and several encoders' states; re-cache them with OneTrainer")
+        None,
+        "OneTrainer text caches hold tokens and several encoders' states; re-cache them with OneTrainer",
+    )
 
 
 def test_manifest_latent_uses_the_rows_key_and_shape(tmp_path: Path) -> None:
     peer = save_pt(tmp_path / "p.pt", {"lat": torch.zeros(4, 10, 12, dtype=torch.float16), "small": torch.zeros(2)})
     entry = Expected(str(tmp_path / "a.pt"), source(tmp_path), latent_key="lat", shape=(4, 10, 12))
     spec, why = LAYOUTS["manifest"].recompute_spec(entry.path, entry, template(peer))
-    assert why is None and spec == RecomputeSpec("latent", entry.source, "dict", "torch-zip", "lat", "float16", False,
-                                                 (10, 12), keys=("lat", "small"), template=str(peer))
+    assert why is None and spec == RecomputeSpec(
+        "latent",
+        entry.source,
+        "dict",
+        "torch-zip",
+        "lat",
+        "float16",
+        False,
+        (10, 12),
+        keys=("lat", "small"),
+        template=str(peer),
+    )
 
 
 def test_manifest_without_key_takes_the_peers_largest_tensor(tmp_path: Path) -> None:
@@ -130,7 +212,9 @@ def test_text_caption_is_read_from_its_caption_file(tmp_path: Path) -> None:
     assert spec is not None and (spec.text, spec.container_format) == ("a dog on a sofa", "npz")
     no_caption = Expected(entry.path, source(tmp_path), "text")
     assert LAYOUTS["kohya"].recompute_spec(entry.path, no_caption, None) == (
-        None, "no caption is recorded for it (the layout keeps captions this repair cannot read)")
+        None,
+        "no caption is recorded for it (the layout keeps captions this repair cannot read)",
+    )
 
 
 def test_dispatch_finds_a_healthy_template_of_the_same_role_skipping_bad_files(tmp_path: Path) -> None:
@@ -146,7 +230,8 @@ def test_dispatch_checks_the_source_before_asking_any_layout(tmp_path: Path) -> 
     path = str(tmp_path / "a.pt")
     finder = TemplateFinder(set())
     assert recompute_spec(path, None, "simpletuner", finder)[1] == (
-        "its source is unknown: repair with the dataset (--config, --layout or --manifest)")
+        "its source is unknown: repair with the dataset (--config, --layout or --manifest)"
+    )
     gone = Expected(path, str(tmp_path / "nope.png"), latent_hw=(8, 8))
     assert recompute_spec(path, gone, "kohya", finder) == (None, f"its source {tmp_path / 'nope.png'} is gone")
     listed_gone = Expected(path, source(tmp_path), latent_hw=(8, 8), source_exists=False)

@@ -34,7 +34,9 @@ def test_start_plan_record_finish_leave_the_run_and_its_items(tmp_path: Path) ->
     journal.close()
     assert rows(tmp_path, "SELECT run_id, status FROM runs") == [("run-1", "done")]
     assert rows(tmp_path, "SELECT path, state, quarantined FROM items ORDER BY path") == [
-        (str(tmp_path / "a.pt"), "verified", "/q/a.pt"), (str(tmp_path / "b.pt"), "planned", None)]
+        (str(tmp_path / "a.pt"), "verified", "/q/a.pt"),
+        (str(tmp_path / "b.pt"), "planned", None),
+    ]
     assert interrupted_run(str(tmp_path)) is None
 
 

@@ -12,26 +12,44 @@ from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair.model import ActionKind, Stat
 from cachedoctor.repair.planner import plan_repair, root_of
 
-_FIX = {"device-tagged": Fix.REWRITE_CPU, "batch-leak": Fix.CLONE_STORAGE, "unsafe-pickle": Fix.QUARANTINE,
-        "orphan-entry": Fix.QUARANTINE, "partial-write": Fix.QUARANTINE, "read-timeout": Fix.QUARANTINE,
-        "non-finite": Fix.RECOMPUTE, "missing-entry": Fix.RECOMPUTE, "stale-entry": Fix.RECOMPUTE,
-        "name-collision": Fix.NONE}
+_FIX = {
+    "device-tagged": Fix.REWRITE_CPU,
+    "batch-leak": Fix.CLONE_STORAGE,
+    "unsafe-pickle": Fix.QUARANTINE,
+    "orphan-entry": Fix.QUARANTINE,
+    "partial-write": Fix.QUARANTINE,
+    "read-timeout": Fix.QUARANTINE,
+    "non-finite": Fix.RECOMPUTE,
+    "missing-entry": Fix.RECOMPUTE,
+    "stale-entry": Fix.RECOMPUTE,
+    "name-collision": Fix.NONE,
+}
 
 
 def finding(kind: str, path: Path, source: str | None = None) -> Finding:
     return Finding(kind, Severity.ERROR, str(path), "planted", _FIX[kind], source)
 
 
-def plan(findings: list[Finding], root: Path, expected: dict[str, list[Expected]] | None = None,
-         layout: str | None = None, modalities: frozenset[str] = frozenset(), only: set[str] | None = None):
+def plan(
+    findings: list[Finding],
+    root: Path,
+    expected: dict[str, list[Expected]] | None = None,
+    layout: str | None = None,
+    modalities: frozenset[str] = frozenset(),
+    only: set[str] | None = None,
+):
     return plan_repair(findings, [str(root)], expected or {}, layout, set(modalities), only)
 
 
 def test_device_tagged_becomes_rewrite_cpu_with_the_planned_stat(tmp_path: Path) -> None:
     path = save_pt(tmp_path / "a.pt", latent())
     (action,) = plan([finding("device-tagged", path)], tmp_path).actions
-    assert (action.kind, action.path, action.root, action.reasons) == (ActionKind.REWRITE_CPU, str(path), str(tmp_path),
-                                                                       ("device-tagged",))
+    assert (action.kind, action.path, action.root, action.reasons) == (
+        ActionKind.REWRITE_CPU,
+        str(path),
+        str(tmp_path),
+        ("device-tagged",),
+    )
     assert action.before == Stat.of(str(path)) and action.blocked is None and action.spec is None
 
 
@@ -89,8 +107,9 @@ def test_recompute_whose_source_is_gone_is_blocked(tmp_path: Path) -> None:
     path = save_pt(tmp_path / "a.pt", latent())
     source = tmp_path / "img.png"
     entry = Expected(str(path), str(source), latent_hw=(8, 8))
-    (action,) = plan([finding("non-finite", path)], tmp_path, {str(path): [entry]}, "simpletuner",
-                     frozenset({"image"})).actions
+    (action,) = plan(
+        [finding("non-finite", path)], tmp_path, {str(path): [entry]}, "simpletuner", frozenset({"image"})
+    ).actions
     assert action.blocked == f"its source {source} is gone"
 
 
@@ -100,8 +119,9 @@ def test_missing_entry_with_source_and_encoder_is_a_runnable_recompute(tmp_path:
     source.write_bytes(b"png")
     path = tmp_path / "a.pt"
     entry = Expected(str(path), str(source), latent_hw=(8, 8))
-    (action,) = plan([finding("missing-entry", path)], tmp_path, {str(path): [entry]}, "simpletuner",
-                     frozenset({"image"})).actions
+    (action,) = plan(
+        [finding("missing-entry", path)], tmp_path, {str(path): [entry]}, "simpletuner", frozenset({"image"})
+    ).actions
     assert (action.kind, action.before, action.blocked) == (ActionKind.RECOMPUTE, None, None)
     assert action.spec is not None and (action.spec.source, action.spec.template) == (str(source), str(peer))
 
@@ -111,8 +131,9 @@ def test_recompute_without_the_encoder_for_its_role_is_blocked(tmp_path: Path) -
     source.write_bytes(b"png")
     path = tmp_path / "a.pt"
     entry = Expected(str(path), str(source), latent_hw=(8, 8))
-    (action,) = plan([finding("missing-entry", path)], tmp_path, {str(path): [entry]}, "simpletuner",
-                     frozenset({"text"})).actions
+    (action,) = plan(
+        [finding("missing-entry", path)], tmp_path, {str(path): [entry]}, "simpletuner", frozenset({"text"})
+    ).actions
     assert action.blocked == "needs an encoder for images (--encoder)" and action.spec is not None
 
 
@@ -121,8 +142,9 @@ def test_unsafe_pickle_the_dataset_expects_is_recomputed(tmp_path: Path) -> None
     source.write_bytes(b"png")
     path = save_pt(tmp_path / "a.pt", latent())
     entry = Expected(str(path), str(source), latent_hw=(8, 8))
-    (action,) = plan([finding("unsafe-pickle", path)], tmp_path, {str(path): [entry]}, "simpletuner",
-                     frozenset({"image"})).actions
+    (action,) = plan(
+        [finding("unsafe-pickle", path)], tmp_path, {str(path): [entry]}, "simpletuner", frozenset({"image"})
+    ).actions
     assert action.kind is ActionKind.RECOMPUTE and action.blocked is None
 
 
@@ -140,8 +162,9 @@ def test_a_stale_entry_the_layout_cannot_size_is_blocked_not_quarantined(tmp_pat
     source.write_bytes(b"png")
     path = save_pt(tmp_path / "a.pt", torch.zeros(4, 8, 8))
     entry = Expected(str(path), str(source))
-    (action,) = plan([finding("stale-entry", path)], tmp_path, {str(path): [entry]}, "simpletuner",
-                     frozenset({"image"})).actions
+    (action,) = plan(
+        [finding("stale-entry", path)], tmp_path, {str(path): [entry]}, "simpletuner", frozenset({"image"})
+    ).actions
     assert action.kind is ActionKind.RECOMPUTE
     assert action.blocked == "the layout does not record this entry's latent size (no bucket metadata for it)"
 

@@ -53,8 +53,14 @@ def test_round_trip(tmp_path: Path) -> None:
 
 def test_id_is_relative_to_the_baseline_and_ignores_the_message(tmp_path: Path) -> None:
     def finding(root: Path, message: str, key: str = "latent") -> Finding:
-        return Finding("batch-leak", Severity.ERROR, str(root / "cache" / "a.pt"), message, Fix.CLONE_STORAGE,
-                       details={"key": key, "storage_bytes": len(message)})
+        return Finding(
+            "batch-leak",
+            Severity.ERROR,
+            str(root / "cache" / "a.pt"),
+            message,
+            Fix.CLONE_STORAGE,
+            details={"key": key, "storage_bytes": len(message)},
+        )
 
     a = finding_id(finding(tmp_path / "one", "x"), str(tmp_path / "one"))
     assert a == finding_id(finding(tmp_path / "two", "reworded"), str(tmp_path / "two"))

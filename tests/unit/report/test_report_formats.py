@@ -29,8 +29,7 @@ from cachedoctor.scan import ScanOptions, scan
 JUNIT_XSD = xmlschema.XMLSchema(str(Path(__file__).resolve().parents[2] / "schemas" / "junit.xsd"))
 KINDS = [c.kind for c in CHECKS]
 LEAK_MESSAGE = "<root> is a view of a larger batch: the file stores 3584 bytes for 512 (7.0x)"
-GPU_MESSAGE = ("tensors are tagged cuda:1: loading without map_location fails on a CPU machine or lands them "
-               "on that GPU")
+GPU_MESSAGE = "tensors are tagged cuda:1: loading without map_location fails on a CPU machine or lands them on that GPU"
 GITHUB_LINES = [
     f"::error file=cache/leak.pt,title=batch-leak::{LEAK_MESSAGE} (fix: clone-storage)",
     f"::warning file=cache/gpu.pt,title=device-tagged::{GPU_MESSAGE} (fix: rewrite-cpu)",
@@ -107,8 +106,9 @@ def test_junit_one_case_per_kind_and_the_leak_fails(cache: Path, tmp_path: Path)
     assert failure.text == f"[error] cache/leak.pt: {LEAK_MESSAGE} (fix: clone-storage)"
     gpu = by_name["device-tagged"]  # a warning under the default --fail-on error: passes, logged
     assert gpu.find("failure") is None
-    assert gpu.find("system-out").text == (f"below --fail-on error:\n[warning] cache/gpu.pt: {GPU_MESSAGE} "
-                                           "(fix: rewrite-cpu)")
+    assert gpu.find("system-out").text == (
+        f"below --fail-on error:\n[warning] cache/gpu.pt: {GPU_MESSAGE} (fix: rewrite-cpu)"
+    )
     assert all(len(by_name[k]) == 0 for k in KINDS if k not in ("batch-leak", "device-tagged"))
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert props["cachedoctor.version"] == "0.1.0" and props["cachedoctor.fail_on"] == "error"
@@ -174,7 +174,7 @@ def test_junit_and_github_survive_undecodable_file_names(tmp_path: Path) -> None
 
 
 def test_xml_text_keeps_what_xml_can_carry() -> None:
-    assert xml_text("a\tb\nc\rd<&>\"'é\U0001F600") == "a\tb\nc\rd<&>\"'é\U0001F600"
+    assert xml_text("a\tb\nc\rd<&>\"'é\U0001f600") == "a\tb\nc\rd<&>\"'é\U0001f600"
     assert xml_text("x\x00\x08\x0b\x0c\x1f\ufffe\uffffy") == "xy"
     assert xml_text("bad\udcff") == "bad\ufffd"
 
@@ -190,23 +190,30 @@ def test_junit_output_file_holds_the_report(cache: Path, tmp_path: Path) -> None
 
 # --- the schema itself ------------------------------------------------------------------------
 
-MINIMAL = ('<testsuites><testsuite name="s" tests="1" failures="0" errors="0">'
-           '<testcase name="c" classname="k"/></testsuite></testsuites>')
+MINIMAL = (
+    '<testsuites><testsuite name="s" tests="1" failures="0" errors="0">'
+    '<testcase name="c" classname="k"/></testsuite></testsuites>'
+)
 
 
 def test_schema_accepts_a_minimal_report() -> None:
     assert JUNIT_XSD.is_valid(MINIMAL)
 
 
-@pytest.mark.parametrize("bad", [
-    MINIMAL.replace(' name="c"', ""),  # a test case without a name
-    MINIMAL.replace('tests="1"', 'tests="many"'),  # a count that is no number
-    MINIMAL.replace('failures="0" ', ""),  # a required count missing
-    MINIMAL.replace('<testcase name="c" classname="k"/>', '<failure message="x"/>'),  # failure outside a case
-    MINIMAL.replace('<testcase name="c" classname="k"/>',
-                    '<testcase name="c"><system-out>o</system-out><failure/></testcase>'),  # out of order
-    MINIMAL.replace("testsuites>", "results>"),  # not JUnit at all
-], ids=["no-name", "bad-count", "no-failures", "stray-failure", "order", "root"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        MINIMAL.replace(' name="c"', ""),  # a test case without a name
+        MINIMAL.replace('tests="1"', 'tests="many"'),  # a count that is no number
+        MINIMAL.replace('failures="0" ', ""),  # a required count missing
+        MINIMAL.replace('<testcase name="c" classname="k"/>', '<failure message="x"/>'),  # failure outside a case
+        MINIMAL.replace(
+            '<testcase name="c" classname="k"/>', '<testcase name="c"><system-out>o</system-out><failure/></testcase>'
+        ),  # out of order
+        MINIMAL.replace("testsuites>", "results>"),  # not JUnit at all
+    ],
+    ids=["no-name", "bad-count", "no-failures", "stray-failure", "order", "root"],
+)
 def test_schema_rejects_invalid_reports(bad: str) -> None:
     assert not JUNIT_XSD.is_valid(bad)
 
@@ -223,7 +230,10 @@ def test_github_annotations_for_the_planted_defects(cache: Path, tmp_path: Path)
 def test_github_clean_cache_is_one_notice(tmp_path: Path) -> None:
     peers(tmp_path / "cache")
     assert cli(tmp_path, "scan", str(tmp_path / "cache"), "--format", "github") == (
-        0, "::notice title=cachedoctor::no findings\n", "")
+        0,
+        "::notice title=cachedoctor::no findings\n",
+        "",
+    )
 
 
 def test_github_escapes_path_properties(tmp_path: Path) -> None:
@@ -231,21 +241,31 @@ def test_github_escapes_path_properties(tmp_path: Path) -> None:
     leak(tmp_path / "cache" / "odd,name:1%.pt")
     code, out, _ = cli(tmp_path, "scan", str(tmp_path / "cache"), "--format", "github")
     assert code == 1
-    assert out.splitlines()[0] == (f"::error file=cache/odd%2Cname%3A1%25.pt,title=batch-leak::{LEAK_MESSAGE} "
-                                   "(fix: clone-storage)")
+    assert out.splitlines()[0] == (
+        f"::error file=cache/odd%2Cname%3A1%25.pt,title=batch-leak::{LEAK_MESSAGE} (fix: clone-storage)"
+    )
 
 
 def test_github_escapes_messages_so_one_finding_stays_one_line(tmp_path: Path) -> None:
     peers(tmp_path / "cache")
     result = scan([str(tmp_path / "cache")], ScanOptions(workers=1))
-    result.findings[:] = [Finding("stale-entry", Severity.WARNING, str(tmp_path / "cache" / "a,b:c.pt"),
-                                  "line one\nline two: 100%\r", Fix.RECOMPUTE, source=str(tmp_path / "img,1.png"))]
+    result.findings[:] = [
+        Finding(
+            "stale-entry",
+            Severity.WARNING,
+            str(tmp_path / "cache" / "a,b:c.pt"),
+            "line one\nline two: 100%\r",
+            Fix.RECOMPUTE,
+            source=str(tmp_path / "img,1.png"),
+        )
+    ]
     out = io.StringIO()
     renderer_for(OutputFormat.GITHUB, str(tmp_path)).render(ScanReport(result), out, color=False)
     assert out.getvalue().splitlines() == [
         "::warning file=cache/a%2Cb%3Ac.pt,title=stale-entry::line one%0Aline two: 100%25%0D "
         "(item: img,1.png; fix: recompute)",
-        "::notice title=cachedoctor::0 error(s), 1 warning(s) in 1 file(s)"]
+        "::notice title=cachedoctor::0 error(s), 1 warning(s) in 1 file(s)",
+    ]
     assert escape_data("a%b\r\nc:d,e") == "a%25b%0D%0Ac:d,e"
     assert escape_property("a%b\r\nc:d,e") == "a%25b%0D%0Ac%3Ad%2Ce"
 
@@ -268,12 +288,15 @@ def test_github_appends_the_step_summary(cache: Path, tmp_path: Path, monkeypatc
     assert code == 1 and out.splitlines() == GITHUB_LINES  # the table goes to the file, not stdout
     text = summary.read_text("utf-8")
     assert text.startswith("earlier step\n### cachedoctor scan\n\n1 error(s), 1 warning(s) in 2 file(s).\n\n")
-    assert ("| kind | severity | files | fix |\n| --- | --- | --- | --- |\n"
-            "| batch-leak | error | 1 | clone-storage |\n| device-tagged | warning | 1 | rewrite-cpu |\n") in text
+    assert (
+        "| kind | severity | files | fix |\n| --- | --- | --- | --- |\n"
+        "| batch-leak | error | 1 | clone-storage |\n| device-tagged | warning | 1 | rewrite-cpu |\n"
+    ) in text
 
 
-def test_github_unwritable_step_summary_is_a_warning(cache: Path, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_github_unwritable_step_summary_is_a_warning(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path))  # a folder: cannot be opened for append
     code, out, _ = cli(tmp_path, "scan", str(cache), "--format", "github")
     lines = out.splitlines()

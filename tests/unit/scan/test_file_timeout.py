@@ -39,7 +39,8 @@ def _no_alarm(seconds: float | None) -> Iterator[object]:
 
 @pytest.mark.slow
 def test_a_worker_stuck_where_its_alarm_cannot_reach_is_killed_and_replaced(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The parent's backstop: with the workers' own alarm switched off (as a C call that never
     returns to Python would switch it off), the stuck worker is killed, the file reported, and
     every other file of the chunks in flight still judged, by a fresh pool."""
@@ -48,9 +49,11 @@ def test_a_worker_stuck_where_its_alarm_cannot_reach_is_killed_and_replaced(
     stall = _fifo(tmp_path)
     collector = Collector(None)
     folder = collector.open_folder(str(tmp_path), 3)
-    chunks = [(folder, [(files[0], False), (stall, False), (files[1], False)], False, False),
-              (folder, [(files[2], False), (files[3], False)], False, False),
-              (folder, [(files[4], False)], False, False)]
+    chunks = [
+        (folder, [(files[0], False), (stall, False), (files[1], False)], False, False),
+        (folder, [(files[2], False), (files[3], False)], False, False),
+        (folder, [(files[4], False)], False, False),
+    ]
     run_pool(iter(chunks), 2, collector, 0.3)
     assert [(f.kind, f.path) for f in collector.findings] == [("read-timeout", stall)]
     assert collector.stats.files_seen == 6 and collector.stats.files_read == 6
@@ -64,8 +67,10 @@ def test_file_timeout_must_be_positive(tmp_path: Path) -> None:
     from cachedoctor.cli.environment import Environment
 
     out, err = io.StringIO(), io.StringIO()
-    code = run(["scan", str(tmp_path), "--file-timeout", "0"], Environment(stdout=out, stderr=err, cwd=str(tmp_path),
-                                                                         environ={}))
+    code = run(
+        ["scan", str(tmp_path), "--file-timeout", "0"],
+        Environment(stdout=out, stderr=err, cwd=str(tmp_path), environ={}),
+    )
     assert code == 2 and "--file-timeout" in err.getvalue()
 
 

@@ -19,8 +19,12 @@ print(json.dumps([result.stats.files_seen - result.stats.files_reused, sorted(m 
 
 
 def _scan_in_a_fresh_process(cache: Path, workers: int) -> tuple[int, list[str]]:
-    out = subprocess.run([sys.executable, "-c", _CODE.format(cache=str(cache), workers=workers)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _CODE.format(cache=str(cache), workers=workers)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     read, modules = json.loads(out.stdout)
     return read, modules
 

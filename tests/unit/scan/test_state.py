@@ -71,16 +71,20 @@ def test_same_size_same_mtime_rewrite_is_caught_by_ctime(tmp_path: Path) -> None
     before = victim.stat()
     raw = bytearray(victim.read_bytes())
     end = raw.rindex(b"PK\x05\x06")
-    raw[end:end + 4] = b"\0\0\0\0"  # the zip's end record, gone
+    raw[end : end + 4] = b"\0\0\0\0"  # the zip's end record, gone
     with open(victim, "r+b") as f:  # in place: same inode, same size
         f.write(raw)
     os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the mtime put back
-    assert (victim.stat().st_ino, victim.stat().st_size, victim.stat().st_mtime_ns) == \
-        (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert (victim.stat().st_ino, victim.stat().st_size, victim.stat().st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
     code, doc = report(str(folder))
     assert doc["summary"]["files_reused"] == 7
-    assert [(f["kind"], f["path"], f["details"]["problem"]) for f in doc["findings"]] == \
-        [("corrupt-archive", str(victim), "truncated")]
+    assert [(f["kind"], f["path"], f["details"]["problem"]) for f in doc["findings"]] == [
+        ("corrupt-archive", str(victim), "truncated")
+    ]
 
 
 def test_racy_file_is_read_again_by_the_next_scan(tmp_path: Path) -> None:
@@ -90,8 +94,11 @@ def test_racy_file_is_read_again_by_the_next_scan(tmp_path: Path) -> None:
     scan([str(folder)], ScanOptions(workers=1, state="auto"))
     again = scan([str(folder)], ScanOptions(workers=1, state="auto"))
     assert again.stats.files_reused == 7
-    rows = sqlite3.connect(folder / ".cachedoctor" / "state.sqlite").execute(
-        "SELECT name FROM files WHERE racy = 1").fetchall()
+    rows = (
+        sqlite3.connect(folder / ".cachedoctor" / "state.sqlite")
+        .execute("SELECT name FROM files WHERE racy = 1")
+        .fetchall()
+    )
     assert rows == [(b"peer0.pt",)]
 
 
@@ -187,7 +194,7 @@ def test_damaged_database_is_moved_aside_and_rebuilt(tmp_path: Path) -> None:
 
 def test_config_file_turns_the_state_off(tmp_path: Path) -> None:
     folder = cache(tmp_path)
-    (tmp_path / "cachedoctor.toml").write_text('state = false\n')
+    (tmp_path / "cachedoctor.toml").write_text("state = false\n")
     code, out, err = cli("scan", str(folder), cwd=str(tmp_path))
     assert code == 0 and not (folder / ".cachedoctor").exists()
     code, out, _ = cli("config", "show", cwd=str(tmp_path))
@@ -209,6 +216,7 @@ def test_dataset_scan_reuses_files_and_still_sees_a_changed_source(tmp_path: Pat
 
 
 # --- sampled deep reads ---------------------------------------------------------------------
+
 
 def deep_reads(folder: Path) -> dict[str, int]:
     db = sqlite3.connect(folder / ".cachedoctor" / "state.sqlite")
@@ -277,8 +285,10 @@ def test_sample_finds_a_bad_crc_when_its_turn_comes(tmp_path: Path) -> None:
     assert found_on is not None and found_on <= 5
 
 
-@pytest.mark.parametrize("share, message", [("0%", "above 0"), ("3/0", "expected a share"), ("abc", "expected a share"),
-                                            ("11/10", "at most all")])
+@pytest.mark.parametrize(
+    "share, message",
+    [("0%", "above 0"), ("3/0", "expected a share"), ("abc", "expected a share"), ("11/10", "at most all")],
+)
 def test_bad_sample_is_one_line_exit_2(tmp_path: Path, share: str, message: str) -> None:
     code, _, err = cli("scan", "--sample", share, str(tmp_path))
     assert code == 2 and err.count("\n") == 1 and message in err
@@ -291,6 +301,7 @@ def test_sample_needs_the_state(tmp_path: Path) -> None:
 
 # --- concurrency ----------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_concurrent_scans_keep_the_database_sound(tmp_path: Path) -> None:
     folder = tmp_path / "big"
@@ -298,14 +309,32 @@ def test_concurrent_scans_keep_the_database_sound(tmp_path: Path) -> None:
         peers(folder / f"part{k}", 25)
     save_pt(folder / "part3" / "odd.pt", latent(c=16, seed=99))  # one shape-mismatch to agree on
     settle(folder)
-    procs = [subprocess.Popen([sys.executable, "-m", "cachedoctor", "scan", "--format", "json", "-j", "1",
-                               *(["--deep"] if i % 2 else []), str(folder)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(6)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cachedoctor",
+                "scan",
+                "--format",
+                "json",
+                "-j",
+                "1",
+                *(["--deep"] if i % 2 else []),
+                str(folder),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
     results = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in procs]  # type: ignore[union-attr]
     for code, out, err in results:
         assert (code, err) == (1, "")
-        assert [(f["kind"], os.path.basename(f["path"])) for f in json.loads(out)["findings"]] == \
-            [("shape-mismatch", "odd.pt")]
+        assert [(f["kind"], os.path.basename(f["path"])) for f in json.loads(out)["findings"]] == [
+            ("shape-mismatch", "odd.pt")
+        ]
     db = sqlite3.connect(folder / ".cachedoctor" / "state.sqlite")
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
@@ -318,11 +347,13 @@ def test_network_file_systems_are_told_apart(tmp_path: Path) -> None:
     from cachedoctor.fsinfo import filesystem_type, is_network
 
     mounts = tmp_path / "mounts"
-    mounts.write_text("/dev/sda1 / ext4 rw 0 0\n"
-                      "server:/export /mnt/cache nfs4 rw 0 0\n"
-                      "/dev/sdb1 /mnt/cache/local xfs rw 0 0\n"
-                      "beegfs_nodev /mnt/bee fuse.beegfs rw 0 0\n"
-                      "/dev/sdc1 /mnt/with\\040space ext4 rw 0 0\n")
+    mounts.write_text(
+        "/dev/sda1 / ext4 rw 0 0\n"
+        "server:/export /mnt/cache nfs4 rw 0 0\n"
+        "/dev/sdb1 /mnt/cache/local xfs rw 0 0\n"
+        "beegfs_nodev /mnt/bee fuse.beegfs rw 0 0\n"
+        "/dev/sdc1 /mnt/with\\040space ext4 rw 0 0\n"
+    )
     where = str(mounts)
     assert filesystem_type("/mnt/cache/vae/x.pt", where) == "nfs4" and is_network("/mnt/cache/vae", where)
     assert filesystem_type("/mnt/cache/local/x.pt", where) == "xfs" and not is_network("/mnt/cache/local", where)

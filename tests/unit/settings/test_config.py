@@ -15,8 +15,9 @@ from cachedoctor.cli.environment import Environment
 
 def cli(*argv: str, cwd: Path, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    env = Environment(stdout=out, stderr=err, stdout_isatty=False, stderr_isatty=False, cwd=str(cwd),
-                      environ=environ or {})
+    env = Environment(
+        stdout=out, stderr=err, stdout_isatty=False, stderr_isatty=False, cwd=str(cwd), environ=environ or {}
+    )
     code = run(list(argv), env)
     return code, out.getvalue(), err.getvalue()
 
@@ -60,7 +61,7 @@ def test_pyproject_two_folders_up_is_found_and_paths_resolve_from_it(project: Pa
 
 
 def test_pyproject_without_the_table_is_passed_over(project: Path) -> None:
-    (project / "pyproject.toml").write_text('[tool.cachedoctor]\nworkers = 3\n')
+    (project / "pyproject.toml").write_text("[tool.cachedoctor]\nworkers = 3\n")
     inner = project / "inner"
     inner.mkdir()
     (inner / "pyproject.toml").write_text('[project]\nname = "inner"\n')
@@ -68,7 +69,7 @@ def test_pyproject_without_the_table_is_passed_over(project: Path) -> None:
 
 
 def test_nearer_cachedoctor_toml_wins(project: Path) -> None:
-    (project / "pyproject.toml").write_text('[tool.cachedoctor]\nworkers = 3\n')
+    (project / "pyproject.toml").write_text("[tool.cachedoctor]\nworkers = 3\n")
     sub = project / "sub"
     sub.mkdir()
     (sub / "cachedoctor.toml").write_text('workers = 5\npaths = ["../cache"]\n')
@@ -106,9 +107,15 @@ def test_exclude_skips_a_planted_defect(project: Path) -> None:
 
 def test_environment_beats_file_and_command_line_beats_environment(project: Path) -> None:
     (project / "pyproject.toml").write_text(
-        '[tool.cachedoctor]\nfail-on = "never"\nworkers = 2\ndeep = true\nlayout = "none"\nexclude = ["a"]\n')
-    environ = {"CACHEDOCTOR_FAIL_ON": "warning", "CACHEDOCTOR_WORKERS": "4", "CACHEDOCTOR_EXCLUDE": "x, y/*",
-               "CACHEDOCTOR_DEEP": "0", "CACHEDOCTOR_LAYOUT": ""}
+        '[tool.cachedoctor]\nfail-on = "never"\nworkers = 2\ndeep = true\nlayout = "none"\nexclude = ["a"]\n'
+    )
+    environ = {
+        "CACHEDOCTOR_FAIL_ON": "warning",
+        "CACHEDOCTOR_WORKERS": "4",
+        "CACHEDOCTOR_EXCLUDE": "x, y/*",
+        "CACHEDOCTOR_DEEP": "0",
+        "CACHEDOCTOR_LAYOUT": "",
+    }
     rows = show(project, environ=environ)
     file_source = f"{project / 'pyproject.toml'}:tool.cachedoctor"
     assert rows["fail-on"] == ("warning", "environment CACHEDOCTOR_FAIL_ON")
@@ -123,24 +130,36 @@ def test_environment_beats_file_and_command_line_beats_environment(project: Path
     # and scan obeys: the device-tagged warning fails under the environment's gate, not the file's
     code = cli("scan", str(project / "cache"), "--format", "json", cwd=project, environ=environ)[0]
     assert code == 1
-    code = cli("scan", str(project / "cache"), "--format", "json", "--fail-on", "error", cwd=project, environ=environ)[0]
+    code = cli("scan", str(project / "cache"), "--format", "json", "--fail-on", "error", cwd=project, environ=environ)[
+        0
+    ]
     assert code == 0
 
 
-@pytest.mark.parametrize(("name", "text", "expected"), [
-    ("pyproject.toml", "[tool.cachedoctor\nworkers = 1\n", "not valid TOML"),
-    ("pyproject.toml", "[tool.cachedoctor]\nworker = 1\n", "tool.cachedoctor.worker: unknown key"),
-    ("pyproject.toml", '[tool.cachedoctor.severity]\ndevice-taged = "error"\n',
-     "tool.cachedoctor.severity: unknown kind 'device-taged'"),
-    ("pyproject.toml", '[tool.cachedoctor.severity]\ndevice-tagged = "fatal"\n',
-     "tool.cachedoctor.severity: device-tagged: expected one of error, warning, info"),
-    ("cachedoctor.toml", 'fail-on = "sometimes"\n', "fail-on: expected one of error, warning, never"),
-    ("cachedoctor.toml", "workers = 0\n", "workers: expected a whole number of at least 1"),
-    ("cachedoctor.toml", 'paths = "cache"\n', "paths: expected a list of non-empty strings"),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("pyproject.toml", "[tool.cachedoctor\nworkers = 1\n", "not valid TOML"),
+        ("pyproject.toml", "[tool.cachedoctor]\nworker = 1\n", "tool.cachedoctor.worker: unknown key"),
+        (
+            "pyproject.toml",
+            '[tool.cachedoctor.severity]\ndevice-taged = "error"\n',
+            "tool.cachedoctor.severity: unknown kind 'device-taged'",
+        ),
+        (
+            "pyproject.toml",
+            '[tool.cachedoctor.severity]\ndevice-tagged = "fatal"\n',
+            "tool.cachedoctor.severity: device-tagged: expected one of error, warning, info",
+        ),
+        ("cachedoctor.toml", 'fail-on = "sometimes"\n', "fail-on: expected one of error, warning, never"),
+        ("cachedoctor.toml", "workers = 0\n", "workers: expected a whole number of at least 1"),
+        ("cachedoctor.toml", 'paths = "cache"\n', "paths: expected a list of non-empty strings"),
+    ],
+)
 @pytest.mark.parametrize("command", [("scan", "cache"), ("settings", "show"), ("config", "show")])
-def test_broken_config_is_one_line_exit_2(project: Path, name: str, text: str, expected: str,
-                                          command: tuple[str, ...]) -> None:
+def test_broken_config_is_one_line_exit_2(
+    project: Path, name: str, text: str, expected: str, command: tuple[str, ...]
+) -> None:
     (project / name).write_text(text)
     code, out, err = cli(*command, cwd=project)
     assert code == 2 and out == ""
