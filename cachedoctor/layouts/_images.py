@@ -30,14 +30,23 @@ def image_size(path: str) -> tuple[int, int] | None:
         return None
 
 
-def walk_images(root: str) -> Iterator[tuple[str, list[os.DirEntry], set[str]]]:
-    """``(folder, image entries sorted by name, every name in it)`` for each folder under ``root``.
+#: How many directory entries ``--layout auto`` may list per layout before it gives up: detection
+#: looks for a sign (an image with its cache file beside it, a ``variation-<n>/aggregate.pt``),
+#: and a sign shows within the first folders that hold one. Without a bound, guessing the layout
+#: of a million-file cache would list all of it, once per layout, before the scan lists it again.
+DETECT_ENTRIES = 20_000
+
+
+def walk_images(root: str, budget: int | None = None) -> Iterator[tuple[str, list[os.DirEntry], set[str]]]:
+    """``(folder, image entries sorted by name, every name in it)`` for each folder under ``root``;
+    with ``budget``, no more folders once that many entries have been listed.
 
     Hidden folders and cachedoctor's own state are skipped; symlinked folders are followed once.
     """
     seen: set[tuple[int, int]] = set()
     stack = [root]
-    while stack:
+    listed = 0
+    while stack and (budget is None or listed < budget):
         folder = stack.pop()
         try:
             st = os.stat(folder)
@@ -48,6 +57,7 @@ def walk_images(root: str) -> Iterator[tuple[str, list[os.DirEntry], set[str]]]:
                 entries = list(it)
         except OSError:
             continue
+        listed += len(entries)
         images, subdirs = [], []
         for entry in entries:
             try:

@@ -21,7 +21,7 @@ import re
 from collections import Counter
 
 from cachedoctor.layouts import _recompute
-from cachedoctor.layouts._images import SOURCE_SUFFIXES, image_size, stem, walk_images
+from cachedoctor.layouts._images import DETECT_ENTRIES, SOURCE_SUFFIXES, image_size, stem, walk_images
 from cachedoctor.layouts.interface import (
     DatasetPlan,
     Expected,
@@ -48,7 +48,7 @@ class KohyaLayout(Layout):
         for target in targets:
             if not os.path.isdir(target):
                 continue
-            for n, (folder, images, names) in enumerate(walk_images(target)):
+            for n, (folder, images, names) in enumerate(walk_images(target, DETECT_ENTRIES)):
                 if n >= _DETECT_FOLDERS:
                     break
                 stems = {stem(e.name) for e in images}

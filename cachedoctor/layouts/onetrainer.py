@@ -19,7 +19,7 @@ import re
 from typing import Any
 
 from cachedoctor.layouts import _recompute
-from cachedoctor.layouts._images import is_image, names_in
+from cachedoctor.layouts._images import DETECT_ENTRIES, is_image, names_in
 from cachedoctor.layouts.interface import (
     DatasetPlan,
     Expected,
@@ -43,7 +43,8 @@ class OneTrainerLayout(Layout):
 
     def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
         for target in targets:
-            for variation in _variations(target, limit=1):
+            variation = _first_variation(target)
+            if variation is not None:
                 return f"{os.path.join(variation, AGGREGATE)} indexes the cache"
         return None
 
@@ -154,6 +155,33 @@ def _variations(root: str, limit: int | None = None) -> list[str]:
             if limit is not None and len(found) >= limit:
                 break
     return found
+
+
+def _first_variation(root: str) -> str | None:
+    """The first ``variation-<n>`` folder holding ``aggregate.pt`` (detection): a variation folder
+    is checked, never listed (it holds only entries), and the listing stops at ``DETECT_ENTRIES``."""
+    stack, listed = [root], 0
+    while stack and listed < DETECT_ENTRIES:
+        folder = stack.pop()
+        if _VARIATION.match(os.path.basename(folder)):
+            if os.path.isfile(os.path.join(folder, AGGREGATE)):
+                return folder
+            continue
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        listed += len(entries)
+        subdirs = []
+        for entry in entries:
+            try:
+                if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):  # as os.walk: no loops
+                    subdirs.append(entry.path)
+            except OSError:
+                continue
+        stack.extend(sorted(subdirs, reverse=True))
+    return None
 
 
 def _kind_of(variation: str) -> str:
