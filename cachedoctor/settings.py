@@ -15,14 +15,15 @@ folder as black and ruff do; whichever is nearer wins. Paths in it are relative 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 from cachedoctor.errors import PathError
 
@@ -263,10 +264,11 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         raw = environ.get(ENV_PREFIX + var)
         if raw is None or raw.strip() == "":
             continue
+        given: str | list[str] = raw
         if name == "exclude":
-            raw = [p.strip() for p in raw.split(",") if p.strip()]  # type: ignore[assignment]
+            given = [p.strip() for p in raw.split(",") if p.strip()]
         try:
-            value = check(raw)
+            value = check(given)
         except ValueError as exc:
             raise ConfigError(f"environment {ENV_PREFIX}{var}", f"{raw!r}: {exc}") from None
         out[name] = (value, f"environment {ENV_PREFIX}{var}")
@@ -294,8 +296,8 @@ def resolve(cli: Mapping[str, Any], environ: Mapping[str, str], cwd: str) -> Set
             resolved[name] = Setting(tuple(given) if isinstance(given, list) else given, COMMAND_LINE)
         elif name in from_env:
             resolved[name] = Setting(*from_env[name])
-        elif name in from_file:
-            resolved[name] = Setting(from_file[name], file.source)  # type: ignore[union-attr]
+        elif name in from_file and file is not None:
+            resolved[name] = Setting(from_file[name], file.source)
         else:
             resolved[name] = Setting(_DEFAULTS[name], DEFAULT)
     return Settings(**resolved, file=file.path if file is not None else None)

@@ -14,14 +14,17 @@ rich are imported inside the commands that need them, so ``--version``, ``explai
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-try:  # typer >= 0.2x vendors click; older ones use the click package
-    from typer._click.exceptions import ClickException
-except ImportError:  # pragma: no cover - depends on the installed typer
-    from click import ClickException  # type: ignore[no-redef]
+if TYPE_CHECKING:  # the same class, vendored by typer >= 0.2x; click's own for older typers
+    from click import ClickException
+else:
+    try:
+        from typer._click.exceptions import ClickException
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click import ClickException
 
 from cachedoctor import __version__
 from cachedoctor.cli import environment

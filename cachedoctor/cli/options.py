@@ -22,8 +22,18 @@ from cachedoctor.report.interface import OutputFormat
 from cachedoctor.report.outcome import FailOn
 from cachedoctor.settings import LAYOUT_NAMES
 
+
 #: ``--layout``'s choices; ``layouts.LayoutName`` by value (a test keeps the two equal).
-LayoutChoice = enum.Enum("LayoutChoice", {name.upper(): name for name in LAYOUT_NAMES}, type=str)  # type: ignore[misc]
+class LayoutChoice(str, enum.Enum):
+    AUTO = "auto"
+    SIMPLETUNER = "simpletuner"
+    KOHYA = "kohya"
+    ONETRAINER = "onetrainer"
+    MANIFEST = "manifest"
+    NONE = "none"
+
+
+assert tuple(c.value for c in LayoutChoice) == LAYOUT_NAMES  # settings' list (a test holds LayoutName equal too)
 
 # --- the dataset options (scan, repair, recover, manifest build, settings show) ---
 LayoutOption = Annotated[LayoutChoice, typer.Option("--layout", help="How the trainer maps dataset items to cache files.", case_sensitive=False)]

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,6 +14,9 @@ from cachedoctor.cli.environment import current
 from cachedoctor.errors import PathError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.text import human_size
+
+if TYPE_CHECKING:
+    from cachedoctor.repair.quarantine import QuarantineRun
 
 quarantine_app = typer.Typer(help="List, restore or purge what repair moved aside.", no_args_is_help=True)
 RootArg = Annotated[str, typer.Argument(help="The cache root (the folder holding .cachedoctor/).", metavar="CACHE_ROOT")]
@@ -38,7 +41,7 @@ def quarantine_list(root: RootArg = ".") -> int:
     return ExitStatus.CLEAN
 
 
-def _find_run(root: str, run_id: str):  # type: ignore[no-untyped-def]
+def _find_run(root: str, run_id: str) -> tuple[str, QuarantineRun]:
     """``(absolute root, the run)``; a run that is not there is a :class:`PathError`."""
     from cachedoctor.repair.quarantine import find_run
 

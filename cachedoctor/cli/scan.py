@@ -6,7 +6,8 @@ Everything that decides the verdict (severity overrides, the baseline, ``--fail-
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
@@ -35,6 +36,9 @@ from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.interface import OutputFormat
 from cachedoctor.report.outcome import FailOn
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def scan(
@@ -93,7 +97,7 @@ def scan(
     return report.exit_code
 
 
-def _write_report(path: str, write) -> str | None:  # type: ignore[no-untyped-def]
+def _write_report(path: str, write: Callable[[TextIO], None]) -> str | None:
     """Write atomically (temp file beside it, then rename); an error message or ``None``."""
     from cachedoctor.atomic import atomic_text
 
@@ -110,21 +114,21 @@ class _progress:
 
     def __init__(self, env: Environment) -> None:
         self.env = env
-        self.bar = None
+        self.bar: Progress | None = None
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self) -> Callable[[int, int], None] | None:
         if not self.env.stderr_isatty:
             return None
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self.bar = Progress(SpinnerColumn(), TextColumn("scanning: {task.completed} files, {task.fields[mb]:.1f} MB"),
+        bar = self.bar = Progress(SpinnerColumn(), TextColumn("scanning: {task.completed} files, {task.fields[mb]:.1f} MB"),
                             TimeElapsedColumn(), console=Console(file=self.env.stderr), transient=True)
-        self.bar.start()
-        task = self.bar.add_task("scan", total=None, mb=0.0)
+        bar.start()
+        task = bar.add_task("scan", total=None, mb=0.0)
 
         def update(files: int, nbytes: int) -> None:
-            self.bar.update(task, completed=files, mb=nbytes / 1e6)
+            bar.update(task, completed=files, mb=nbytes / 1e6)
 
         return update
 

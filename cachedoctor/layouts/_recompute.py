@@ -95,7 +95,7 @@ def latent_hw_of(expected: Expected) -> tuple[int, int] | None:
     """The latent's spatial size the layout recorded (or the last two sizes of its shape)."""
     if expected.latent_hw is not None:
         return expected.latent_hw
-    return tuple(expected.shape[-2:]) if expected.shape else None  # type: ignore[return-value]
+    return (expected.shape[-2], expected.shape[-1]) if expected.shape and len(expected.shape) >= 2 else None
 
 
 def caption(expected: Expected) -> str | None:

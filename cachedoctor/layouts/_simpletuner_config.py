@@ -148,8 +148,8 @@ def _path(value: Any, fill: dict[str, Any], base: str) -> str | None:
 
 
 def _choose_base(entries: list[dict[str, Any]], bases: list[str]) -> str:
-    dirs = [e.get("instance_data_dir") for e in entries if isinstance(e.get("instance_data_dir"), str)
-            and not e.get("disabled") and str(e.get("type") or "local") == "local"]
+    dirs: list[str] = [d for e in entries if isinstance(d := e.get("instance_data_dir"), str)
+                       and not e.get("disabled") and str(e.get("type") or "local") == "local"]
     relative = [d for d in dirs if not os.path.isabs(d) and "{" not in d]
     for base in bases:
         if any(os.path.isdir(os.path.join(base, d)) for d in relative):

@@ -95,9 +95,11 @@ class KohyaLayout(Layout):
                           "let sd-scripts re-cache it, or pass a manifest with latent_hw")
         match = _BUCKET_KEY.match(key)
         shape = next(t.shape for t in own.tensors if t.key == key)
-        hw = (int(match.group(1)), int(match.group(2))) if match else tuple(shape[-2:])
+        if match is None and len(shape) < 2:
+            return None, f"its '{key}' has shape {list(shape)}, which names no latent size; let sd-scripts re-cache it"
+        hw = (int(match.group(1)), int(match.group(2))) if match else (shape[-2], shape[-1])
         keys = _recompute.keys_of(template)
-        return RecomputeSpec("latent", expected.source, "kohya-npz", "npz", key, "float32", False, hw,  # type: ignore[arg-type]
+        return RecomputeSpec("latent", expected.source, "kohya-npz", "npz", key, "float32", False, hw,
                              keys=keys or (key, "original_size" + key[7:], "crop_ltrb" + key[7:]),
                              flipped=any(k.startswith("latents_flipped") for k in keys),
                              template=template.path if template else None), None

@@ -53,7 +53,7 @@ class ManifestLayout(Layout):
             plan.add(Expected(
                 _abs(base, row["cache"]), source, str(row.get("role") or "latent"),
                 None if st is None or row.get("xxh3") or not _tracked(row) else st.st_mtime_ns,
-                latent_hw=_dims(row.get("latent_hw"), manifest, line, "latent_hw"),
+                latent_hw=_hw(row.get("latent_hw"), manifest, line),
                 latent_key=row.get("key"), shape=_dims(row.get("shape"), manifest, line, "shape"),
                 stale_reason=reason, source_exists=st is not None, shared=_flag(row, "shared", False)))
         return plan
@@ -119,6 +119,16 @@ def _dims(value: Any, path: str, line: int, column: str) -> tuple[int, ...] | No
     except (TypeError, ValueError):
         raise LayoutError(path, f"line {line}: '{column}' is {value!r}, not a list of sizes like 4x128x128") from None
     return dims
+
+
+def _hw(value: Any, path: str, line: int) -> tuple[int, int] | None:
+    """``latent_hw``: exactly two sizes (height and width of the latent)."""
+    dims = _dims(value, path, line, "latent_hw")
+    if dims is None:
+        return None
+    if len(dims) != 2:
+        raise LayoutError(path, f"line {line}: 'latent_hw' is {value!r}, not two sizes like 128x96")
+    return dims[0], dims[1]
 
 
 def _abs(base: str, path: str) -> str:

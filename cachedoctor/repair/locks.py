@@ -10,12 +10,17 @@ is waiting on would let two writers in. The scan ignores them (``statedir.is_loc
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cachedoctor.statedir import lock_path  # lock names: statedir.py (the scan skips them without importing repair)
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 LOCK_TIMEOUT_S = 120.0
 
 
-def file_lock(path: str, timeout: float = LOCK_TIMEOUT_S):  # type: ignore[no-untyped-def]
+def file_lock(path: str, timeout: float = LOCK_TIMEOUT_S) -> FileLock:
     """A ``filelock.FileLock`` for ``path`` (use as a context manager; raises ``Timeout``)."""
     from filelock import FileLock
 

@@ -84,6 +84,13 @@ class Action:
     blocked: str | None = None  # why it cannot be carried out here
 
     @property
+    def recompute(self) -> RecomputeSpec:
+        """The spec of a recompute action (the planner gives every one a spec)."""
+        if self.spec is None:
+            raise ValueError(f"{self.path}: a {self.kind.value} action carries no recompute spec")
+        return self.spec
+
+    @property
     def bytes(self) -> int:
         """The file's size when planned (0 for a missing entry)."""
         return self.before.size if self.before else 0

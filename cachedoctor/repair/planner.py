@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from cachedoctor.atomic import is_own_temp
 from cachedoctor.findings import Finding, Fix
@@ -40,7 +40,7 @@ def root_of(path: str, roots: list[str]) -> str:
 
 
 def plan_repair(findings: Iterable[Finding], roots: list[str], expected: dict[str, list[Expected]],
-                layout: str | None, modalities: set[str], only: set[str] | None = None) -> RepairPlan:
+                layout: str | None, modalities: set[str], only: Collection[str] | None = None) -> RepairPlan:
     """``expected`` maps cache path -> the dataset's entries for it (empty without a layout);
     ``modalities`` says which encoders were given (``image``, ``text``)."""
     by_path: dict[str, list[Finding]] = defaultdict(list)

@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from cachedoctor.errors import PathError
 from cachedoctor.lifetime import die_with_parent, reraise_interrupt
 from cachedoctor.repair.model import Action, ItemResult, ItemState, RepairError
+
+if TYPE_CHECKING:
+    import torch
+
+    from cachedoctor.encoders.interface import Encoder
+    from cachedoctor.repair.recompute import Prepared
 
 Batch = list[Action]
 OnResult = Callable[[ItemResult], None]
@@ -46,15 +53,20 @@ def split(batches: list[Batch], shares: int) -> list[list[Batch]]:
     return out
 
 
-def _prepared(batches: list[Batch], downscale: int) -> Iterator[tuple[Batch, list]]:
+#: What the decode thread makes of one item: the resized image, the error that stopped it, or
+#: ``None`` for a text item.
+Ready: TypeAlias = "Prepared | Exception | None"
+
+
+def _prepared(batches: list[Batch], downscale: int) -> Iterator[tuple[Batch, list[Ready]]]:
     """Decode and resize ahead of the encoder (two batches in flight on a small thread pool)."""
     from cachedoctor.repair.recompute import prepare_image
 
-    def prepare(batch: Batch) -> list:
-        out = []
+    def prepare(batch: Batch) -> list[Ready]:
+        out: list[Ready] = []
         for action in batch:
             try:
-                out.append(prepare_image(action.spec, downscale) if action.spec.role == "latent" else None)
+                out.append(prepare_image(action.recompute, downscale) if action.recompute.role == "latent" else None)
             except Exception as exc:  # a missing or undecodable image fails its own item only
                 out.append(exc)
         return out
@@ -106,12 +118,14 @@ def _work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: s
                                     "nothing was recomputed. Check the model and the device, then run again") from None
         encoders["latent" if encoder.modality.value == "image" else "text"] = encoder
     image = encoders.get("latent")
-    texts_first = [b for b in batches if b[0].spec.role == "text"]
-    images = [b for b in batches if b[0].spec.role == "latent"]
+    texts_first = [b for b in batches if b[0].recompute.role == "text"]
+    images = [b for b in batches if b[0].recompute.role == "latent"]
     for batch in texts_first:
         _run_text(batch, encoders["text"], run_id, on_result)
     if not images:
         return
+    if image is None:  # the planner blocks latent items without an image encoder
+        raise RepairError("--encoder", "latent items to recompute but no image encoder loaded")
     # Writes (lock, temp file, fsyncs, quarantine link, read-back) wait on the disk more than they
     # use a core: one writer thread keeps them off the encoder's path. A full disk raised there
     # stops the loop at the next batch.
@@ -126,15 +140,15 @@ def _work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: s
             future.result()
 
 
-def _encode_batch(batch: Batch, prepared: list, image, run_id: str, on_result: OnResult,  # type: ignore[no-untyped-def]
-                  writer: ThreadPoolExecutor, pending: list) -> None:
+def _encode_batch(batch: Batch, prepared: list[Ready], image: Encoder, run_id: str, on_result: OnResult,
+                  writer: ThreadPoolExecutor, pending: list[Future[None]]) -> None:
     import torch
 
     from cachedoctor.repair.quarantine import Quarantine
-    from cachedoctor.repair.recompute import build_file
+    from cachedoctor.repair.recompute import Prepared, build_file
     from cachedoctor.repair.replace import run_action, verify_written
 
-    ok = [(a, p) for a, p in zip(batch, prepared, strict=False) if not isinstance(p, Exception)]
+    ok = [(a, p) for a, p in zip(batch, prepared, strict=False) if isinstance(p, Prepared)]  # latent items only
     for action, problem in zip(batch, prepared, strict=False):
         if isinstance(problem, Exception):
             failed = ItemResult(action.path, action.kind, ItemState.FAILED, f"cannot read its source: {problem}")
@@ -143,38 +157,39 @@ def _encode_batch(batch: Batch, prepared: list, image, run_id: str, on_result: O
         return
     pixels = torch.stack([p.pixels for _a, p in ok])
     latents = image.encode(pixels)["latent"]
-    flipped = image.encode(torch.flip(pixels, dims=[3]))["latent"] if any(a.spec.flipped for a, _p in ok) else None
+    flipped = image.encode(torch.flip(pixels, dims=[3]))["latent"] if any(a.recompute.flipped for a, _p in ok) else None
     for i, (action, prep) in enumerate(ok):
         latent = latents[i]
-        if action.spec.scaled:
+        if action.recompute.scaled:
             latent = image.scaling.apply(latent)
         flip = flipped[i] if flipped is not None else None
 
-        def make(a: Action, latent=latent, flip=flip, prep=prep) -> bytes:
-            return build_file(a.spec, latent=latent, flipped=flip, prepared=prep)
+        def make(a: Action, latent: torch.Tensor = latent, flip: torch.Tensor | None = flip,
+                 prep: Prepared = prep) -> bytes:
+            return build_file(a.recompute, latent=latent, flipped=flip, prepared=prep)
 
-        def write(action: Action = action, make=make) -> None:
+        def write(action: Action = action, make: Callable[[Action], bytes] = make) -> None:
             on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
 
         pending.append(writer.submit(write))
 
 
-def _run_text(batch: Batch, encoder, run_id: str, on_result: OnResult) -> None:  # type: ignore[no-untyped-def]
+def _run_text(batch: Batch, encoder: Encoder, run_id: str, on_result: OnResult) -> None:
     from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.recompute import build_file
     from cachedoctor.repair.replace import run_action, verify_written
 
-    outputs = encoder.encode([a.spec.text for a in batch])
+    outputs = encoder.encode([a.recompute.text for a in batch])
     for i, action in enumerate(batch):
         item = {k: v[i] for k, v in outputs.items()}
 
-        def make(a: Action, item=item) -> bytes:
-            return build_file(a.spec, texts=item)
+        def make(a: Action, item: dict[str, torch.Tensor] = item) -> bytes:
+            return build_file(a.recompute, texts=item)
 
         on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
 
 
-def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, queue,  # type: ignore[no-untyped-def]
+def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, queue: Any,
                  workers_on_cpu: int, parent: int | None = None) -> None:
     # With the parent's pid: a spawned worker starts Python before it gets here, and a parent
     # SIGKILLed in that window would otherwise leave it running on, writing to the cache.

@@ -187,7 +187,7 @@ def restore(root: str, run: QuarantineRun, new_run_id: str) -> list[tuple[str, s
     from cachedoctor.repair.locks import file_lock
 
     aside = Quarantine(root, new_run_id)
-    done = []
+    done: list[tuple[str, str]] = []
     for item in run.files:
         src = os.path.join(run.folder, item.relpath)
         target = item.original if os.path.isabs(item.original) else os.path.join(root, item.original)

@@ -78,7 +78,7 @@ def run_action(action: Action, quarantine: Quarantine, make_bytes: Callable[[Act
         try:
             if action.kind is ActionKind.QUARANTINE:
                 crash_point("before-move")
-                dest = quarantine.move(path, action.reasons, action.kind.value)
+                dest: str | None = quarantine.move(path, action.reasons, action.kind.value)
                 crash_point("after-move")
                 return ItemResult(path, action.kind, ItemState.VERIFIED, "moved to the quarantine", dest, action.bytes, 0)
             assert make_bytes is not None

@@ -207,7 +207,7 @@ def _interrupted(roots: list[str], rank: int | None, options: RepairOptions, not
     return found
 
 
-def _share(actions: list[Action], rank) -> list[Action]:  # type: ignore[no-untyped-def]
+def _share(actions: list[Action], rank: distributed.Rank) -> list[Action]:
     """This rank's deterministic share of the non-recompute actions (recomputes are split by cost)."""
     if not rank.distributed:
         return actions
@@ -235,7 +235,8 @@ def _run_local(action: Action, run_id: str, on_done: Callable[[ItemResult], None
 
 
 def _recompute(actions: list[Action], options: RepairOptions, outcome: RepairOutcome,
-               record: Callable[[ItemResult], None], rank, devices_for) -> None:  # type: ignore[no-untyped-def]
+               record: Callable[[ItemResult], None], rank: distributed.Rank,
+               devices_for: Callable[[int | None, str, int], list[str]]) -> None:
     from cachedoctor.repair.pool import make_batches, run_pool, split, work
 
     batches = make_batches(actions, options.batch_size)

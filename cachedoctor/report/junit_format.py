@@ -75,7 +75,7 @@ class JunitRenderer(Renderer):
 
         counts = {"tests": str(len(kinds) + errors), "failures": str(failures), "errors": str(errors)}
         suite.attrib.update(counts, skipped="0")
-        root = ET.Element("testsuites", name="cachedoctor", time=elapsed, **counts)
+        root = ET.Element("testsuites", {"name": "cachedoctor", "time": elapsed, **counts})
         root.append(suite)
         return root
 

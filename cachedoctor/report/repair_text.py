@@ -10,11 +10,16 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.text import human_size
 from cachedoctor.statedir import quarantine_root
+
+if TYPE_CHECKING:  # type-only: printing a plan must not import the repair machinery
+    from cachedoctor.cli.environment import Environment
+    from cachedoctor.repair.recover import Survey
+    from cachedoctor.repair.run import RepairOutcome
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ class RepairReport:
         return ExitStatus.CLEAN if self.clean else ExitStatus.FINDINGS
 
 
-def print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
+def print_plan(outcome: RepairOutcome, out: TextIO) -> None:
     from cachedoctor.repair.model import ActionKind
 
     result, plan = outcome.before, outcome.plan
@@ -84,7 +89,7 @@ def print_plan(outcome, out) -> None:  # type: ignore[no-untyped-def]
         print(f"  {'needs a person':<14} {len(plan.needs_person)} file(s): two dataset items map to one file; rename all but one", file=out)
 
 
-def print_result(report: RepairReport, out, env) -> ExitStatus:  # type: ignore[no-untyped-def]
+def print_result(report: RepairReport, out: TextIO, env: Environment) -> ExitStatus:
     from cachedoctor.repair.model import ItemState
 
     outcome, broken, states = report.outcome, report.broken, report.states
@@ -112,7 +117,7 @@ def print_result(report: RepairReport, out, env) -> ExitStatus:  # type: ignore[
     return report.exit_code
 
 
-def print_survey(found, out, cwd: str) -> None:  # type: ignore[no-untyped-def]
+def print_survey(found: Survey, out: TextIO, cwd: str) -> None:
     def rel(path: str) -> str:
         return os.path.relpath(path, cwd)
 

@@ -69,9 +69,9 @@ class TableRenderer(Renderer):
 
         for error in report.scan.errors:
             console.print(Text(f"could not check {self._rel(error.path)}: {error.message}", style="bold red"))
-        sev = report.by_severity()
+        counts = report.by_severity()
         console.print()
-        verdict = (f"{sev['error']} error(s), {sev['warning']} warning(s) in "
+        verdict = (f"{counts['error']} error(s), {counts['warning']} warning(s) in "
                    f"{len({f.path for f in report.findings})} file(s)." if report.findings else "No findings.")
         console.print(Text(f"{verdict} {report.next_step(self._rel)}".strip(), style="bold"))
 

@@ -139,12 +139,13 @@ def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: Collecto
             record, reused = None, []
         else:
             chosen = store.chosen(folder.path) if options.sample is not None else set()
-            how = dict(deep=options.deep, deep_changed=options.deep_changed, chosen=chosen)
-            plan, result = plan_folder(store, folder.path, files, whole=collector.matcher is None, **how)
+            plan, result = plan_folder(store, folder.path, files, deep=options.deep, deep_changed=options.deep_changed,
+                                       chosen=chosen, whole=collector.matcher is None)
             if result is not None:
                 if collector.reuse_folder(folder.path, result):
                     continue
-                plan, _ = plan_folder(store, folder.path, files, whole=False, **how)  # it did not decode
+                plan, _ = plan_folder(store, folder.path, files, deep=options.deep,  # it did not decode
+                                      deep_changed=options.deep_changed, chosen=chosen, whole=False)
             items, reused = plan.to_read, plan.reused
             record = Record(store, plan.sigs, {p for p, d in items if d}, plan.gone, plan.digest)
         collector.stats.files_deep += sum(1 for _, deep in items if deep)  # attempted: a torn file counts too

@@ -75,8 +75,8 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
         if (not os.path.isdir(target) and not any(is_under(target, f) for f in folders)
                 and not excluded(os.path.basename(target), exclude)):
                 named.setdefault(os.path.dirname(target), set()).add(target)
-    for folder, files in named.items():
-        yield Folder(folder, sorted(files))
+    for folder, chosen in named.items():
+        yield Folder(folder, sorted(chosen))
     visited: set[tuple[int, int]] = set()
 
     def skip(path: str, target: str) -> bool:

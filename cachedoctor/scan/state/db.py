@@ -126,7 +126,7 @@ def guarded(fallback: Callable[[], Any]) -> Callable[[_T], _T]:
 
         return run
 
-    return wrap  # type: ignore[return-value]
+    return wrap
 
 
 __all__ = ["connect", "guarded", "immediate", "seal", "unseal"]

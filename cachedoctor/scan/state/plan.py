@@ -122,17 +122,17 @@ def plan_folder(store: StateStore, folder: str, files: list[str], *, deep: bool,
             if result is not None:
                 return plan, result
     rows = store.rows(folder)
-    for path, st in zip(files, stats, strict=False):
+    for path, found in zip(files, stats, strict=False):
         name = path[cut:]
         row: Row | None = rows.pop(name, None)
-        sig = sig_of(st) if st is not None else None
+        sig = sig_of(found) if found is not None else None
         if sig is not None:
             plan.sigs[path] = sig
         unchanged = row is not None and sig is not None and row.sig == sig and not row.racy
         read_deep = deep or name in chosen or (deep_changed and not unchanged)
         outcome = None
-        if unchanged and not read_deep:
-            outcome = outcome_from_text(path, sig.size, sig.mtime_ns, row.outcome)  # type: ignore[union-attr]
+        if unchanged and not read_deep and row is not None and sig is not None:
+            outcome = outcome_from_text(path, sig.size, sig.mtime_ns, row.outcome)
         if outcome is not None:
             plan.reused.append(outcome)
         else:

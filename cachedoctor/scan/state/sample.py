@@ -73,8 +73,9 @@ def _candidates(store: StateStore, folders: Iterable[Folder],
             except OSError:
                 continue
             row = rows.get(name)
-            settled = row is not None and row.sig == sig and not row.racy and row.deep_scan is not None
-            yield folder.path, name, (1 if settled else 0), (row.deep_scan if settled else 0), hash_order(key, name)
+            deep_scan = row.deep_scan if row is not None and row.sig == sig and not row.racy else None
+            settled = deep_scan is not None
+            yield folder.path, name, (1 if settled else 0), (deep_scan or 0), hash_order(key, name)
 
 
 __all__ = ["Sample", "choose", "hash_order"]

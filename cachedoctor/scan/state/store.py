@@ -217,8 +217,8 @@ class StateStore:
             sealed = seal(key, name, *u.sig, racy, u.deep_scan, u.xxh3, u.outcome) + "|" + u.outcome
             pending.append(("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                             (key, name, *u.sig, racy, self.scan_id, u.deep_scan, u.xxh3, sealed)))
-        for name in gone:
-            pending.append(("DELETE FROM files WHERE folder = ? AND name = ?", (key, os.fsencode(name))))
+        for gone_name in gone:
+            pending.append(("DELETE FROM files WHERE folder = ? AND name = ?", (key, os.fsencode(gone_name))))
         if digest is not None and result is not None:
             pending.append(("INSERT OR REPLACE INTO folders VALUES (?,?,?,?)",
                             (key, digest, seal(key, digest, result) + "|" + result, self.scan_id)))
