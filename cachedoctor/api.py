@@ -46,13 +46,22 @@ def apply_severity(findings: list[Finding], overrides: Mapping[str, str]) -> lis
         return findings
     from cachedoctor.findings import Finding, Severity
 
-    return sorted((replace(f, severity=Severity(overrides[f.kind])) if f.kind in overrides else f for f in findings),
-                  key=Finding.sort_key)
+    return sorted(
+        (replace(f, severity=Severity(overrides[f.kind])) if f.kind in overrides else f for f in findings),
+        key=Finding.sort_key,
+    )
 
 
-def audit(targets: Sequence[str] | None = None, settings: Settings | None = None, *, model_family: str | None = None,
-          output_dir: str | None = None, baseline: str | None = None, write_baseline: str | None = None,
-          progress: Callable[[int, int], None] | None = None) -> ScanReport:
+def audit(
+    targets: Sequence[str] | None = None,
+    settings: Settings | None = None,
+    *,
+    model_family: str | None = None,
+    output_dir: str | None = None,
+    baseline: str | None = None,
+    write_baseline: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ScanReport:
     """Scan ``targets`` (default: the settings' ``paths``) as ``cachedoctor scan`` does.
 
     ``settings`` default to :func:`cachedoctor.settings.load` (the environment and the config file
@@ -75,8 +84,9 @@ def audit(targets: Sequence[str] | None = None, settings: Settings | None = None
     options = scan_options(settings)
     if options.sample is not None and options.state is None:
         raise ValueError("a sample chooses its files through the state database; it needs state")
-    plan, layout_line = plan_for(layout_name(settings), require_existing(given),
-                                 layout_options(settings, model_family, output_dir))
+    plan, layout_line = plan_for(
+        layout_name(settings), require_existing(given), layout_options(settings, model_family, output_dir)
+    )
     result = scan(plan.roots if plan is not None else given, options, progress=progress, dataset=plan)
     summary = ScanSummary.of(result)
     summary.findings = apply_severity(summary.findings, settings.severity.value)
@@ -86,8 +96,14 @@ def audit(targets: Sequence[str] | None = None, settings: Settings | None = None
         baseline = write_baseline
     if baseline:
         summary.findings, suppressed = baselines.suppress(baseline, summary.findings)
-    return ScanReport(summary, FailOn(settings.fail_on.value), layout_line, suppressed=suppressed, baseline=baseline,
-                      baseline_written=bool(write_baseline))
+    return ScanReport(
+        summary,
+        FailOn(settings.fail_on.value),
+        layout_line,
+        suppressed=suppressed,
+        baseline=baseline,
+        baseline_written=bool(write_baseline),
+    )
 
 
 __all__ = ["MISSING", "apply_severity", "audit", "require_existing"]

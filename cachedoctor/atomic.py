@@ -66,8 +66,9 @@ def _mode_for(path: str) -> int:
 
 
 @contextlib.contextmanager
-def _atomic(path: str, open_fd: Callable[[int], _Stream], prefix: str,
-            before_replace: Callable[[], None] | None = None) -> Iterator[_Stream]:
+def _atomic(
+    path: str, open_fd: Callable[[int], _Stream], prefix: str, before_replace: Callable[[], None] | None = None
+) -> Iterator[_Stream]:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=folder)
     try:
@@ -91,8 +92,9 @@ def atomic_text(path: str, *, prefix: str = TEMP_PREFIX) -> contextlib.AbstractC
     return _atomic(path, _open_text, prefix)
 
 
-def atomic_binary(path: str, *, prefix: str = TEMP_PREFIX,
-                  before_replace: Callable[[], None] | None = None) -> contextlib.AbstractContextManager[BinaryIO]:
+def atomic_binary(
+    path: str, *, prefix: str = TEMP_PREFIX, before_replace: Callable[[], None] | None = None
+) -> contextlib.AbstractContextManager[BinaryIO]:
     """A binary stream; on a clean exit it replaces ``path``. ``OSError`` passes through.
 
     ``before_replace`` runs once the new content is durable and before the rename (repair
@@ -142,7 +144,7 @@ def _copy(src: str, dest: str) -> None:
     with open(src, "rb") as source, atomic_binary(dest, prefix=temp_prefix_for(dest)) as out:
         os.fchmod(out.fileno(), os.fstat(source.fileno()).st_mode & 0o7777)
         while chunk := source.read(_CHUNK):
-            out.write(chunk[:len(chunk) // 2] if kill else chunk)
+            out.write(chunk[: len(chunk) // 2] if kill else chunk)
             if kill:
                 out.flush()  # half of it in the temp file: what a kill mid-copy leaves
                 kill_self()
@@ -158,7 +160,7 @@ def temp_target(temp_path: str) -> str | None:
     name = os.path.basename(temp_path)
     if not is_own_temp(name):
         return None
-    core = name[len(TEMP_PREFIX):-len(TEMP_SUFFIX)]
+    core = name[len(TEMP_PREFIX) : -len(TEMP_SUFFIX)]
     target, dash, rand = core.rpartition("-")
     if not dash or not target or len(rand) != 8:
         return None

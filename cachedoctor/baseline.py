@@ -57,11 +57,17 @@ def load(path: str) -> frozenset[str]:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except OSError as exc:
-        raise BaselineError(where, f"cannot read the baseline ({exc.strerror or exc}); write one with --write-baseline") from None
+        raise BaselineError(
+            where, f"cannot read the baseline ({exc.strerror or exc}); write one with --write-baseline"
+        ) from None
     except ValueError as exc:
         raise BaselineError(where, f"not a baseline (bad JSON: {exc}); write it again with --write-baseline") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("ids"), list) \
-            or not all(isinstance(i, str) for i in doc["ids"]):
+    if (
+        not isinstance(doc, dict)
+        or doc.get("schema") != SCHEMA
+        or not isinstance(doc.get("ids"), list)
+        or not all(isinstance(i, str) for i in doc["ids"])
+    ):
         raise BaselineError(where, f"not a {SCHEMA} file; write it again with --write-baseline")
     return frozenset(doc["ids"])
 

@@ -46,8 +46,16 @@ class KindInfo:
         from cachedoctor.checks import Check
 
         own = [getattr(type(check), m) is not getattr(Check, m) for m in _METHODS]
-        return cls(check.kind, check.severity.value, check.fix.value, check.summary, check.why, check.repair,
-                   bool(check.deep_only), *own)
+        return cls(
+            check.kind,
+            check.severity.value,
+            check.fix.value,
+            check.summary,
+            check.why,
+            check.repair,
+            bool(check.deep_only),
+            *own,
+        )
 
 
 @functools.cache
@@ -76,8 +84,10 @@ RECOMPUTE_NOTE = (
     "manifest with latent_hw); re-cache OneTrainer text caches with OneTrainer."
 )
 
-_DATASET = ("--config multidatabackend.json (SimpleTuner), --layout kohya|onetrainer (auto-detected "
-            "when the folder shows it) or --manifest FILE")
+_DATASET = (
+    "--config multidatabackend.json (SimpleTuner), --layout kohya|onetrainer (auto-detected "
+    "when the folder shows it) or --manifest FILE"
+)
 
 
 class UnknownKind(LookupError):
@@ -86,7 +96,11 @@ class UnknownKind(LookupError):
     def __init__(self, kind: str, suggestion: str | None) -> None:
         self.kind = kind
         self.suggestion = suggestion
-        hint = f"did you mean '{suggestion}'?" if suggestion else f"`cachedoctor explain` lists the {len(catalogue())} kinds"
+        hint = (
+            f"did you mean '{suggestion}'?"
+            if suggestion
+            else f"`cachedoctor explain` lists the {len(catalogue())} kinds"
+        )
         super().__init__(f"unknown finding kind '{kind}'; {hint}")
 
     def __str__(self) -> str:
@@ -115,22 +129,34 @@ def how_found(check: KindInfo | Any) -> str:
     if check.deep_only:
         text = "Needs --deep: a quick scan does not read tensor data."
     elif per_file or peers:
-        how = " and ".join(w for w, on in (("from each file alone", per_file),
-                                            ("by comparing each file with the files of its folder", peers)) if on)
+        how = " and ".join(
+            w
+            for w, on in (
+                ("from each file alone", per_file),
+                ("by comparing each file with the files of its folder", peers),
+            )
+            if on
+        )
         text = f"A quick scan finds it {how} (no --deep, no dataset needed)."
         if "(deep)" in check.summary:
             text += " The part marked (deep) above needs --deep."
     else:
         text = ""
     if peers:
-        text += (" Peers are the files that share its format, container and tensor keys; only a strict "
-                 "majority is trusted, so a folder split half and half is not reported.")
+        text += (
+            " Peers are the files that share its format, container and tensor keys; only a strict "
+            "majority is trusted, so a folder split half and half is not reported."
+        )
     if entry and (per_file or peers):
-        text += (" When the scan knows the dataset (--config, --layout or --manifest), it is also judged "
-                 "against what each item needs.")
+        text += (
+            " When the scan knows the dataset (--config, --layout or --manifest), it is also judged "
+            "against what each item needs."
+        )
     elif entry:
-        text = (f"Needs the dataset: scan with {_DATASET}. A scan of the cache files alone never reports "
-                "it. A quick scan is enough.")
+        text = (
+            f"Needs the dataset: scan with {_DATASET}. A scan of the cache files alone never reports "
+            "it. A quick scan is enough."
+        )
     return text.strip()
 
 
@@ -145,8 +171,14 @@ def _can_recompute(check: KindInfo) -> bool:
 
 
 def _wrap(text: str, indent: str = _INDENT) -> str:
-    return textwrap.fill(" ".join(text.split()), width=WIDTH, initial_indent=indent, subsequent_indent=indent,
-                         break_on_hyphens=False, break_long_words=False)
+    return textwrap.fill(
+        " ".join(text.split()),
+        width=WIDTH,
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
 
 
 def explain(kind: str) -> str:
@@ -154,9 +186,7 @@ def explain(kind: str) -> str:
     check = check_for(kind)
     repair = [_wrap(check.repair)] + ([_wrap(RECOMPUTE_NOTE)] if _can_recompute(check) else [])
     sections = [
-        "\n".join([check.kind,
-                   f"{_INDENT}default severity: {check.severity}",
-                   f"{_INDENT}fix: {check.fix}"]),
+        "\n".join([check.kind, f"{_INDENT}default severity: {check.severity}", f"{_INDENT}fix: {check.fix}"]),
         "What it means\n" + _wrap(check.summary),
         "Why it breaks training\n" + _wrap(check.why),
         "What repair does\n" + "\n\n".join(repair),
@@ -172,10 +202,30 @@ def listing() -> str:
     lines = [f"{len(every)} finding kinds; `cachedoctor explain KIND` says more about one:", ""]
     for check in every:
         head = f"{_INDENT}{check.kind:<{width}}"
-        lines.append(textwrap.fill(check.summary, width=WIDTH, initial_indent=head,
-                                   subsequent_indent=" " * len(head), break_on_hyphens=False,
-                                   break_long_words=False))
+        lines.append(
+            textwrap.fill(
+                check.summary,
+                width=WIDTH,
+                initial_indent=head,
+                subsequent_indent=" " * len(head),
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
+        )
     return "\n".join(lines)
 
 
-__all__ = ["RECOMPUTE_NOTE", "SOMETIMES_RECOMPUTED", "WIDTH", "KindInfo", "UnknownKind", "catalogue", "check_for", "explain", "how_found", "kinds", "listing", "normalise"]
+__all__ = [
+    "RECOMPUTE_NOTE",
+    "SOMETIMES_RECOMPUTED",
+    "WIDTH",
+    "KindInfo",
+    "UnknownKind",
+    "catalogue",
+    "check_for",
+    "explain",
+    "how_found",
+    "kinds",
+    "listing",
+    "normalise",
+]

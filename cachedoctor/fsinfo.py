@@ -11,8 +11,26 @@ from __future__ import annotations
 import os
 
 #: File system types shared between machines (``fuse.*`` covers BeeGFS, JuiceFS, s3fs, gcsfuse...).
-NETWORK_TYPES = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph", "glusterfs",
-                           "beegfs", "9p", "afs", "wekafs", "panfs", "orangefs", "pvfs2"})
+NETWORK_TYPES = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "lustre",
+        "gpfs",
+        "ceph",
+        "glusterfs",
+        "beegfs",
+        "9p",
+        "afs",
+        "wekafs",
+        "panfs",
+        "orangefs",
+        "pvfs2",
+    }
+)
 MOUNTS = "/proc/self/mounts"
 
 

@@ -48,8 +48,10 @@ def build(plan: DatasetPlan, output: str, *, workers: int | None = None) -> Buil
     pairs = list(entries(plan))
     unreadable: list[str] = []
     try:
-        with atomic_text(output, prefix=".cachedoctor-manifest-") as out, \
-                ThreadPoolExecutor(max_workers=workers or HASH_WORKERS) as pool:
+        with (
+            atomic_text(output, prefix=".cachedoctor-manifest-") as out,
+            ThreadPoolExecutor(max_workers=workers or HASH_WORKERS) as pool,
+        ):
             hashed = pool.map(_facts, (s if e.source_mtime_ns is not None else None for s, e in pairs))
             for (source, entry), facts in zip(pairs, hashed, strict=False):
                 if facts is None:
@@ -57,7 +59,9 @@ def build(plan: DatasetPlan, output: str, *, workers: int | None = None) -> Buil
                     continue
                 out.write(json.dumps(_row(base, source, entry, facts)) + "\n")
     except OSError as exc:
-        raise ManifestWriteError(output, f"cannot write the manifest ({exc.strerror or exc}); nothing was changed") from None
+        raise ManifestWriteError(
+            output, f"cannot write the manifest ({exc.strerror or exc}); nothing was changed"
+        ) from None
     return BuildResult(len(pairs) - len(unreadable), unreadable)
 
 

@@ -34,8 +34,9 @@ def state_choice(value: str | bool | None, default: bool = True) -> str | None:
     return None if value is False else os.path.expanduser(str(value))
 
 
-def scan_options(settings: Settings, *, deep: bool | None = None, sample: bool = True,
-                 default_state: bool = True) -> ScanOptions:
+def scan_options(
+    settings: Settings, *, deep: bool | None = None, sample: bool = True, default_state: bool = True
+) -> ScanOptions:
     """The scan the settings describe. ``deep`` overrides the setting (``repair --deep``);
     ``sample=False`` drops a configured ``--sample`` (repair reads everything it may act on);
     ``default_state=False`` keeps an unset ``state`` from creating the per-folder database, for
@@ -45,10 +46,14 @@ def scan_options(settings: Settings, *, deep: bool | None = None, sample: bool =
     from cachedoctor.scan.state.sample import Sample
 
     text = settings.sample.value if sample else None
-    return ScanOptions(deep=bool(settings.deep.value if deep is None else deep), workers=settings.workers.value,
-                       exclude=tuple(settings.exclude.value),
-                       state=state_choice(settings.state.value, default_state),
-                       sample=Sample.parse(text) if text else None, file_timeout=settings.file_timeout.value)
+    return ScanOptions(
+        deep=bool(settings.deep.value if deep is None else deep),
+        workers=settings.workers.value,
+        exclude=tuple(settings.exclude.value),
+        state=state_choice(settings.state.value, default_state),
+        sample=Sample.parse(text) if text else None,
+        file_timeout=settings.file_timeout.value,
+    )
 
 
 def layout_name(settings: Settings) -> LayoutName:
@@ -57,15 +62,20 @@ def layout_name(settings: Settings) -> LayoutName:
     return LayoutName(settings.layout.value)
 
 
-def layout_options(settings: Settings, model_family: str | None = None, output_dir: str | None = None, *,
-                   manifest: bool = True) -> LayoutOptions:
+def layout_options(
+    settings: Settings, model_family: str | None = None, output_dir: str | None = None, *, manifest: bool = True
+) -> LayoutOptions:
     """What the layouts need to find the dataset: the SimpleTuner config and the manifest from the
     settings, the model family and output dir as given (they are no settings of their own).
     ``manifest=False`` for ``manifest build``, which writes a manifest rather than reading one."""
     from cachedoctor.layouts import LayoutOptions
 
-    return LayoutOptions(config=settings.config.value, manifest=settings.manifest.value if manifest else None,
-                         model_family=model_family, output_dir=output_dir)
+    return LayoutOptions(
+        config=settings.config.value,
+        manifest=settings.manifest.value if manifest else None,
+        model_family=model_family,
+        output_dir=output_dir,
+    )
 
 
 def targets(settings: Settings) -> list[str]:

@@ -68,8 +68,20 @@ class Settings:
     file_timeout: Setting  # seconds to judge one file before it is reported as read-timeout
     file: str | None = None  # the config file used, if any
 
-    NAMES = ("paths", "config", "layout", "manifest", "fail_on", "workers", "deep", "exclude", "severity",
-             "state", "sample", "file_timeout")
+    NAMES = (
+        "paths",
+        "config",
+        "layout",
+        "manifest",
+        "fail_on",
+        "workers",
+        "deep",
+        "exclude",
+        "severity",
+        "state",
+        "sample",
+        "file_timeout",
+    )
 
     def items(self) -> list[tuple[str, Setting]]:
         return [(name, getattr(self, name)) for name in self.NAMES]
@@ -122,6 +134,7 @@ def find(cwd: str) -> ConfigFile | None:
 
 # --- value checks: each returns the clean value or raises ValueError with what was expected ---
 
+
 def _str(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("expected a non-empty string")
@@ -139,6 +152,7 @@ def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
         if not isinstance(value, str) or value.lower() not in choices:
             raise ValueError(f"expected one of {', '.join(choices)}")
         return value.lower()
+
     return check
 
 
@@ -211,7 +225,7 @@ def _sample(value: Any) -> str:
     from cachedoctor.scan.state.sample import Sample
 
     if not isinstance(value, str):
-        raise ValueError("expected a share such as \"5%\" or \"3/10\"")
+        raise ValueError('expected a share such as "5%" or "3/10"')
     return Sample.parse(value).text
 
 
@@ -230,9 +244,20 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "sample": ("sample", _sample, "SAMPLE"),
     "file_timeout": ("file-timeout", _seconds, "FILE_TIMEOUT"),
 }
-_DEFAULTS: dict[str, Any] = {"paths": (), "config": None, "layout": "auto", "manifest": None, "fail_on": "error",
-                             "workers": None, "deep": False, "exclude": (), "severity": {},
-                             "state": None, "sample": None, "file_timeout": 10.0}
+_DEFAULTS: dict[str, Any] = {
+    "paths": (),
+    "config": None,
+    "layout": "auto",
+    "manifest": None,
+    "fail_on": "error",
+    "workers": None,
+    "deep": False,
+    "exclude": (),
+    "severity": {},
+    "state": None,
+    "sample": None,
+    "file_timeout": 10.0,
+}
 _RELATIVE = ("config", "manifest", "state")  # file paths, relative to the config file's folder
 
 

@@ -65,5 +65,17 @@ def is_lock_name(name: str) -> bool:
     return name.startswith(".") and name.endswith(_LOCK_SUFFIX)
 
 
-__all__ = ["CLOCK_FILE", "QUARANTINE_DIR", "STATE_DIR", "STATE_FILE", "clock_path", "is_lock_name",
-           "is_state_dir_name", "journal_path", "lock_path", "quarantine_root", "state_db_path", "state_dir"]
+__all__ = [
+    "CLOCK_FILE",
+    "QUARANTINE_DIR",
+    "STATE_DIR",
+    "STATE_FILE",
+    "clock_path",
+    "is_lock_name",
+    "is_state_dir_name",
+    "journal_path",
+    "lock_path",
+    "quarantine_root",
+    "state_db_path",
+    "state_dir",
+]

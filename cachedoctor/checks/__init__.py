@@ -18,8 +18,19 @@ from cachedoctor.checks.stale_entry import StaleEntry
 from cachedoctor.checks.unsafe_pickle import UnsafePickle
 
 CHECKS: tuple[Check, ...] = (
-    CorruptArchive(), PartialWrite(), BatchLeak(), DeviceTagged(), NonFinite(), UnsafePickle(), ReadTimeout(),
-    DtypeMismatch(), ShapeMismatch(), MissingEntry(), OrphanEntry(), StaleEntry(), NameCollision(),
+    CorruptArchive(),
+    PartialWrite(),
+    BatchLeak(),
+    DeviceTagged(),
+    NonFinite(),
+    UnsafePickle(),
+    ReadTimeout(),
+    DtypeMismatch(),
+    ShapeMismatch(),
+    MissingEntry(),
+    OrphanEntry(),
+    StaleEntry(),
+    NameCollision(),
 )
 
 KINDS: dict[str, Check] = {c.kind: c for c in CHECKS}
@@ -29,4 +40,17 @@ FILE_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_file i
 PEER_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_peers is not Check.check_peers)
 ENTRY_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_entry is not Check.check_entry)
 
-__all__ = ["CHECKS", "ENTRY_CHECKS", "FILE_CHECKS", "KINDS", "PEER_CHECKS", "Check", "Found", "Inspected", "PeerEntry", "PeerGroup", "PeerTensor", "is_temp_name"]
+__all__ = [
+    "CHECKS",
+    "ENTRY_CHECKS",
+    "FILE_CHECKS",
+    "KINDS",
+    "PEER_CHECKS",
+    "Check",
+    "Found",
+    "Inspected",
+    "PeerEntry",
+    "PeerGroup",
+    "PeerTensor",
+    "is_temp_name",
+]

@@ -33,22 +33,28 @@ class BatchLeak(Check):
     kind = "batch-leak"
     severity = Severity.ERROR
     fix = Fix.CLONE_STORAGE
-    summary = ("a record holds more bytes than its tensor spans (a saved view of a batch), or a "
-               "per-item tensor has a leading batch dimension its peers lack")
-    why = ("torch.save(batch[i]) keeps the view, so each file carries the whole batch's "
-           "storage: a view of a 7-item batch makes every file 7x larger (7,226,836 bytes "
-           "instead of 1,033,684 for a 16x96x168 fp32 latent), and every load reads the whole "
-           "batch and keeps it in memory, multiplying disk use, I/O and the data loader's RAM. "
-           "Nothing errors, so it goes unnoticed until the disk fills. The older form, a "
-           "per-item file that holds the batch itself ([7,4,128,128] where its peers are "
-           "[4,128,128]), fails torch.stack in the collate function (\"stack expects each "
-           "tensor to be equal size\") or trains seven latents against one caption.")
-    repair = ("clone-storage (view form), lossless: the file is read through the safe path only "
-              "(the restricted reader, then torch.load(weights_only=True, "
-              "map_location=\"cpu\")), each tensor is saved again as a clone of its own view, "
-              "on cpu; the tensors to be saved are compared bit for bit with those read, the "
-              "written file is read back deep, and the old file goes to the quarantine. The "
-              "leading-batch form is recomputed: which slice belongs to the item is unknown.")
+    summary = (
+        "a record holds more bytes than its tensor spans (a saved view of a batch), or a "
+        "per-item tensor has a leading batch dimension its peers lack"
+    )
+    why = (
+        "torch.save(batch[i]) keeps the view, so each file carries the whole batch's "
+        "storage: a view of a 7-item batch makes every file 7x larger (7,226,836 bytes "
+        "instead of 1,033,684 for a 16x96x168 fp32 latent), and every load reads the whole "
+        "batch and keeps it in memory, multiplying disk use, I/O and the data loader's RAM. "
+        "Nothing errors, so it goes unnoticed until the disk fills. The older form, a "
+        "per-item file that holds the batch itself ([7,4,128,128] where its peers are "
+        '[4,128,128]), fails torch.stack in the collate function ("stack expects each '
+        'tensor to be equal size") or trains seven latents against one caption.'
+    )
+    repair = (
+        "clone-storage (view form), lossless: the file is read through the safe path only "
+        "(the restricted reader, then torch.load(weights_only=True, "
+        'map_location="cpu")), each tensor is saved again as a clone of its own view, '
+        "on cpu; the tensors to be saved are compared bit for bit with those read, the "
+        "written file is read back deep, and the old file goes to the quarantine. The "
+        "leading-batch form is recomputed: which slice belongs to the item is unknown."
+    )
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         meta = item.meta
@@ -69,8 +75,14 @@ class BatchLeak(Check):
                 continue  # a view past its storage is corruption, reported as such
             if end - start < numel:
                 itemsize = views[0].itemsize
-                leaks.append({"keys": [t.display_key for t in views], "storage_bytes": numel * itemsize,
-                              "needed_bytes": (end - start) * itemsize, "offset": start})
+                leaks.append(
+                    {
+                        "keys": [t.display_key for t in views],
+                        "storage_bytes": numel * itemsize,
+                        "needed_bytes": (end - start) * itemsize,
+                        "offset": start,
+                    }
+                )
         if leaks:
             first = leaks[0]
             ratio = first["storage_bytes"] / max(first["needed_bytes"], 1)
@@ -78,7 +90,8 @@ class BatchLeak(Check):
                 item.path,
                 f"{', '.join(first['keys'])} is a view of a larger batch: the file stores "
                 f"{first['storage_bytes']} bytes for {first['needed_bytes']} ({ratio:.1f}x)",
-                leaks=leaks)
+                leaks=leaks,
+            )
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
         for key in group.keys():  # noqa: SIM118 - PeerGroup.keys() is a sorted list, not a dict view
@@ -93,10 +106,17 @@ class BatchLeak(Check):
                             entry.path,
                             f"{key or '<root>'} has shape {list(t.shape)}: a leading batch dimension of "
                             f"{t.shape[0]} where its peers are rank {rank}; which item is this file's is unknown",
-                            fix=Fix.RECOMPUTE, key=key or "<root>", shape=list(t.shape), peer_rank=rank)
+                            fix=Fix.RECOMPUTE,
+                            key=key or "<root>",
+                            shape=list(t.shape),
+                            peer_rank=rank,
+                        )
 
 
 def is_leading_batch(shape: tuple[int, ...], peer_rank: int, peer_feature: object, key: str) -> bool:
     """``shape`` is a peer-shaped tensor with an extra leading dimension greater than one."""
-    return (len(shape) == peer_rank + 1 and shape[0] > 1
-            and (peer_feature is None or feature_dim(key, shape[1:]) == peer_feature))
+    return (
+        len(shape) == peer_rank + 1
+        and shape[0] > 1
+        and (peer_feature is None or feature_dim(key, shape[1:]) == peer_feature)
+    )

@@ -21,18 +21,24 @@ class CorruptArchive(Check):
     kind = "corrupt-archive"
     severity = Severity.ERROR
     fix = Fix.RECOMPUTE
-    summary = ("zero bytes, truncated, not the zip/gzip/safetensors/npz it claims to be, missing "
-               "data.pkl, a member name that torch.load and zipfile resolve differently, a record "
-               "whose size does not match its storage, or a bad CRC (deep)")
-    why = ("torch.load stops on it: a truncated file raises \"PytorchStreamReader failed "
-           "reading zip archive: failed finding central directory\", an empty one EOFError, a "
-           "save that died part way \"failed locating file data.pkl\"; np.load raises "
-           "zipfile.BadZipFile. kohya aborts the whole run on the first such file, and a "
-           "trainer that loads lazily crashes only when the batch that holds it comes up, "
-           "possibly hours in. A flipped byte is worse: torch.load never checks the CRC-32, so "
-           "the file loads and the model trains on wrong values without a word.")
-    repair = ("recompute: nothing in the file can be trusted, so the item is encoded again from "
-              "its source and the damaged file goes to the quarantine.")
+    summary = (
+        "zero bytes, truncated, not the zip/gzip/safetensors/npz it claims to be, missing "
+        "data.pkl, a member name that torch.load and zipfile resolve differently, a record "
+        "whose size does not match its storage, or a bad CRC (deep)"
+    )
+    why = (
+        'torch.load stops on it: a truncated file raises "PytorchStreamReader failed '
+        'reading zip archive: failed finding central directory", an empty one EOFError, a '
+        'save that died part way "failed locating file data.pkl"; np.load raises '
+        "zipfile.BadZipFile. kohya aborts the whole run on the first such file, and a "
+        "trainer that loads lazily crashes only when the batch that holds it comes up, "
+        "possibly hours in. A flipped byte is worse: torch.load never checks the CRC-32, so "
+        "the file loads and the model trains on wrong values without a word."
+    )
+    repair = (
+        "recompute: nothing in the file can be trusted, so the item is encoded again from "
+        "its source and the damaged file goes to the quarantine."
+    )
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         if item.error is not None:
@@ -44,7 +50,9 @@ class CorruptArchive(Check):
             return
         problems: list[str] = [
             f"{name} is held by more than one member (or its local header names another file): "
-            "torch.load and zipfile would read different bytes" for name in meta.ambiguous]
+            "torch.load and zipfile would read different bytes"
+            for name in meta.ambiguous
+        ]
         for key in meta.missing_records:
             problems.append(f"storage record data/{key} is missing")
         seen: set[str | None] = set()
@@ -57,14 +65,28 @@ class CorruptArchive(Check):
                 if t.record_bytes != need:
                     problems.append(f"record of {t.display_key} holds {t.record_bytes} bytes, its storage needs {need}")
             if t.offset + t.span > t.storage_numel:
-                problems.append(f"{t.display_key} reaches past its storage ({t.offset + t.span} > {t.storage_numel} elements)")
+                problems.append(
+                    f"{t.display_key} reaches past its storage ({t.offset + t.span} > {t.storage_numel} elements)"
+                )
         for bad in meta.crc_mismatches:
             problems.append(f"member {bad.name} fails its CRC-32 (data changed after it was written)")
         if problems:
-            crc = [{"member": b.name, "expected": f"{b.expected:08x}", "actual": f"{b.actual & 0xFFFFFFFF:08x}"}
-                   for b in meta.crc_mismatches]
-            problem = "bad-crc" if crc and len(crc) == len(problems) else \
-                "ambiguous-member" if meta.ambiguous and len(meta.ambiguous) == len(problems) else "bad-record"
+            crc = [
+                {"member": b.name, "expected": f"{b.expected:08x}", "actual": f"{b.actual & 0xFFFFFFFF:08x}"}
+                for b in meta.crc_mismatches
+            ]
+            problem = (
+                "bad-crc"
+                if crc and len(crc) == len(problems)
+                else "ambiguous-member"
+                if meta.ambiguous and len(meta.ambiguous) == len(problems)
+                else "bad-record"
+            )
             extra: dict[str, Any] = {"crc": crc} if crc else {}
-            yield self.finding(item.path, problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
-                               problem=problem, problems=problems, **extra)
+            yield self.finding(
+                item.path,
+                problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""),
+                problem=problem,
+                problems=problems,
+                **extra,
+            )

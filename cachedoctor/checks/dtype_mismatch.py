@@ -17,24 +17,34 @@ class DtypeMismatch(Check):
     severity = Severity.WARNING
     fix = Fix.RECOMPUTE
     summary = "a file's dtype differs from the majority of its folder's cache"
-    why = ("torch.stack promotes a batch that holds one float32 latent among bfloat16 peers to "
-           "float32, so that batch alone reaches the model in another dtype: outside autocast "
-           "it fails with \"Input type (float) and bias type (c10::BFloat16) should be the "
-           "same\", inside it trains on inputs of another precision. The odd file usually comes "
-           "from another caching run (another VAE dtype, another machine or VAE), so its values "
-           "may not match its peers' either.")
-    repair = ("recompute: the item is encoded again and saved in its peers' dtype (a healthy "
-              "file of the folder is the template for container, keys and dtypes), and the odd "
-              "file goes to the quarantine. It is not cast in place.")
+    why = (
+        "torch.stack promotes a batch that holds one float32 latent among bfloat16 peers to "
+        "float32, so that batch alone reaches the model in another dtype: outside autocast "
+        'it fails with "Input type (float) and bias type (c10::BFloat16) should be the '
+        'same", inside it trains on inputs of another precision. The odd file usually comes '
+        "from another caching run (another VAE dtype, another machine or VAE), so its values "
+        "may not match its peers' either."
+    )
+    repair = (
+        "recompute: the item is encoded again and saved in its peers' dtype (a healthy "
+        "file of the folder is the template for container, keys and dtypes), and the odd "
+        "file goes to the quarantine. It is not cast in place."
+    )
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
         majority = {key: group.majority(key, lambda t: t.dtype) for key in group.keys()}  # noqa: SIM118 - not a dict
         for entry in group.entries:
-            odd = [(t.key, t.dtype, majority[t.key]) for t in entry.tensors
-                   if majority[t.key][0] is not None and t.dtype != majority[t.key][0]]
+            odd = [
+                (t.key, t.dtype, majority[t.key])
+                for t in entry.tensors
+                if majority[t.key][0] is not None and t.dtype != majority[t.key][0]
+            ]
             if odd:
                 key, dtype, (usual, _) = odd[0]
                 yield self.finding(
-                    entry.path, f"{key or '<root>'} is {dtype} where most of its {len(group.entries) - 1} peers are {usual}",
-                    keys={k or "<root>": d for k, d, _ in odd}, expected={k or "<root>": m[0] for k, _, m in odd},
-                    peers=len(group.entries) - 1)
+                    entry.path,
+                    f"{key or '<root>'} is {dtype} where most of its {len(group.entries) - 1} peers are {usual}",
+                    keys={k or "<root>": d for k, d, _ in odd},
+                    expected={k or "<root>": m[0] for k, _, m in odd},
+                    peers=len(group.entries) - 1,
+                )

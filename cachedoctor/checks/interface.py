@@ -108,10 +108,18 @@ class Check(abc.ABC):
         expected ``f``, ``(e, f)`` both. Only called when the scan knows the dataset."""
         return ()
 
-    def finding(self, path: str, message: str, *, fix: Fix | None = None, source: str | None = None,
-                **details: Any) -> Finding:
-        return Finding(kind=self.kind, severity=self.severity, path=path, message=message,
-                       fix=fix or self.fix, source=source, details=details)
+    def finding(
+        self, path: str, message: str, *, fix: Fix | None = None, source: str | None = None, **details: Any
+    ) -> Finding:
+        return Finding(
+            kind=self.kind,
+            severity=self.severity,
+            path=path,
+            message=message,
+            fix=fix or self.fix,
+            source=source,
+            details=details,
+        )
 
 
 def feature_dim(key: str, shape: tuple[int, ...]) -> int | None:

@@ -22,23 +22,35 @@ class MissingEntry(Check):
     severity = Severity.ERROR
     fix = Fix.RECOMPUTE
     summary = "a dataset item (image or caption) has no cache file"
-    why = ("SimpleTuner checks only that a cache file exists, and only at collate time: the "
-           "batch that needs the missing entry stops the run with \"Some images were not "
-           "correctly cached during the VAE Cache operations\", hours in. Other loaders fail on "
-           "the missing path (FileNotFoundError) at the same point; one that skips unreadable "
-           "items trains without that image and never says so.")
-    repair = ("recompute: the item is encoded and the file is written where the cache expects "
-              "it (the finding's path); there is no old file, so nothing goes to the "
-              "quarantine. A OneTrainer image that aggregate.pt does not list (the finding's "
-              "path is the aggregate) cannot be added by position: re-cache that concept with "
-              "OneTrainer.")
+    why = (
+        "SimpleTuner checks only that a cache file exists, and only at collate time: the "
+        'batch that needs the missing entry stops the run with "Some images were not '
+        'correctly cached during the VAE Cache operations", hours in. Other loaders fail on '
+        "the missing path (FileNotFoundError) at the same point; one that skips unreadable "
+        "items trains without that image and never says so."
+    )
+    repair = (
+        "recompute: the item is encoded and the file is written where the cache expects "
+        "it (the finding's path); there is no old file, so nothing goes to the "
+        "quarantine. A OneTrainer image that aggregate.pt does not list (the finding's "
+        "path is the aggregate) cannot be added by position: re-cache that concept with "
+        "OneTrainer."
+    )
 
     def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
         if expected is None or not expected.source_exists:
             return
         if not expected.in_index:
-            yield self.finding(expected.path, f"{expected.role} of an item that the cache's index does not list "
-                               "(the cache predates it)", source=expected.source, role=expected.role)
+            yield self.finding(
+                expected.path,
+                f"{expected.role} of an item that the cache's index does not list (the cache predates it)",
+                source=expected.source,
+                role=expected.role,
+            )
         elif found is None:
-            yield self.finding(expected.path, f"no {expected.role} cache file for this item",
-                               source=expected.source, role=expected.role)
+            yield self.finding(
+                expected.path,
+                f"no {expected.role} cache file for this item",
+                source=expected.source,
+                role=expected.role,
+            )

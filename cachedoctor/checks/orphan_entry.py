@@ -22,16 +22,20 @@ class OrphanEntry(Check):
     severity = Severity.WARNING
     fix = Fix.QUARANTINE
     summary = "a cache file that no dataset item maps to (its image or caption is gone)"
-    why = ("Usually harmless, hence a warning: no item asks for the file, so it only takes disk "
-           "space. Two cases are not: a OneTrainer cache is keyed by position, so an orphaned "
-           "<i>.pt is an entry the trainer still loads, for an image that is gone; and many "
-           "orphans mean the cache was built from another dataset than the one you train on "
-           "now, so check for stale entries too.")
-    repair = ("quarantine: the file is moved into <cache root>/.cachedoctor/quarantine/<run>/, "
-              "never deleted, and nothing is written in its place; an orphan goes whatever else "
-              "is wrong with it. If the image was only moved or renamed, `cachedoctor "
-              "quarantine restore RUN CACHE_ROOT` puts it back; `cachedoctor quarantine purge "
-              "RUN CACHE_ROOT` frees the disk for good.")
+    why = (
+        "Usually harmless, hence a warning: no item asks for the file, so it only takes disk "
+        "space. Two cases are not: a OneTrainer cache is keyed by position, so an orphaned "
+        "<i>.pt is an entry the trainer still loads, for an image that is gone; and many "
+        "orphans mean the cache was built from another dataset than the one you train on "
+        "now, so check for stale entries too."
+    )
+    repair = (
+        "quarantine: the file is moved into <cache root>/.cachedoctor/quarantine/<run>/, "
+        "never deleted, and nothing is written in its place; an orphan goes whatever else "
+        "is wrong with it. If the image was only moved or renamed, `cachedoctor "
+        "quarantine restore RUN CACHE_ROOT` puts it back; `cachedoctor quarantine purge "
+        "RUN CACHE_ROOT` frees the disk for good."
+    )
 
     def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
         if found is None:
@@ -39,5 +43,6 @@ class OrphanEntry(Check):
         if expected is None:
             yield self.finding(found.path, "no dataset item maps to this cache file")
         elif not expected.source_exists:
-            yield self.finding(found.path, "the cache lists an item whose source no longer exists",
-                               listed_source=expected.source)
+            yield self.finding(
+                found.path, "the cache lists an item whose source no longer exists", listed_source=expected.source
+            )

@@ -28,21 +28,28 @@ class PartialWrite(Check):
     severity = Severity.ERROR
     fix = Fix.QUARANTINE
     summary = "a temp file left by an interrupted atomic write (tmp + 8 characters, *.tmp, *.partial)"
-    why = ("It is half of a file: anything that opens it fails (torch.load: \"failed finding "
-           "central directory\"). It also marks a caching run that was killed (OOM, preemption, "
-           "Ctrl-C): the entry it was meant to become is missing or still the old one, which "
-           "SimpleTuner finds only at collate time, hours into training (\"Some images were not "
-           "correctly cached during the VAE Cache operations\"). Meanwhile it takes the disk "
-           "space of a full entry.")
-    repair = ("quarantine: the temp file is moved into <cache "
-              "root>/.cachedoctor/quarantine/<run>/, never deleted, and nothing is written in "
-              "its place; the entry it was meant to become is judged on its own (with the "
-              "dataset, a missing one is a missing-entry and is recomputed). `cachedoctor "
-              "quarantine restore RUN CACHE_ROOT` undoes it. A .cachedoctor-*.tmp left by "
-              "repair's own interrupted write is deleted instead (cleanup): it holds no user "
-              "data.")
+    why = (
+        'It is half of a file: anything that opens it fails (torch.load: "failed finding '
+        'central directory"). It also marks a caching run that was killed (OOM, preemption, '
+        "Ctrl-C): the entry it was meant to become is missing or still the old one, which "
+        'SimpleTuner finds only at collate time, hours into training ("Some images were not '
+        'correctly cached during the VAE Cache operations"). Meanwhile it takes the disk '
+        "space of a full entry."
+    )
+    repair = (
+        "quarantine: the temp file is moved into <cache "
+        "root>/.cachedoctor/quarantine/<run>/, never deleted, and nothing is written in "
+        "its place; the entry it was meant to become is judged on its own (with the "
+        "dataset, a missing one is a missing-entry and is recomputed). `cachedoctor "
+        "quarantine restore RUN CACHE_ROOT` undoes it. A .cachedoctor-*.tmp left by "
+        "repair's own interrupted write is deleted instead (cleanup): it holds no user "
+        "data."
+    )
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         if item.temp:
-            yield self.finding(item.path, f"temp file of an interrupted write ({item.size} bytes); the final file was never renamed into place",
-                               size=item.size)
+            yield self.finding(
+                item.path,
+                f"temp file of an interrupted write ({item.size} bytes); the final file was never renamed into place",
+                size=item.size,
+            )

@@ -19,15 +19,20 @@ class ReadTimeout(Check):
     severity = Severity.ERROR
     fix = Fix.QUARANTINE
     summary = "the file could not be judged within --file-timeout seconds (default 10); its reader was stopped"
-    why = ("Reading one cache file's metadata takes milliseconds, and every reader is bounded in time "
-           "and memory. A file that still takes longer was built to defeat those bounds or sits on a "
-           "disk or network mount that stalls; a trainer would stall on it the same way, on every rank. "
-           "The scan cannot vouch for what it did not finish reading.")
-    repair = ("quarantine: repair scans again first; a file that is judged in time then is treated on "
-              "what it holds, one that times out again is moved out of the cache (restorable with "
-              "cachedoctor quarantine restore). Raise --file-timeout for a slow mount.")
+    why = (
+        "Reading one cache file's metadata takes milliseconds, and every reader is bounded in time "
+        "and memory. A file that still takes longer was built to defeat those bounds or sits on a "
+        "disk or network mount that stalls; a trainer would stall on it the same way, on every rank. "
+        "The scan cannot vouch for what it did not finish reading."
+    )
+    repair = (
+        "quarantine: repair scans again first; a file that is judged in time then is treated on "
+        "what it holds, one that times out again is moved out of the cache (restorable with "
+        "cachedoctor quarantine restore). Raise --file-timeout for a slow mount."
+    )
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         if item.error is not None and item.error.problem == "timeout":
-            yield self.finding(item.path, item.error.message, problem="timeout",
-                               seconds=item.error.details.get("seconds"))
+            yield self.finding(
+                item.path, item.error.message, problem="timeout", seconds=item.error.details.get("seconds")
+            )

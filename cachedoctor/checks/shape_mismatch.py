@@ -34,18 +34,24 @@ class ShapeMismatch(Check):
     kind = "shape-mismatch"
     severity = Severity.ERROR
     fix = Fix.RECOMPUTE
-    summary = "a latent's shape differs from its bucket's size, from the size in its key, or from its peers' rank or channels"
-    why = ("Latents of one batch must share a shape: a wrong-size latent fails torch.stack in "
-           "the collate function (\"stack expects each tensor to be equal size, but got [4, 8, "
-           "8] at entry 0 and [4, 8, 9] at entry 1\"), but only once it shares a batch with a "
-           "right one, possibly hours in. Alone in its bucket it trains at the wrong size "
-           "against the bucket's crop and size conditioning; a wrong channel count (4 for SDXL, "
-           "16 for Flux and SD3: a cache made by another VAE) fails the first layer (\"expected "
-           "input to have 16 channels, but got 4 channels instead\").")
-    repair = ("recompute: the image is resized and cropped to the size the layout records "
-              "(SimpleTuner's bucket metadata target_size, OneTrainer's crop_resolution, "
-              "kohya's latents_<h>x<w> key, a manifest's shape or latent_hw), encoded again, "
-              "and the wrong file goes to the quarantine.")
+    summary = (
+        "a latent's shape differs from its bucket's size, from the size in its key, or from its peers' rank or channels"
+    )
+    why = (
+        "Latents of one batch must share a shape: a wrong-size latent fails torch.stack in "
+        'the collate function ("stack expects each tensor to be equal size, but got [4, 8, '
+        '8] at entry 0 and [4, 8, 9] at entry 1"), but only once it shares a batch with a '
+        "right one, possibly hours in. Alone in its bucket it trains at the wrong size "
+        "against the bucket's crop and size conditioning; a wrong channel count (4 for SDXL, "
+        '16 for Flux and SD3: a cache made by another VAE) fails the first layer ("expected '
+        'input to have 16 channels, but got 4 channels instead").'
+    )
+    repair = (
+        "recompute: the image is resized and cropped to the size the layout records "
+        "(SimpleTuner's bucket metadata target_size, OneTrainer's crop_resolution, "
+        "kohya's latents_<h>x<w> key, a manifest's shape or latent_hw), encoded again, "
+        "and the wrong file goes to the quarantine."
+    )
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         if item.meta is None:
@@ -56,8 +62,13 @@ class ShapeMismatch(Check):
                 continue
             want = (int(m.group(1)), int(m.group(2)))
             if len(t.shape) < 2 or tuple(t.shape[-2:]) != want:
-                yield self.finding(item.path, f"{t.key} has shape {list(t.shape)}: its key says {want[0]}x{want[1]}",
-                                   key=t.key, shape=list(t.shape), expected_hw=list(want))
+                yield self.finding(
+                    item.path,
+                    f"{t.key} has shape {list(t.shape)}: its key says {want[0]}x{want[1]}",
+                    key=t.key,
+                    shape=list(t.shape),
+                    expected_hw=list(want),
+                )
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
         for key in group.keys():  # noqa: SIM118 - PeerGroup.keys() is a sorted list, not a dict view
@@ -76,8 +87,14 @@ class ShapeMismatch(Check):
                         why = f"{mine} channels where peers have {feature}"
                     else:
                         continue
-                    yield self.finding(entry.path, f"{key or '<root>'} has shape {list(t.shape)}: {why}",
-                                       key=key or "<root>", shape=list(t.shape), peer_rank=rank, peer_channels=feature)
+                    yield self.finding(
+                        entry.path,
+                        f"{key or '<root>'} has shape {list(t.shape)}: {why}",
+                        key=key or "<root>",
+                        shape=list(t.shape),
+                        peer_rank=rank,
+                        peer_channels=feature,
+                    )
 
     def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
         if expected is None or found is None or not found.tensors or not expected.in_index:
@@ -91,15 +108,26 @@ class ShapeMismatch(Check):
         label = key or "<root>"
         if expected.shape is not None:
             if tuple(shape) != tuple(expected.shape):
-                yield self.finding(found.path, f"{label} has shape {list(shape)}; the manifest records {list(expected.shape)}",
-                                   source=expected.source, key=label, shape=list(shape), expected=list(expected.shape))
+                yield self.finding(
+                    found.path,
+                    f"{label} has shape {list(shape)}; the manifest records {list(expected.shape)}",
+                    source=expected.source,
+                    key=label,
+                    shape=list(shape),
+                    expected=list(expected.shape),
+                )
             return
         assert expected.latent_hw is not None
         if len(shape) < 3 or tuple(shape[-2:]) != tuple(expected.latent_hw):
             h, w = expected.latent_hw
-            yield self.finding(found.path, f"{label} has shape {list(shape)}; its bucket's target size needs "
-                               f"[..., {h}, {w}] (pixels / 8)", source=expected.source, key=label,
-                               shape=list(shape), expected_hw=[h, w])
+            yield self.finding(
+                found.path,
+                f"{label} has shape {list(shape)}; its bucket's target size needs [..., {h}, {w}] (pixels / 8)",
+                source=expected.source,
+                key=label,
+                shape=list(shape),
+                expected_hw=[h, w],
+            )
 
 
 def _latent_of(tensors: tuple[tuple[str, tuple[int, ...]], ...], key: str | None) -> tuple[str, tuple[int, ...]] | None:

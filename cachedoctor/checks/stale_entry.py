@@ -27,13 +27,17 @@ class StaleEntry(Check):
     severity = Severity.WARNING
     fix = Fix.RECOMPUTE
     summary = "the image or caption changed after its cache entry was written"
-    why = ("A cache file is named after the image (or the caption's hash), not its content, so "
-           "an edited image, a new crop or a corrected caption keeps the old file: the model "
-           "trains on the old image or caption without a word, and SimpleTuner checks nothing "
-           "of the kind before training. (A caption change under a hash-named embed shows "
-           "instead as a missing-entry plus an orphan-entry.)")
-    repair = ("recompute: the item is encoded again from its current source, and the stale file "
-              "goes to the quarantine (restore it if the change to the source was the mistake).")
+    why = (
+        "A cache file is named after the image (or the caption's hash), not its content, so "
+        "an edited image, a new crop or a corrected caption keeps the old file: the model "
+        "trains on the old image or caption without a word, and SimpleTuner checks nothing "
+        "of the kind before training. (A caption change under a hash-named embed shows "
+        "instead as a missing-entry plus an orphan-entry.)"
+    )
+    repair = (
+        "recompute: the item is encoded again from its current source, and the stale file "
+        "goes to the quarantine (restore it if the change to the source was the mistake)."
+    )
 
     def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
         if expected is None or found is None or not expected.source_exists or not expected.in_index:
@@ -42,14 +46,25 @@ class StaleEntry(Check):
         if expected.stale_reason:
             yield self.finding(found.path, expected.stale_reason, source=expected.source, by="content")
         elif expected.image_size is not None and recorded is not None and recorded != expected.image_size:
-            yield self.finding(found.path, f"original_size records {recorded[0]}x{recorded[1]} but the image is now "
-                               f"{expected.image_size[0]}x{expected.image_size[1]}", source=expected.source,
-                               by="content", recorded=list(recorded), image_size=list(expected.image_size))
+            yield self.finding(
+                found.path,
+                f"original_size records {recorded[0]}x{recorded[1]} but the image is now "
+                f"{expected.image_size[0]}x{expected.image_size[1]}",
+                source=expected.source,
+                by="content",
+                recorded=list(recorded),
+                image_size=list(expected.image_size),
+            )
         elif is_stale_by_mtime(expected, found):
             assert expected.source_mtime_ns is not None
             ahead = (expected.source_mtime_ns - found.mtime_ns) / 1e9
-            yield self.finding(found.path, f"the source was modified {_ago(ahead)} after this entry was written",
-                               source=expected.source, by="mtime", seconds_newer=round(ahead, 1))
+            yield self.finding(
+                found.path,
+                f"the source was modified {_ago(ahead)} after this entry was written",
+                source=expected.source,
+                by="mtime",
+                seconds_newer=round(ahead, 1),
+            )
 
 
 def _recorded_size(found: Found) -> tuple[int, int] | None:

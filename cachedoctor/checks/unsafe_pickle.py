@@ -19,31 +19,35 @@ class UnsafePickle(Check):
     kind = "unsafe-pickle"
     severity = Severity.ERROR
     fix = Fix.QUARANTINE
-    summary = ("a pickle in the file names a global outside the allow-list, or is a resource bomb "
-               "(reported, never run)")
-    why = ("A pickle runs what it names when it is loaded: torch.load(weights_only=False) or "
-           "pickle.load on this file would import and call the listed globals (os.system, for "
-           "example) with the trainer's permissions, on every machine of the run. "
-           "torch.load(weights_only=True) refuses it with an UnpicklingError, so a trainer that "
-           "loads safely stops on it instead. A cache file has no reason to hold anything but "
-           "tensors, dicts and lists: treat it as tampered with. Every pickle a loader would read "
-           "counts, wherever it sits: the five pickles of a legacy torch file, each member of the "
-           "old tar format, a second data.pkl in another letter case, an object array in an npz, "
-           "a pickle inside a gzip; so does a file of any name whose bytes are a pickle. A pickle "
-           "past the limits no cache file comes near (opcodes, memo, nesting, one string's length, "
-           "shared references that unfold into billions of objects) is a resource bomb: loading it "
-           "would stall or exhaust the memory of every rank.")
-    repair = ("quarantine: the file is moved out of the cache without ever being loaded "
-              "(cachedoctor only records the names, never resolves them), and nothing is "
-              "written in its place. When the dataset expects the file (a scan with --config, "
-              "--layout or --manifest knows its source), it is quarantined and the item is "
-              "recomputed. Inspect the quarantined copy only with tools that do not unpickle "
-              "it.")
+    summary = "a pickle in the file names a global outside the allow-list, or is a resource bomb (reported, never run)"
+    why = (
+        "A pickle runs what it names when it is loaded: torch.load(weights_only=False) or "
+        "pickle.load on this file would import and call the listed globals (os.system, for "
+        "example) with the trainer's permissions, on every machine of the run. "
+        "torch.load(weights_only=True) refuses it with an UnpicklingError, so a trainer that "
+        "loads safely stops on it instead. A cache file has no reason to hold anything but "
+        "tensors, dicts and lists: treat it as tampered with. Every pickle a loader would read "
+        "counts, wherever it sits: the five pickles of a legacy torch file, each member of the "
+        "old tar format, a second data.pkl in another letter case, an object array in an npz, "
+        "a pickle inside a gzip; so does a file of any name whose bytes are a pickle. A pickle "
+        "past the limits no cache file comes near (opcodes, memo, nesting, one string's length, "
+        "shared references that unfold into billions of objects) is a resource bomb: loading it "
+        "would stall or exhaust the memory of every rank."
+    )
+    repair = (
+        "quarantine: the file is moved out of the cache without ever being loaded "
+        "(cachedoctor only records the names, never resolves them), and nothing is "
+        "written in its place. When the dataset expects the file (a scan with --config, "
+        "--layout or --manifest knows its source), it is quarantined and the item is "
+        "recomputed. Inspect the quarantined copy only with tools that do not unpickle "
+        "it."
+    )
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         if item.error is not None and item.error.problem == "resource-bomb":
-            yield self.finding(item.path, item.error.message, problem="resource-bomb",
-                               limit=item.error.details.get("limit"))
+            yield self.finding(
+                item.path, item.error.message, problem="resource-bomb", limit=item.error.details.get("limit")
+            )
             return
         if item.meta is None or not item.meta.foreign_globals:
             return
@@ -52,9 +56,12 @@ class UnsafePickle(Check):
         shown = ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
         yield self.finding(
             item.path,
-            f"would run {shown}: outside the allow-list, not executed here; "
-            f"{_either(loaders)} would run it",
-            globals=names, loaders=loaders, format=item.meta.format, problem="code")
+            f"would run {shown}: outside the allow-list, not executed here; {_either(loaders)} would run it",
+            globals=names,
+            loaders=loaders,
+            format=item.meta.format,
+            problem="code",
+        )
 
 
 def _either(loaders: list[str]) -> str:

@@ -16,7 +16,12 @@ from cachedoctor.exit_status import ExitStatus
 
 
 def explain(
-    kind: Annotated[str | None, typer.Argument(help="A finding kind (batch-leak or batch_leak); none lists them all.", show_default=False, metavar="KIND")] = None,
+    kind: Annotated[
+        str | None,
+        typer.Argument(
+            help="A finding kind (batch-leak or batch_leak); none lists them all.", show_default=False, metavar="KIND"
+        ),
+    ] = None,
 ) -> int:
     """What a finding kind means, why it breaks training, what repair does and how to find it."""
     from cachedoctor.explain import UnknownKind, listing

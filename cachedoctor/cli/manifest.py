@@ -11,15 +11,25 @@ from cachedoctor.cli.options import ConfigOption, LayoutChoice, LayoutOption, Mo
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 
-manifest_app = typer.Typer(help="Build a manifest of a dataset: per item its size, mtime, xxh3 and cache path(s).",
-                           no_args_is_help=True)
+manifest_app = typer.Typer(
+    help="Build a manifest of a dataset: per item its size, mtime, xxh3 and cache path(s).", no_args_is_help=True
+)
 
 
 @manifest_app.command("build")
 def manifest_build(
     ctx: typer.Context,
-    dataset: Annotated[str | None, typer.Argument(help="The dataset (kohya: image folder; OneTrainer: cache folder).", show_default=False, metavar="DATASET_DIR")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="Where to write the manifest (.jsonl).")] = "manifest.jsonl",
+    dataset: Annotated[
+        str | None,
+        typer.Argument(
+            help="The dataset (kohya: image folder; OneTrainer: cache folder).",
+            show_default=False,
+            metavar="DATASET_DIR",
+        ),
+    ] = None,
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="Where to write the manifest (.jsonl).")
+    ] = "manifest.jsonl",
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,
     model_family: ModelFamilyOption = None,
@@ -45,12 +55,19 @@ def manifest_build(
     started = time.perf_counter()
     if dataset and not os.path.isdir(dataset):
         raise LayoutError(targets[0], "no such folder; check the path (and that its disk is mounted)")
-    plan, line = plan_for(layout_name(settings), targets, layout_options(settings, model_family, output_dir, manifest=False))
+    plan, line = plan_for(
+        layout_name(settings), targets, layout_options(settings, model_family, output_dir, manifest=False)
+    )
     if plan is None:
-        raise LayoutError(targets[0] if targets else ".", "no trainer layout recognised here; pass --layout kohya|onetrainer|simpletuner")
+        raise LayoutError(
+            targets[0] if targets else ".",
+            "no trainer layout recognised here; pass --layout kohya|onetrainer|simpletuner",
+        )
     result = build(plan, output)
-    print(f"{line}\nwrote {result.rows} rows for {plan.items} items to {output} in {time.perf_counter() - started:.2f}s",
-          file=env.stdout)
+    print(
+        f"{line}\nwrote {result.rows} rows for {plan.items} items to {output} in {time.perf_counter() - started:.2f}s",
+        file=env.stdout,
+    )
     for source in result.unreadable:
         env.error(f"{source}: cannot read to hash it; fix its permissions, then build again")
     return ExitStatus.ERROR if result.unreadable else ExitStatus.CLEAN

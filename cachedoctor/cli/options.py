@@ -36,52 +36,118 @@ class LayoutChoice(str, enum.Enum):
 assert tuple(c.value for c in LayoutChoice) == LAYOUT_NAMES  # settings' list (a test holds LayoutName equal too)
 
 # --- the dataset options (scan, repair, recover, manifest build, settings show) ---
-LayoutOption = Annotated[LayoutChoice, typer.Option("--layout", help="How the trainer maps dataset items to cache files.", case_sensitive=False)]
-ConfigOption = Annotated[str | None, typer.Option("--config", help="SimpleTuner multidatabackend.json: the datasets and caches it names.")]
-ManifestOption = Annotated[str | None, typer.Option("--manifest", help="A manifest (.jsonl or .csv) naming each cache file's source.")]
-ModelFamilyOption = Annotated[str | None, typer.Option("--model-family", help="SimpleTuner model family / kohya arch suffix (sdxl, flux, sd3, ...).")]
-OutputDirOption = Annotated[str | None, typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")]
+LayoutOption = Annotated[
+    LayoutChoice,
+    typer.Option("--layout", help="How the trainer maps dataset items to cache files.", case_sensitive=False),
+]
+ConfigOption = Annotated[
+    str | None, typer.Option("--config", help="SimpleTuner multidatabackend.json: the datasets and caches it names.")
+]
+ManifestOption = Annotated[
+    str | None, typer.Option("--manifest", help="A manifest (.jsonl or .csv) naming each cache file's source.")
+]
+ModelFamilyOption = Annotated[
+    str | None,
+    typer.Option("--model-family", help="SimpleTuner model family / kohya arch suffix (sdxl, flux, sd3, ...)."),
+]
+OutputDirOption = Annotated[
+    str | None, typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")
+]
 
 # --- the scan selection (scan, settings show; repair and recover take them from the settings) ---
-ExcludeOption = Annotated[list[str] | None, typer.Option("--exclude", help="Skip files and folders matching this glob (relative to each PATH, or a name); repeatable.", show_default=False, metavar="GLOB")]
-StateOption = Annotated[str | None, typer.Option("--state", help="The state database that lets a rescan read only changed files (default: .cachedoctor/state.sqlite in each cache folder).", metavar="PATH")]
-NoStateOption = Annotated[bool, typer.Option("--no-state", help="Read every file; neither use nor write the state database.")]
-SampleOption = Annotated[str | None, typer.Option("--sample", help="Deep-read this share of the files, rotating through the cache run by run (never-checked files first): 5% or 3/10.", metavar="SHARE")]
-WorkersOption = Annotated[int | None, typer.Option("--workers", "-j", min=1, help="Reader processes (default: one per CPU).")]
-FileTimeoutOption = Annotated[float | None, typer.Option("--file-timeout", min=0.1, help="Seconds to judge one file; a file that takes longer is reported (read-timeout) and its reader stopped. Default 10.", show_default=False, metavar="SECONDS")]
+ExcludeOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude",
+        help="Skip files and folders matching this glob (relative to each PATH, or a name); repeatable.",
+        show_default=False,
+        metavar="GLOB",
+    ),
+]
+StateOption = Annotated[
+    str | None,
+    typer.Option(
+        "--state",
+        help="The state database that lets a rescan read only changed files (default: .cachedoctor/state.sqlite in each cache folder).",
+        metavar="PATH",
+    ),
+]
+NoStateOption = Annotated[
+    bool, typer.Option("--no-state", help="Read every file; neither use nor write the state database.")
+]
+SampleOption = Annotated[
+    str | None,
+    typer.Option(
+        "--sample",
+        help="Deep-read this share of the files, rotating through the cache run by run (never-checked files first): 5% or 3/10.",
+        metavar="SHARE",
+    ),
+]
+WorkersOption = Annotated[
+    int | None, typer.Option("--workers", "-j", min=1, help="Reader processes (default: one per CPU).")
+]
+FileTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--file-timeout",
+        min=0.1,
+        help="Seconds to judge one file; a file that takes longer is reported (read-timeout) and its reader stopped. Default 10.",
+        show_default=False,
+        metavar="SECONDS",
+    ),
+]
 
 # --- scan's own verdict settings ---
-PathsArgument = Annotated[list[str] | None, typer.Argument(help="Cache folders or files to scan (kohya: the image folder).", show_default=False, metavar="PATH...")]
-DeepOption = Annotated[bool | None, typer.Option("--deep", help="Also read the data: CRC-32 of every zip member and NaN/Inf in every floating tensor.", show_default=False)]
-FailOnOption = Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)]
+PathsArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Cache folders or files to scan (kohya: the image folder).", show_default=False, metavar="PATH..."
+    ),
+]
+DeepOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--deep",
+        help="Also read the data: CRC-32 of every zip member and NaN/Inf in every floating tensor.",
+        show_default=False,
+    ),
+]
+FailOnOption = Annotated[
+    FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)
+]
 FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Report format.", case_sensitive=False)]
 
 # --- what repair and recover share ---
-RepairPathsArgument = Annotated[list[str] | None, typer.Argument(help="Cache folders or files (kohya: the image folder).", show_default=False, metavar="PATH...")]
-RepairManifestOption = Annotated[str | None, typer.Option("--manifest", help="A manifest naming each cache file's source.")]
+RepairPathsArgument = Annotated[
+    list[str] | None,
+    typer.Argument(help="Cache folders or files (kohya: the image folder).", show_default=False, metavar="PATH..."),
+]
+RepairManifestOption = Annotated[
+    str | None, typer.Option("--manifest", help="A manifest naming each cache file's source.")
+]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing anything.")]
 
 NO_PATH = "no PATH given; name a cache folder, or pass --config multidatabackend.json or --manifest FILE"
 
 __all__ = [
-           "NO_PATH",
-           "ConfigOption",
-           "DeepOption",
-           "ExcludeOption",
-           "FailOnOption",
-           "FileTimeoutOption",
-           "FormatOption",
-           "LayoutChoice",
-           "LayoutOption",
-           "ManifestOption",
-           "ModelFamilyOption",
-           "NoStateOption",
-           "OutputDirOption",
-           "PathsArgument",
-           "RepairManifestOption",
-           "RepairPathsArgument",
-           "SampleOption",
-           "StateOption",
-           "WorkersOption",
-           "YesOption",
+    "NO_PATH",
+    "ConfigOption",
+    "DeepOption",
+    "ExcludeOption",
+    "FailOnOption",
+    "FileTimeoutOption",
+    "FormatOption",
+    "LayoutChoice",
+    "LayoutOption",
+    "ManifestOption",
+    "ModelFamilyOption",
+    "NoStateOption",
+    "OutputDirOption",
+    "PathsArgument",
+    "RepairManifestOption",
+    "RepairPathsArgument",
+    "SampleOption",
+    "StateOption",
+    "WorkersOption",
+    "YesOption",
 ]

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from cachedoctor.repair.quarantine import QuarantineRun
 
 quarantine_app = typer.Typer(help="List, restore or purge what repair moved aside.", no_args_is_help=True)
-RootArg = Annotated[str, typer.Argument(help="The cache root (the folder holding .cachedoctor/).", metavar="CACHE_ROOT")]
+RootArg = Annotated[
+    str, typer.Argument(help="The cache root (the folder holding .cachedoctor/).", metavar="CACHE_ROOT")
+]
 RunArg = Annotated[str, typer.Argument(metavar="RUN")]
 
 
@@ -61,20 +63,25 @@ def quarantine_restore(run_id: RunArg, root: RootArg = ".") -> int:
     base, run = _find_run(root, run_id)
     aside = f"restore-{new_run_id()}"
     done = restore(base, run, aside)
-    print(f"restored {len(done)} file(s) from {run_id}; the files they replaced are in quarantine run {aside}",
-          file=current().stdout)
+    print(
+        f"restored {len(done)} file(s) from {run_id}; the files they replaced are in quarantine run {aside}",
+        file=current().stdout,
+    )
     return ExitStatus.CLEAN
 
 
 @quarantine_app.command("purge")
-def quarantine_purge(run_id: RunArg, root: RootArg = ".",
-                     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False) -> int:
+def quarantine_purge(
+    run_id: RunArg, root: RootArg = ".", yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False
+) -> int:
     """Delete RUN's quarantine for good (the only command that deletes data)."""
     from cachedoctor.repair.quarantine import purge
 
     env = current()
     _base, run = _find_run(root, run_id)
-    if not yes and not (env.stdin_isatty and env.ask(f"Delete {len(run.files)} file(s), {human_size(run.size)}, for good? [y/N] ")):
+    if not yes and not (
+        env.stdin_isatty and env.ask(f"Delete {len(run.files)} file(s), {human_size(run.size)}, for good? [y/N] ")
+    ):
         raise PathError(run.folder, "not purged; pass --yes to delete it without asking")
     print(f"purged {run_id}: {human_size(purge(run))} freed", file=env.stdout)
     return ExitStatus.CLEAN

@@ -26,8 +26,12 @@ from cachedoctor.errors import PathError
 def recover(
     ctx: typer.Context,
     paths: RepairPathsArgument = None,
-    apply: Annotated[bool, typer.Option("--apply", help="Quarantine what is partial and resume the interrupted repair.")] = False,
-    encoder: Annotated[list[str] | None, typer.Option("--encoder", help="For recomputes (default: the interrupted repair's own).")] = None,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Quarantine what is partial and resume the interrupted repair.")
+    ] = False,
+    encoder: Annotated[
+        list[str] | None, typer.Option("--encoder", help="For recomputes (default: the interrupted repair's own).")
+    ] = None,
     yes: YesOption = False,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,
@@ -46,19 +50,25 @@ def recover(
 
     env = current()
     out = env.stdout
-    settings, targets = resolve_targets(ctx, paths=paths, layout=layout, config=config, manifest=manifest,
-                                        file_timeout=file_timeout)
+    settings, targets = resolve_targets(
+        ctx, paths=paths, layout=layout, config=config, manifest=manifest, file_timeout=file_timeout
+    )
     scanning = scan_options(settings, sample=False, default_state=False)
     found = survey(targets, layout_name(settings), layout_options(settings, model_family, output_dir), scanning)
     print_survey(found, out, env.cwd)
     if found.empty or not apply:
         if not found.empty:
-            print("`cachedoctor recover --apply` with the same arguments quarantines what is partial"
-                  + (" and resumes the interrupted repair" if found.interrupted else ""), file=out)
+            print(
+                "`cachedoctor recover --apply` with the same arguments quarantines what is partial"
+                + (" and resumes the interrupted repair" if found.interrupted else ""),
+                file=out,
+            )
         return RepairReport(survey=found).exit_code
     if found.held_locks:
-        raise PathError(found.held_locks[0], "a running process holds this lock (a writer is still active); "
-                                             "stop it or let it finish, then recover")
+        raise PathError(
+            found.held_locks[0],
+            "a running process holds this lock (a writer is still active); stop it or let it finish, then recover",
+        )
     resumed = found.interrupted[0][1] if found.interrupted else None
     encoders = tuple(encoder or ()) or (resumed.encoders if resumed else ())
     options = RepairOptions(scan=replace(scanning, deep=True), encoders=encoders, only=None if resumed else CRASH_KINDS)

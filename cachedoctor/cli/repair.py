@@ -36,16 +36,38 @@ def repair(
     ctx: typer.Context,
     paths: RepairPathsArgument = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Scan and show the plan; change nothing.")] = False,
-    encoder: Annotated[list[str] | None, typer.Option("--encoder", help="NAME[:ARG] or module:factory[:ARG]; give one for images and one for captions.")] = None,
-    gpus: Annotated[int | None, typer.Option("--gpus", min=1, help="One recompute worker per GPU (cuda:0..N-1).")] = None,
+    encoder: Annotated[
+        list[str] | None,
+        typer.Option("--encoder", help="NAME[:ARG] or module:factory[:ARG]; give one for images and one for captions."),
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option("--gpus", min=1, help="One recompute worker per GPU (cuda:0..N-1).")
+    ] = None,
     device: Annotated[str, typer.Option("--device", help="Device for recompute workers without --gpus.")] = "cpu",
-    workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Recompute worker processes on --device (the scan's readers: the workers setting).")] = 1,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            "-j",
+            min=1,
+            help="Recompute worker processes on --device (the scan's readers: the workers setting).",
+        ),
+    ] = 1,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Items per encoder batch.")] = 8,
-    only: Annotated[str | None, typer.Option("--only", help="Repair only findings of these kinds (comma-separated).")] = None,
+    only: Annotated[
+        str | None, typer.Option("--only", help="Repair only findings of these kinds (comma-separated).")
+    ] = None,
     yes: YesOption = False,
-    resume: Annotated[bool, typer.Option("--resume", help="Finish an interrupted repair (the default whenever one is found).")] = False,
-    fresh: Annotated[bool, typer.Option("--fresh", help="Give up an interrupted repair and start a new run (its quarantine stays).")] = False,
-    deep: Annotated[bool | None, typer.Option("--deep", help="Scan deep first: also repair bad CRCs and NaN/Inf.", show_default=False)] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Finish an interrupted repair (the default whenever one is found).")
+    ] = False,
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="Give up an interrupted repair and start a new run (its quarantine stays).")
+    ] = False,
+    deep: Annotated[
+        bool | None,
+        typer.Option("--deep", help="Scan deep first: also repair bad CRCs and NaN/Inf.", show_default=False),
+    ] = None,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,
     manifest: RepairManifestOption = None,
@@ -60,15 +82,26 @@ def repair(
     from cachedoctor.report.repair_text import RepairReport, print_result
 
     env = current()
-    settings, targets = resolve_targets(ctx, paths=paths, layout=layout, config=config, manifest=manifest,
-                                        file_timeout=file_timeout, deep=deep)
+    settings, targets = resolve_targets(
+        ctx, paths=paths, layout=layout, config=config, manifest=manifest, file_timeout=file_timeout, deep=deep
+    )
     kinds = frozenset(k.strip() for k in only.split(",") if k.strip()) if only else None
     known = set(known_kinds())
     if kinds and kinds - known:
-        raise UsageError(f"--only: unknown kind(s) {', '.join(sorted(kinds - known))}; choose from {', '.join(sorted(known))}")
-    options = RepairOptions(scan=scan_options(settings, sample=False, default_state=False), encoders=tuple(encoder or ()), gpus=gpus,
-                            device=device, workers=workers, batch_size=batch_size, only=kinds, dry_run=dry_run,
-                            fresh=fresh and not resume)
+        raise UsageError(
+            f"--only: unknown kind(s) {', '.join(sorted(kinds - known))}; choose from {', '.join(sorted(known))}"
+        )
+    options = RepairOptions(
+        scan=scan_options(settings, sample=False, default_state=False),
+        encoders=tuple(encoder or ()),
+        gpus=gpus,
+        device=device,
+        workers=workers,
+        batch_size=batch_size,
+        only=kinds,
+        dry_run=dry_run,
+        fresh=fresh and not resume,
+    )
     outcome = run_repair(settings, targets, options, yes, model_family, output_dir)
     if isinstance(outcome, RepairReport):  # declined
         return outcome.exit_code
@@ -92,8 +125,14 @@ def resolve_targets(ctx: typer.Context, **cli: Any) -> tuple[Any, list[str]]:
     return settings, require_existing(settings.paths.value)
 
 
-def run_repair(settings: Any, targets: list[str], options: Any, yes: bool, model_family: str | None = None,
-               output_dir: str | None = None) -> Any:
+def run_repair(
+    settings: Any,
+    targets: list[str],
+    options: Any,
+    yes: bool,
+    model_family: str | None = None,
+    output_dir: str | None = None,
+) -> Any:
     """Run the repair machinery with the plan printed and the question asked: the outcome, or a
     declined :class:`RepairReport` when the user said no."""
     from cachedoctor.options import layout_name, layout_options
@@ -107,12 +146,21 @@ def run_repair(settings: Any, targets: list[str], options: Any, yes: bool, model
     def confirm(outcome: Any) -> bool:
         go = yes or not env.stdin_isatty or env.ask("Go ahead? [y/N] ")
         if go:  # from here on Ctrl-C leaves a journal the next run finishes
-            env.interrupted = "interrupted; run the same command again to finish (the journal resumes it; nothing is lost)"
+            env.interrupted = (
+                "interrupted; run the same command again to finish (the journal resumes it; nothing is lost)"
+            )
         return go
 
     try:
-        return core_repair(targets, layout_name(settings), layout_options(settings, model_family, output_dir), options,
-                           list(env.argv), confirm, lambda outcome: print_plan(outcome, out))
+        return core_repair(
+            targets,
+            layout_name(settings),
+            layout_options(settings, model_family, output_dir),
+            options,
+            list(env.argv),
+            confirm,
+            lambda outcome: print_plan(outcome, out),
+        )
     except Declined:
         print("nothing was changed", file=out)
         return RepairReport(declined=True)

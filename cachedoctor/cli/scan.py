@@ -46,7 +46,9 @@ def scan(
     paths: PathsArgument = None,
     deep: DeepOption = None,
     fmt: FormatOption = OutputFormat.TABLE,
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")] = None,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")
+    ] = None,
     fail_on: FailOnOption = FailOn.ERROR,
     workers: WorkersOption = None,
     layout: LayoutOption = LayoutChoice.AUTO,
@@ -59,26 +61,57 @@ def scan(
     no_state: NoStateOption = False,
     sample: SampleOption = None,
     file_timeout: FileTimeoutOption = None,
-    baseline: Annotated[str | None, typer.Option("--baseline", help="Leave out the findings recorded in this baseline file.", metavar="FILE")] = None,
-    write_baseline: Annotated[str | None, typer.Option("--write-baseline", help="Record today's findings in FILE, so later scans with --baseline FILE report only new ones.", metavar="FILE")] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option("--baseline", help="Leave out the findings recorded in this baseline file.", metavar="FILE"),
+    ] = None,
+    write_baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--write-baseline",
+            help="Record today's findings in FILE, so later scans with --baseline FILE report only new ones.",
+            metavar="FILE",
+        ),
+    ] = None,
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit
     from cachedoctor.report import renderer_for
 
     env = current()
-    settings = resolve(ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout, config=config,
-                       manifest=manifest, exclude=exclude, state=state, no_state=no_state, sample=sample,
-                       file_timeout=file_timeout)
+    settings = resolve(
+        ctx,
+        paths=paths,
+        deep=deep,
+        fail_on=fail_on,
+        workers=workers,
+        layout=layout,
+        config=config,
+        manifest=manifest,
+        exclude=exclude,
+        state=state,
+        no_state=no_state,
+        sample=sample,
+        file_timeout=file_timeout,
+    )
     if settings.sample.value and settings.state.value is False:
-        raise UsageError("--sample chooses its files through the state database; drop --no-state (or pass --state PATH)")
+        raise UsageError(
+            "--sample chooses its files through the state database; drop --no-state (or pass --state PATH)"
+        )
     if baseline and write_baseline:
         raise UsageError("pass --baseline or --write-baseline, not both")
     if not settings.paths.value and not settings.config.value and not settings.manifest.value:
         raise UsageError(NO_PATH)
     with _progress(env) as progress:
-        report = audit(None, settings, model_family=model_family, output_dir=output_dir, baseline=baseline,
-                       write_baseline=write_baseline, progress=progress)
+        report = audit(
+            None,
+            settings,
+            model_family=model_family,
+            output_dir=output_dir,
+            baseline=baseline,
+            write_baseline=write_baseline,
+            progress=progress,
+        )
     renderer = renderer_for(fmt, env.cwd)
     if output is None:
         if report.suppressed is not None and fmt is OutputFormat.TABLE:
@@ -93,7 +126,9 @@ def scan(
         if fmt is not OutputFormat.TABLE and env.stdout_isatty:
             renderer_for(OutputFormat.TABLE, env.cwd).render(report, env.stdout, color=True)
     for problem in report.scan.errors:
-        env.error(f"{problem.path}: {problem.message}; fix its permissions or move it out of the cache, then scan again")
+        env.error(
+            f"{problem.path}: {problem.message}; fix its permissions or move it out of the cache, then scan again"
+        )
     return report.exit_code
 
 
@@ -122,8 +157,13 @@ class _progress:
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        bar = self.bar = Progress(SpinnerColumn(), TextColumn("scanning: {task.completed} files, {task.fields[mb]:.1f} MB"),
-                            TimeElapsedColumn(), console=Console(file=self.env.stderr), transient=True)
+        bar = self.bar = Progress(
+            SpinnerColumn(),
+            TextColumn("scanning: {task.completed} files, {task.fields[mb]:.1f} MB"),
+            TimeElapsedColumn(),
+            console=Console(file=self.env.stderr),
+            transient=True,
+        )
         bar.start()
         task = bar.add_task("scan", total=None, mb=0.0)
 

@@ -64,8 +64,9 @@ def resolve(ctx: typer.Context, **cli: Any) -> Settings:
     return merge(cli, env.environ, env.cwd)
 
 
-settings_app = typer.Typer(help="cachedoctor's own settings: command line, CACHEDOCTOR_* variables, [tool.cachedoctor].",
-                           no_args_is_help=True)
+settings_app = typer.Typer(
+    help="cachedoctor's own settings: command line, CACHEDOCTOR_* variables, [tool.cachedoctor].", no_args_is_help=True
+)
 #: The old name, hidden: ``cachedoctor config show`` prints the same as ``settings show``.
 config_app = typer.Typer(help="Old name of `cachedoctor settings`.", no_args_is_help=True)
 
@@ -89,9 +90,21 @@ def settings_show(
     from cachedoctor.settings import show_value
 
     env = current()
-    settings = resolve(ctx, paths=paths, deep=deep, fail_on=fail_on, workers=workers, layout=layout, config=config,
-                       manifest=manifest, exclude=exclude, state=state, no_state=no_state, sample=sample,
-                       file_timeout=file_timeout)
+    settings = resolve(
+        ctx,
+        paths=paths,
+        deep=deep,
+        fail_on=fail_on,
+        workers=workers,
+        layout=layout,
+        config=config,
+        manifest=manifest,
+        exclude=exclude,
+        state=state,
+        no_state=no_state,
+        sample=sample,
+        file_timeout=file_timeout,
+    )
     print(f"config file: {settings.file or '(none found)'}", file=env.stdout)
     rows = [(name.replace("_", "-"), _shown(name, s.value, show_value), s.source) for name, s in settings.items()]
     width = max(len(r[0]) for r in rows)

@@ -62,7 +62,9 @@ def load_encoder(spec: str) -> Encoder:
         raise EncoderError(spec, f"{_missing(e)} is not installed; {_install_hint(target)}") from e
     except Exception as e:  # a factory bug or a bad ARG: exit 2 with the reason, not a traceback
         reraise_interrupt(e)
-        raise EncoderError(spec, f"the factory {target} failed: {type(e).__name__}: {e}; check the ARG after ':'") from e
+        raise EncoderError(
+            spec, f"the factory {target} failed: {type(e).__name__}: {e}; check the ARG after ':'"
+        ) from e
     _check(spec, target, encoder)
     return encoder
 
@@ -94,17 +96,27 @@ def _import_factory(spec: str, target: str) -> EncoderFactory:
         module = importlib.import_module(module_name)
     except ImportError as e:
         if e.name is not None and _is_prefix(e.name, module_name):
-            raise EncoderError(spec, f"no module named {e.name!r}; check the spelling, or install the package that provides it") from e
-        raise EncoderError(spec, f"{module_name} needs {_missing(e)}, which is not installed; {_install_hint(target)}") from e
+            raise EncoderError(
+                spec, f"no module named {e.name!r}; check the spelling, or install the package that provides it"
+            ) from e
+        raise EncoderError(
+            spec, f"{module_name} needs {_missing(e)}, which is not installed; {_install_hint(target)}"
+        ) from e
     except Exception as e:
         reraise_interrupt(e)
-        raise EncoderError(spec, f"importing {module_name} failed: {type(e).__name__}: {e}; fix or reinstall that module") from e
+        raise EncoderError(
+            spec, f"importing {module_name} failed: {type(e).__name__}: {e}; fix or reinstall that module"
+        ) from e
     try:
         factory = functools.reduce(getattr, attr.split("."), module)
     except AttributeError as e:
-        raise EncoderError(spec, f"module {module_name} has no attribute {attr!r}; name its factory function after ':'") from e
+        raise EncoderError(
+            spec, f"module {module_name} has no attribute {attr!r}; name its factory function after ':'"
+        ) from e
     if not callable(factory):
-        raise EncoderError(spec, f"{target} is not callable ({type(factory).__name__}); name a factory function taking ARG")
+        raise EncoderError(
+            spec, f"{target} is not callable ({type(factory).__name__}); name a factory function taking ARG"
+        )
     return factory
 
 
@@ -132,7 +144,10 @@ def _check(spec: str, target: str, encoder: Any) -> None:
             "its factory must return an Encoder subclass instance",
         )
     if encoder.api_version != API_VERSION:
-        raise EncoderError(spec, f"adapter speaks encoder API v{encoder.api_version}, this cachedoctor v{API_VERSION}; upgrade one of them")
+        raise EncoderError(
+            spec,
+            f"adapter speaks encoder API v{encoder.api_version}, this cachedoctor v{API_VERSION}; upgrade one of them",
+        )
     problems = []
     if not isinstance(getattr(encoder, "name", None), str):
         problems.append("name")
@@ -142,7 +157,9 @@ def _check(spec: str, target: str, encoder: Any) -> None:
     if not (isinstance(keys, tuple) and keys and all(isinstance(k, str) for k in keys)):
         problems.append("output_keys")
     if problems:
-        raise EncoderError(spec, f"{target} built an Encoder without a valid {', '.join(problems)}; set them in its __init__ or class")
+        raise EncoderError(
+            spec, f"{target} built an Encoder without a valid {', '.join(problems)}; set them in its __init__ or class"
+        )
 
 
 __all__ = [

@@ -49,7 +49,9 @@ WHAT_TO_PASS = (
     f"or a weights file with its config.json beside it ({NEVER_DOWNLOADS}; a Hub repo id does not work)"
 )
 #: Weight files of a folder without a variant; otherwise a lone variant (``fp16``) is loaded.
-PLAIN_WEIGHTS = {f"diffusion_pytorch_model.{ext}" for ext in ("safetensors", "bin", "safetensors.index.json", "bin.index.json")}
+PLAIN_WEIGHTS = {
+    f"diffusion_pytorch_model.{ext}" for ext in ("safetensors", "bin", "safetensors.index.json", "bin.index.json")
+}
 #: ``AutoencoderKL.__init__`` defaults, for configs that omit a key (diffusers writes them all).
 DEFAULTS = {"block_out_channels": [64], "latent_channels": 4, "scaling_factor": 0.18215, "shift_factor": None}
 
@@ -104,7 +106,9 @@ class DiffusersVAE(Encoder):
             raise
         except (OSError, ValueError, RuntimeError, KeyError) as e:
             where = str(self.weights_file or self.config_dir)
-            raise EncoderError(where, f"diffusers could not load this VAE ({type(e).__name__}: {e}); {WHAT_TO_PASS}") from e
+            raise EncoderError(
+                where, f"diffusers could not load this VAE ({type(e).__name__}: {e}); {WHAT_TO_PASS}"
+            ) from e
         model.requires_grad_(False)
         self._model = model.to(device).eval()
         self._device = device
@@ -115,7 +119,9 @@ class DiffusersVAE(Encoder):
         if self._model is None:
             raise RuntimeError("DiffusersVAE.encode before load(device)")
         if batch.ndim != 4 or batch.shape[1] != 3 or batch.shape[2] % self.downscale or batch.shape[3] % self.downscale:
-            raise ValueError(f"expected [B, 3, H, W] with H and W multiples of {self.downscale}, got {list(batch.shape)}")
+            raise ValueError(
+                f"expected [B, 3, H, W] with H and W multiples of {self.downscale}, got {list(batch.shape)}"
+            )
         with torch.inference_mode():
             x = batch.to(self._device, getattr(torch, self.dtype))
             latent = self._model.encode(x).latent_dist.mode()
@@ -131,11 +137,15 @@ def _resolve(path: Path) -> tuple[Path, Path | None]:
         for folder in (path, path / "vae"):
             if (folder / "config.json").is_file():
                 if not any(p.name.startswith("diffusion_pytorch_model") for p in weight_files(folder)):
-                    raise EncoderError(str(folder), f"config.json but no diffusion_pytorch_model weights beside it; {WHAT_TO_PASS}")
+                    raise EncoderError(
+                        str(folder), f"config.json but no diffusion_pytorch_model weights beside it; {WHAT_TO_PASS}"
+                    )
                 return folder, None
         raise EncoderError(str(path), f"no model folder here (no config.json, no vae/config.json); {WHAT_TO_PASS}")
     if path.suffix not in WEIGHT_SUFFIXES:
-        raise EncoderError(str(path), f"not a model: expected a folder or a {'/'.join(WEIGHT_SUFFIXES)} weights file; {WHAT_TO_PASS}")
+        raise EncoderError(
+            str(path), f"not a model: expected a folder or a {'/'.join(WEIGHT_SUFFIXES)} weights file; {WHAT_TO_PASS}"
+        )
     if not (path.parent / "config.json").is_file():
         raise EncoderError(
             str(path),

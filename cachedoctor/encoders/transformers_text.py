@@ -102,10 +102,15 @@ class TransformersText(Encoder):
         try:
             tokenizer = transformers.AutoTokenizer.from_pretrained(self.tokenizer_dir, local_files_only=True)
             model, info = cls.from_pretrained(
-                self.model_dir, local_files_only=True, output_loading_info=True, **{_dtype_kwarg(): getattr(torch, self.dtype)}
+                self.model_dir,
+                local_files_only=True,
+                output_loading_info=True,
+                **{_dtype_kwarg(): getattr(torch, self.dtype)},
             )
         except (OSError, ValueError, RuntimeError, KeyError, ImportError) as e:
-            raise EncoderError(str(self.path), f"transformers could not load it ({type(e).__name__}: {e}); {WHAT_TO_PASS}") from e
+            raise EncoderError(
+                str(self.path), f"transformers could not load it ({type(e).__name__}: {e}); {WHAT_TO_PASS}"
+            ) from e
         finally:
             if bars:
                 transformers.utils.logging.enable_progress_bar()
@@ -118,7 +123,9 @@ class TransformersText(Encoder):
             )
         length = self.max_length or tokenizer.model_max_length
         if not length or length > MAX_SANE_LENGTH:
-            raise EncoderError(str(self.tokenizer_dir), "the tokenizer sets no model_max_length; add it to tokenizer_config.json")
+            raise EncoderError(
+                str(self.tokenizer_dir), "the tokenizer sets no model_max_length; add it to tokenizer_config.json"
+            )
         self._max_length = int(length)
         self._tokenizer = tokenizer
         model.requires_grad_(False)

@@ -28,8 +28,14 @@ from cachedoctor.formats.torch_zip import TorchZipReader
 #: pickle's PROTO opcode), the legacy torch reader before the plain-pickle reader, and the tar
 #: reader before it too (torch.load tries tarfile first on every non-zip file).
 READERS: tuple[FormatReader, ...] = (
-    TorchZipReader(), NpzReader(), TorchGzipReader(), SafetensorsReader(), NpyReader(),
-    TorchLegacyReader(), TorchTarReader(), PlainPickleReader(),
+    TorchZipReader(),
+    NpzReader(),
+    TorchGzipReader(),
+    SafetensorsReader(),
+    NpyReader(),
+    TorchLegacyReader(),
+    TorchTarReader(),
+    PlainPickleReader(),
 )
 
 #: Names that claim to be a cache file: unrecognised bytes under these names are corruption,
@@ -134,8 +140,14 @@ def _with_polyglots(path: str, head: bytes, src: Source, reader: FormatReader, d
         if not unsafe:
             assert failure is not None
             raise failure
-        return FileMeta(path, reader.name, src.size, foreign_globals=tuple(unsafe), loaders=tuple(loaders),
-                        unreadable_reason=failure.message if failure else None)
+        return FileMeta(
+            path,
+            reader.name,
+            src.size,
+            foreign_globals=tuple(unsafe),
+            loaders=tuple(loaders),
+            unreadable_reason=failure.message if failure else None,
+        )
     if len(unsafe) == len(meta.foreign_globals):
         return meta
     from dataclasses import replace
@@ -144,6 +156,14 @@ def _with_polyglots(path: str, head: bytes, src: Source, reader: FormatReader, d
 
 
 __all__ = [
-    "CACHE_SUFFIXES", "READERS", "FileMeta", "FormatReader", "MemberCrc", "ReadError", "TensorMeta",
-    "UnreadableFile", "claims_cache", "read_file",
+    "CACHE_SUFFIXES",
+    "READERS",
+    "FileMeta",
+    "FormatReader",
+    "MemberCrc",
+    "ReadError",
+    "TensorMeta",
+    "UnreadableFile",
+    "claims_cache",
+    "read_file",
 ]

@@ -41,7 +41,7 @@ def renamed_members(src: BufferSource, directory: ZipDirectory) -> list[str]:
     for member in directory.entries:
         nlen = len(member.name.encode("utf-8", "replace"))
         end = min(src.size, member.header_offset + 30 + nlen * 4 + 4)
-        if local_name_differs(src.buffer[member.header_offset:end], member):
+        if local_name_differs(src.buffer[member.header_offset : end], member):
             renamed.append(member.name)
     return renamed
 
@@ -63,8 +63,9 @@ def crc_mismatches(src: BufferSource, directory: ZipDirectory, starts: dict[str,
     return tuple(bad)
 
 
-def count_nonfinite(buffer: memoryview, dtype: str, numel: int, offset: int,
-                    shape: Sequence[int], stride: Sequence[int] | None) -> int | None:
+def count_nonfinite(
+    buffer: memoryview, dtype: str, numel: int, offset: int, shape: Sequence[int], stride: Sequence[int] | None
+) -> int | None:
     """NaN/Inf elements in the view (``offset``/``shape``/``stride``) of a storage of ``numel``.
 
     ``buffer`` starts at the storage's first byte. Returns ``None`` for non-floating dtypes
@@ -92,11 +93,11 @@ def count_nonfinite(buffer: memoryview, dtype: str, numel: int, offset: int,
         return None
     storage = np.frombuffer(buffer, dtype=np_dtype, count=numel)
     if list(stride) == _contiguous(shape):
-        view = storage[offset:offset + span]
+        view = storage[offset : offset + span]
     else:
         view = np.lib.stride_tricks.as_strided(
-            storage[offset:], shape=tuple(shape), strides=tuple(s * np_dtype.itemsize for s in stride),
-            writeable=False)
+            storage[offset:], shape=tuple(shape), strides=tuple(s * np_dtype.itemsize for s in stride), writeable=False
+        )
     if mask is None:
         if view.dtype.kind == "f" and np.isfinite(view.min()) and np.isfinite(view.max()):
             return 0  # min/max propagate NaN and reach Inf: a fast screen before counting

@@ -42,24 +42,50 @@ LIMITS = Limits()
 #: as the unpickler resolves it: protocol 0-2 names pass through ``_compat_pickle`` first, so
 #: ``__builtin__.set`` is ``builtins.set``.
 _TENSOR_REBUILDS = (
-    "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
-    "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_sparse_tensor",
-    "_rebuild_meta_tensor_no_storage", "_rebuild_nested_tensor", "_rebuild_wrapper_subclass",
-    "_rebuild_device_tensor_from_cpu_tensor", "_rebuild_device_tensor_from_numpy",
+    "_rebuild_tensor",
+    "_rebuild_tensor_v2",
+    "_rebuild_tensor_v3",
+    "_rebuild_parameter",
+    "_rebuild_parameter_with_state",
+    "_rebuild_qtensor",
+    "_rebuild_sparse_tensor",
+    "_rebuild_meta_tensor_no_storage",
+    "_rebuild_nested_tensor",
+    "_rebuild_wrapper_subclass",
+    "_rebuild_device_tensor_from_cpu_tensor",
+    "_rebuild_device_tensor_from_numpy",
 )
-_QSCHEMES = ("per_tensor_affine", "per_channel_affine", "per_tensor_symmetric", "per_channel_symmetric",
-             "per_channel_affine_float_qparams")
+_QSCHEMES = (
+    "per_tensor_affine",
+    "per_channel_affine",
+    "per_tensor_symmetric",
+    "per_channel_symmetric",
+    "per_channel_affine_float_qparams",
+)
 _LAYOUTS = ("strided", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "_mkldnn", "jagged")
 
 
 def _allowed() -> frozenset[str]:
     names = {
-        "collections.OrderedDict", "collections.Counter", "builtins.set", "builtins.frozenset",
-        "builtins.complex", "builtins.bytearray", "builtins.bytes", "_codecs.encode",
-        "torch.Size", "torch.device", "torch.Tensor", "torch.nn.parameter.Parameter",
-        "torch.serialization._get_layout", "torch._tensor._rebuild_from_type_v2",
-        "torch.storage.UntypedStorage", "torch.storage.TypedStorage", "torch.UntypedStorage",
-        "torch.TypedStorage", "torch.storage._LegacyStorage",
+        "collections.OrderedDict",
+        "collections.Counter",
+        "builtins.set",
+        "builtins.frozenset",
+        "builtins.complex",
+        "builtins.bytearray",
+        "builtins.bytes",
+        "_codecs.encode",
+        "torch.Size",
+        "torch.device",
+        "torch.Tensor",
+        "torch.nn.parameter.Parameter",
+        "torch.serialization._get_layout",
+        "torch._tensor._rebuild_from_type_v2",
+        "torch.storage.UntypedStorage",
+        "torch.storage.TypedStorage",
+        "torch.UntypedStorage",
+        "torch.TypedStorage",
+        "torch.storage._LegacyStorage",
     }
     names.update(f"torch._utils.{f}" for f in _TENSOR_REBUILDS)
     names.update(f"torch.{layout}" for layout in _LAYOUTS)
@@ -123,20 +149,74 @@ class Bomb(Exception):
 _NONE, _FIXED, _LEN1, _LEN4, _LEN8, _LINE, _LINE2, _SLEN4 = range(8)
 _ARG: list[tuple[int, int]] = [(-1, 0)] * 256
 for _code, _kind, _size in (
-    ("(", _NONE, 0), (".", _NONE, 0), ("0", _NONE, 0), ("1", _NONE, 0), ("2", _NONE, 0),
-    ("F", _LINE, 0), ("I", _LINE, 0), ("J", _FIXED, 4), ("K", _FIXED, 1), ("L", _LINE, 0),
-    ("M", _FIXED, 2), ("N", _NONE, 0), ("P", _LINE, 0), ("Q", _NONE, 0), ("R", _NONE, 0),
-    ("S", _LINE, 0), ("T", _SLEN4, 0), ("U", _LEN1, 0), ("V", _LINE, 0), ("X", _LEN4, 0),
-    ("a", _NONE, 0), ("b", _NONE, 0), ("c", _LINE2, 0), ("d", _NONE, 0), ("}", _NONE, 0),
-    ("e", _NONE, 0), ("g", _LINE, 0), ("h", _FIXED, 1), ("i", _LINE2, 0), ("j", _FIXED, 4),
-    ("l", _NONE, 0), ("]", _NONE, 0), ("o", _NONE, 0), ("p", _LINE, 0), ("q", _FIXED, 1),
-    ("r", _FIXED, 4), ("s", _NONE, 0), ("t", _NONE, 0), (")", _NONE, 0), ("u", _NONE, 0),
-    ("G", _FIXED, 8), ("B", _LEN4, 0), ("C", _LEN1, 0),
-    ("\x80", _FIXED, 1), ("\x81", _NONE, 0), ("\x82", _FIXED, 1), ("\x83", _FIXED, 2), ("\x84", _FIXED, 4),
-    ("\x85", _NONE, 0), ("\x86", _NONE, 0), ("\x87", _NONE, 0), ("\x88", _NONE, 0), ("\x89", _NONE, 0),
-    ("\x8a", _LEN1, 0), ("\x8b", _SLEN4, 0), ("\x8c", _LEN1, 0), ("\x8d", _LEN8, 0), ("\x8e", _LEN8, 0),
-    ("\x8f", _NONE, 0), ("\x90", _NONE, 0), ("\x91", _NONE, 0), ("\x92", _NONE, 0), ("\x93", _NONE, 0),
-    ("\x94", _NONE, 0), ("\x95", _FIXED, 8), ("\x96", _LEN8, 0), ("\x97", _NONE, 0), ("\x98", _NONE, 0),
+    ("(", _NONE, 0),
+    (".", _NONE, 0),
+    ("0", _NONE, 0),
+    ("1", _NONE, 0),
+    ("2", _NONE, 0),
+    ("F", _LINE, 0),
+    ("I", _LINE, 0),
+    ("J", _FIXED, 4),
+    ("K", _FIXED, 1),
+    ("L", _LINE, 0),
+    ("M", _FIXED, 2),
+    ("N", _NONE, 0),
+    ("P", _LINE, 0),
+    ("Q", _NONE, 0),
+    ("R", _NONE, 0),
+    ("S", _LINE, 0),
+    ("T", _SLEN4, 0),
+    ("U", _LEN1, 0),
+    ("V", _LINE, 0),
+    ("X", _LEN4, 0),
+    ("a", _NONE, 0),
+    ("b", _NONE, 0),
+    ("c", _LINE2, 0),
+    ("d", _NONE, 0),
+    ("}", _NONE, 0),
+    ("e", _NONE, 0),
+    ("g", _LINE, 0),
+    ("h", _FIXED, 1),
+    ("i", _LINE2, 0),
+    ("j", _FIXED, 4),
+    ("l", _NONE, 0),
+    ("]", _NONE, 0),
+    ("o", _NONE, 0),
+    ("p", _LINE, 0),
+    ("q", _FIXED, 1),
+    ("r", _FIXED, 4),
+    ("s", _NONE, 0),
+    ("t", _NONE, 0),
+    (")", _NONE, 0),
+    ("u", _NONE, 0),
+    ("G", _FIXED, 8),
+    ("B", _LEN4, 0),
+    ("C", _LEN1, 0),
+    ("\x80", _FIXED, 1),
+    ("\x81", _NONE, 0),
+    ("\x82", _FIXED, 1),
+    ("\x83", _FIXED, 2),
+    ("\x84", _FIXED, 4),
+    ("\x85", _NONE, 0),
+    ("\x86", _NONE, 0),
+    ("\x87", _NONE, 0),
+    ("\x88", _NONE, 0),
+    ("\x89", _NONE, 0),
+    ("\x8a", _LEN1, 0),
+    ("\x8b", _SLEN4, 0),
+    ("\x8c", _LEN1, 0),
+    ("\x8d", _LEN8, 0),
+    ("\x8e", _LEN8, 0),
+    ("\x8f", _NONE, 0),
+    ("\x90", _NONE, 0),
+    ("\x91", _NONE, 0),
+    ("\x92", _NONE, 0),
+    ("\x93", _NONE, 0),
+    ("\x94", _NONE, 0),
+    ("\x95", _FIXED, 8),
+    ("\x96", _LEN8, 0),
+    ("\x97", _NONE, 0),
+    ("\x98", _NONE, 0),
 ):
     _ARG[ord(_code)] = (_kind, _size)
 
@@ -145,14 +225,40 @@ _PY2_STR_OPS = frozenset(b"STU")  # Python 2 str: decoded to str by default (enc
 _UNSIGNED = {0x6A: "<I", 0x72: "<I", 0x4A: "<i", 0x84: "<i", 0x95: "<Q"}  # LONG_BINGET/PUT, BININT, EXT4, FRAME
 
 # Stack-effect categories, indexed by opcode byte.
-(_C_PUSH, _C_STR, _C_PUT, _C_GET, _C_FIXED, _C_MARK, _C_MARKED, _C_GLOBAL, _C_INST, _C_STACK_GLOBAL,
- _C_EXT, _C_STOP, _C_PROTO, _C_NOOP, _C_BUFFER) = range(15)
+(
+    _C_PUSH,
+    _C_STR,
+    _C_PUT,
+    _C_GET,
+    _C_FIXED,
+    _C_MARK,
+    _C_MARKED,
+    _C_GLOBAL,
+    _C_INST,
+    _C_STACK_GLOBAL,
+    _C_EXT,
+    _C_STOP,
+    _C_PROTO,
+    _C_NOOP,
+    _C_BUFFER,
+) = range(15)
 _CAT = [-1] * 256
 for _ops, _cat in (
-    (b"FIJKLMNGBC\x8a\x8b\x8e\x96\x88\x89]})\x8fP\x97", _C_PUSH), (b"X\x8c\x8dVSTU", _C_STR),
-    (b"\x94pqr", _C_PUT), (b"ghj", _C_GET), (b"ab0Q\x85\x86\x87R\x81s\x922", _C_FIXED), (b"(", _C_MARK),
-    (b"eu\x901ltd\x91o", _C_MARKED), (b"c", _C_GLOBAL), (b"i", _C_INST), (b"\x93", _C_STACK_GLOBAL),
-    (b"\x82\x83\x84", _C_EXT), (b".", _C_STOP), (b"\x80", _C_PROTO), (b"\x95", _C_NOOP), (b"\x98", _C_BUFFER),
+    (b"FIJKLMNGBC\x8a\x8b\x8e\x96\x88\x89]})\x8fP\x97", _C_PUSH),
+    (b"X\x8c\x8dVSTU", _C_STR),
+    (b"\x94pqr", _C_PUT),
+    (b"ghj", _C_GET),
+    (b"ab0Q\x85\x86\x87R\x81s\x922", _C_FIXED),
+    (b"(", _C_MARK),
+    (b"eu\x901ltd\x91o", _C_MARKED),
+    (b"c", _C_GLOBAL),
+    (b"i", _C_INST),
+    (b"\x93", _C_STACK_GLOBAL),
+    (b"\x82\x83\x84", _C_EXT),
+    (b".", _C_STOP),
+    (b"\x80", _C_PROTO),
+    (b"\x95", _C_NOOP),
+    (b"\x98", _C_BUFFER),
 ):
     for _op in _ops:
         _CAT[_op] = _cat
@@ -264,11 +370,11 @@ class _Walker:
                         raise _Stop("pickle data was truncated")
                     if op in _STR_OPS:
                         try:
-                            arg = bytes(data[pos:pos + n]).decode("utf-8", "surrogatepass")
+                            arg = bytes(data[pos : pos + n]).decode("utf-8", "surrogatepass")
                         except UnicodeDecodeError:
                             raise _Stop("undecodable unicode string") from None
                     elif op in _PY2_STR_OPS:
-                        arg = bytes(data[pos:pos + n]).decode("latin1")
+                        arg = bytes(data[pos : pos + n]).decode("latin1")
                     pos += n
                 else:
                     raise _Stop(f"invalid load key, {bytes([op])!r}")
@@ -332,7 +438,7 @@ class _Walker:
                     if cat == _C_INST:
                         if not marks:
                             raise _Stop("could not find MARK")
-                        del stack[marks.pop():]
+                        del stack[marks.pop() :]
                         fence = marks[-1] if marks else 0
                         self.calls = True
                     module, name = cast("tuple[str, str]", arg)  # a LINE2 argument
@@ -383,7 +489,9 @@ _FIXED_EFFECT = {
     0x62: (1, 0),  # BUILD: state
     0x30: (1, 0),  # POP
     0x51: (1, 1),  # BINPERSID
-    0x85: (1, 1), 0x86: (2, 1), 0x87: (3, 1),  # TUPLE1..3
+    0x85: (1, 1),
+    0x86: (2, 1),
+    0x87: (3, 1),  # TUPLE1..3
     0x52: (2, 1),  # REDUCE
     0x81: (2, 1),  # NEWOBJ
     0x92: (3, 1),  # NEWOBJ_EX

@@ -51,7 +51,7 @@ class FileSource(Source):
 
     def read_at(self, offset: int, length: int) -> bytes:
         if offset + length <= len(self.head):
-            return self.head[offset:offset + length]
+            return self.head[offset : offset + length]
         return os.pread(self.fd, length, offset)
 
 
@@ -61,10 +61,10 @@ class BufferSource(Source):
         self.size = len(self.buffer)
 
     def read_at(self, offset: int, length: int) -> bytes:
-        return bytes(self.buffer[offset:offset + length])
+        return bytes(self.buffer[offset : offset + length])
 
     def view(self, offset: int, length: int) -> memoryview:
         """Zero-copy slice for deep checks (CRC, NaN) over large records."""
         if offset < 0 or offset + length > self.size:
             raise ReadError("truncated", f"file ends before byte {offset + length}")
-        return self.buffer[offset:offset + length]
+        return self.buffer[offset : offset + length]

@@ -73,6 +73,7 @@ def refuse_unfolding(value: Any, what: str) -> None:
     if unfolded_size(value) > _MAX_UNFOLDED:
         raise PickleBomb(f"{what} whose shared references unfold into more than {_MAX_UNFOLDED:,} objects")
 
+
 _SHORT = reprlib.Repr()
 _SHORT.maxlevel, _SHORT.maxtuple, _SHORT.maxlist, _SHORT.maxdict = 2, 4, 4, 4
 _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 24, 24, 24
@@ -167,8 +168,16 @@ def _rebuild_tensor_v2(storage: Any, offset: Any, size: Any, stride: Any, *rest:
     return _rebuild(storage, offset, size, stride, None)
 
 
-def _rebuild_tensor_v3(storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any = None,
-                       hooks: Any = None, dtype: Any = None, *rest: Any) -> TensorRecord:
+def _rebuild_tensor_v3(
+    storage: Any,
+    offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any = None,
+    hooks: Any = None,
+    dtype: Any = None,
+    *rest: Any,
+) -> TensorRecord:
     if not isinstance(dtype, DType):
         raise pickle.UnpicklingError("_rebuild_tensor_v3 without a dtype")
     return _rebuild(storage, offset, size, stride, dtype.name)
@@ -274,8 +283,13 @@ def zip_storage_ref(pid: Any) -> StorageRef | Opaque:
     _, stype, key, location, numel = pid
     if isinstance(stype, Opaque):
         return stype
-    if not isinstance(stype, StorageType) or not isinstance(key, str) or not isinstance(location, str) \
-            or type(numel) is not int or numel < 0:
+    if (
+        not isinstance(stype, StorageType)
+        or not isinstance(key, str)
+        or not isinstance(location, str)
+        or type(numel) is not int
+        or numel < 0
+    ):
         raise pickle.UnpicklingError(f"malformed storage id {short(pid)}")
     return StorageRef(key, stype.dtype, location, numel)
 

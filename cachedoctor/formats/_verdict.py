@@ -29,15 +29,24 @@ GUNZIP_LOAD = "a gunzip-then-torch.load reader (SimpleTuner's compressed caches)
 #: Who unpickles what: a plain pickle runs under any of the three (torch.load reads a non-zip
 #: file's first pickle before it checks the magic number; np.load falls back to pickle.load).
 LOADERS = {
-    "torch-zip": (TORCH_LOAD,), "torch-legacy": (TORCH_LOAD,), "torch-tar": (TORCH_LOAD,),
-    "pickle": (PICKLE_LOAD, TORCH_LOAD, NP_LOAD), "npy": (NP_LOAD,), "npz": (NP_LOAD,),
+    "torch-zip": (TORCH_LOAD,),
+    "torch-legacy": (TORCH_LOAD,),
+    "torch-tar": (TORCH_LOAD,),
+    "pickle": (PICKLE_LOAD, TORCH_LOAD, NP_LOAD),
+    "npy": (NP_LOAD,),
+    "npz": (NP_LOAD,),
 }
 
 
 def bomb(where: str, reason: str, opcodes: int = 0) -> ReadError:
-    return ReadError("resource-bomb", f"{where} passes the limits of any cache file ({reason}): a resource "
-                     "bomb that would stall or exhaust the memory of whatever loads it", limit=reason, where=where,
-                     opcodes=opcodes)
+    return ReadError(
+        "resource-bomb",
+        f"{where} passes the limits of any cache file ({reason}): a resource "
+        "bomb that would stall or exhaust the memory of whatever loads it",
+        limit=reason,
+        where=where,
+        opcodes=opcodes,
+    )
 
 
 def check_size(where: str, size: int) -> None:
@@ -55,7 +64,9 @@ def screen(where: str, data: bytes | memoryview, start: int = 0) -> PickleScan:
     return result
 
 
-def growing_window(src: Source, limit: int, walk: Callable[[bytes], R], truncated: Callable[[R], bool]) -> tuple[bytes, R]:
+def growing_window(
+    src: Source, limit: int, walk: Callable[[bytes], R], truncated: Callable[[R], bool]
+) -> tuple[bytes, R]:
     """Run ``walk`` on the file's first bytes, reading more (up to ``limit``) while it reports
     running out: the pickles of a file come first, and are small next to its tensors."""
     size = min(src.size, limit)

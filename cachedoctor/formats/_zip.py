@@ -91,7 +91,7 @@ class ZipDirectory:
         if not self.entries:
             return None
         first = self.entries[0].name
-        return first[:first.index("/")] if "/" in first else None
+        return first[: first.index("/")] if "/" in first else None
 
 
 _ASCII_LOWER = {c: c + 32 for c in range(65, 91)}
@@ -174,12 +174,15 @@ def read_directory(src: Source) -> ZipDirectory:
         raise ReadError("truncated", "no zip end record: the archive is truncated (failed finding central directory)")
     (_, disk, cd_disk, n_disk, n_total, cd_size, cd_offset, comment_len) = struct.unpack_from("<4sHHHHIIH", tail, eocd)
     if eocd + 22 + comment_len != len(tail):
-        raise ReadError("bad-zip", "bytes after the zip end record: a truncated or spliced archive",
-                        trailing=len(tail) - eocd - 22 - comment_len)
+        raise ReadError(
+            "bad-zip",
+            "bytes after the zip end record: a truncated or spliced archive",
+            trailing=len(tail) - eocd - 22 - comment_len,
+        )
     eocd_pos = tail_start + eocd
     end_of_cd = eocd_pos
     loc = eocd - 20
-    if loc >= 0 and tail[loc:loc + 4] == _EOCD64_LOCATOR:
+    if loc >= 0 and tail[loc : loc + 4] == _EOCD64_LOCATOR:
         (_, _, eocd64_pos, _) = struct.unpack_from("<4sIQI", tail, loc)
         if eocd64_pos + 56 > tail_start + loc:
             raise ReadError("bad-zip", "ZIP64 end record points past its locator")
@@ -204,7 +207,7 @@ def read_directory(src: Source) -> ZipDirectory:
 def _slice(src: Source, tail: bytes, tail_start: int, offset: int, length: int) -> bytes:
     if offset >= tail_start:
         start = offset - tail_start
-        return tail[start:start + length]
+        return tail[start : start + length]
     return src.exact(offset, length)
 
 
@@ -219,12 +222,12 @@ def _parse_central(cd: bytes, count: int, cd_offset: int) -> tuple[ZipMember, ..
             if sig != _CENTRAL:
                 raise ReadError("bad-zip", f"central directory entry {len(members)} is damaged")
             name_end = pos + 46 + nlen
-            raw_name = cd[pos + 46:name_end]
+            raw_name = cd[pos + 46 : name_end]
             pos = name_end + xlen + clen
             if pos > end:
                 raise ReadError("bad-zip", "central directory is cut short")
             if usize == 0xFFFFFFFF or csize == 0xFFFFFFFF or hoff == 0xFFFFFFFF:
-                usize, csize, hoff = _zip64_extra(cd[name_end:name_end + xlen], usize, csize, hoff)
+                usize, csize, hoff = _zip64_extra(cd[name_end : name_end + xlen], usize, csize, hoff)
             name = raw_name.decode("utf-8" if flags & 0x800 or raw_name.isascii() else "cp437", "replace")
             if hoff + 30 + nlen + csize > cd_offset:
                 raise ReadError("truncated", f"member {name} runs past the central directory")
@@ -238,7 +241,7 @@ def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, 
     pos = 0
     while pos + 4 <= len(extra):
         tag, length = struct.unpack_from("<HH", extra, pos)
-        body = extra[pos + 4:pos + 4 + length]
+        body = extra[pos + 4 : pos + 4 + length]
         pos += 4 + length
         if tag != 1:
             continue
@@ -266,7 +269,7 @@ def local_name_differs(local_header: bytes | memoryview, member: ZipMember) -> b
     """Whether the local header names another file than the central directory does: miniz
     reads the data regardless, Python's zipfile refuses ("File name in directory ... differ")."""
     nlen = local_header[26] | local_header[27] << 8
-    raw = bytes(local_header[30:30 + nlen])
+    raw = bytes(local_header[30 : 30 + nlen])
     if len(raw) < nlen:
         return False  # not all of it in the bytes read; the caller reads more when it matters
     if raw.isascii() and raw.decode("ascii") == member.name:
@@ -282,9 +285,12 @@ def read_member(src: Source, member: ZipMember, *, limit: int) -> bytes:
     head = src.read_at(member.header_offset, guess + member.compressed_size)
     start = data_offset(head, member) - member.header_offset
     if local_name_differs(head, member):
-        raise ReadError("ambiguous-member", f"the local header of {member.name} names another file: "
-                        "torch.load and zipfile would read different data", members=[member.name])
-    raw = head[start:start + member.compressed_size]
+        raise ReadError(
+            "ambiguous-member",
+            f"the local header of {member.name} names another file: torch.load and zipfile would read different data",
+            members=[member.name],
+        )
+    raw = head[start : start + member.compressed_size]
     if len(raw) < member.compressed_size:
         raw = src.exact(member.header_offset + start, member.compressed_size)
     return decompress(raw, member)

@@ -60,7 +60,7 @@ def parse_header(head: bytes, where: str) -> NpyHeader:
         raise ReadError("bad-header", f"{where}: .npy header of {hlen} bytes is implausible")
     if len(head) < start + hlen:
         raise ReadError("truncated", f"{where}: .npy header cut short")
-    text = head[start:start + hlen].decode("latin1" if major < 3 else "utf-8", "replace")
+    text = head[start : start + hlen].decode("latin1" if major < 3 else "utf-8", "replace")
     try:
         fields = ast.literal_eval(text.strip())
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as exc:
@@ -101,16 +101,25 @@ def has_object(descr: object, depth: int = 0) -> bool:
         return bool(descr) and has_object(descr[0], depth + 1)
     if isinstance(descr, (list, dict, set, frozenset)):
         for field in descr:
-            if isinstance(field, (str, bytes, tuple, list)) and len(field) in (2, 3) and has_object(field[1], depth + 1):
+            if (
+                isinstance(field, (str, bytes, tuple, list))
+                and len(field) in (2, 3)
+                and has_object(field[1], depth + 1)
+            ):
                 return True
         return False
     return False
 
 
 #: The globals numpy's own object-array pickle names; the rest are listed as unsafe.
-_NUMPY_OWN = frozenset({
-    "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype",
-})
+_NUMPY_OWN = frozenset(
+    {
+        "numpy.core.multiarray._reconstruct",
+        "numpy._core.multiarray._reconstruct",
+        "numpy.ndarray",
+        "numpy.dtype",
+    }
+)
 OBJECT_ARRAY = "numpy object array (np.load(allow_pickle=True) unpickles it)"
 
 
@@ -118,8 +127,11 @@ def object_globals(where: str, data: bytes | memoryview) -> list[str]:
     """What an object array's pickle would run: the label, then every unsafe global in it."""
     found = [OBJECT_ARRAY if not where else f"{where}: {OBJECT_ARRAY}"]
     if data:
-        found += [name for name in screen(where or "object array", bytes(data[:LIMITS.pickle_bytes + 1])).unsafe
-                  if name not in _NUMPY_OWN]
+        found += [
+            name
+            for name in screen(where or "object array", bytes(data[: LIMITS.pickle_bytes + 1])).unsafe
+            if name not in _NUMPY_OWN
+        ]
     return found
 
 
@@ -128,8 +140,15 @@ def tensor_from(key: str, storage: str, header: NpyHeader, data_bytes: int) -> T
     numel = 1
     for s in header.shape:
         numel *= s
-    return TensorMeta(key=key, shape=header.shape, dtype=header.dtype, itemsize=header.itemsize,
-                      storage=storage, storage_numel=numel, record_bytes=data_bytes)
+    return TensorMeta(
+        key=key,
+        shape=header.shape,
+        dtype=header.dtype,
+        itemsize=header.itemsize,
+        storage=storage,
+        storage_numel=numel,
+        record_bytes=data_bytes,
+    )
 
 
 def with_nonfinite(t: TensorMeta, header: NpyHeader, data: memoryview) -> TensorMeta:
@@ -159,7 +178,16 @@ class NpyReader(FormatReader):
             foreign = tuple(object_globals("", src.read_at(header.data_start, size)))
         digest = None
         if deep and isinstance(src, BufferSource):
-            tensor = with_nonfinite(tensor, header, src.buffer[header.data_start:])
+            tensor = with_nonfinite(tensor, header, src.buffer[header.data_start :])
             digest = _deep.digest(src.buffer)
-        return FileMeta(path, self.name, src.size, container="tensor", tensors=(tensor,),
-                        foreign_globals=foreign, deep=deep, digest=digest, loaders=LOADERS[self.name] if foreign else ())
+        return FileMeta(
+            path,
+            self.name,
+            src.size,
+            container="tensor",
+            tensors=(tensor,),
+            foreign_globals=foreign,
+            deep=deep,
+            digest=digest,
+            loaders=LOADERS[self.name] if foreign else (),
+        )

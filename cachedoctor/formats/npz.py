@@ -63,7 +63,7 @@ def _object_data(src: Source, member: ZipMember, header: NpyHeader, start: int) 
             raw = zlib.decompressobj(-15).decompress(raw, LIMITS.pickle_bytes + header.data_start)
         except zlib.error:
             return b""
-    return raw[header.data_start:]
+    return raw[header.data_start :]
 
 
 def _member_header(src: Source, member: ZipMember) -> tuple[NpyHeader, int, bytes]:
@@ -119,7 +119,9 @@ class NpzReader(FormatReader):
                 failed = failed or exc
                 continue
             if header.is_object:
-                foreign += [g for g in object_globals(name, _object_data(src, member, header, start)) if g not in foreign]
+                foreign += [
+                    g for g in object_globals(name, _object_data(src, member, header, start)) if g not in foreign
+                ]
             if directory.members.get(name) != member:
                 continue  # a duplicate name: zipfile reads the last one
             key = name[:-4] if name.endswith(".npy") else name
@@ -134,17 +136,33 @@ class NpzReader(FormatReader):
                         data = memoryview(decompress(data, member))
                     except ReadError:
                         data = memoryview(b"")
-                tensor = with_nonfinite(tensor, header, data[header.data_start:])
+                tensor = with_nonfinite(tensor, header, data[header.data_start :])
             tensors.append(tensor)
         if failed is not None:
             if not foreign:
                 raise failed
-            return FileMeta(path, self.name, src.size, foreign_globals=tuple(foreign), loaders=LOADERS[self.name],
-                            unreadable_reason=failed.message)
+            return FileMeta(
+                path,
+                self.name,
+                src.size,
+                foreign_globals=tuple(foreign),
+                loaders=LOADERS[self.name],
+                unreadable_reason=failed.message,
+            )
         if deep and isinstance(src, BufferSource):
             crc_bad = _deep.crc_mismatches(src, directory, _deep.member_starts(src, directory))
             digest = _deep.digest(src.buffer)
-        return FileMeta(path, self.name, src.size, container="dict", tensors=tuple(tensors),
-                        foreign_globals=tuple(foreign), deep=deep, crc_mismatches=crc_bad, digest=digest,
-                        values=tuple(values), loaders=LOADERS[self.name] if foreign else (),
-                        ambiguous=directory.colliding())
+        return FileMeta(
+            path,
+            self.name,
+            src.size,
+            container="dict",
+            tensors=tuple(tensors),
+            foreign_globals=tuple(foreign),
+            deep=deep,
+            crc_mismatches=crc_bad,
+            digest=digest,
+            values=tuple(values),
+            loaders=LOADERS[self.name] if foreign else (),
+            ambiguous=directory.colliding(),
+        )

@@ -31,8 +31,12 @@ def _walk(src: Source) -> Sequence | ReadError:
     cached: Sequence | ReadError | None = getattr(src, "_pickle_walk", None)
     if cached is None:
         try:
-            _, walked = growing_window(src, LIMITS.pickle_bytes, lambda data: screen_sequence(data, _SEQUENCE, "pickle"),
-                                       lambda result: not result.ends and result.truncated)
+            _, walked = growing_window(
+                src,
+                LIMITS.pickle_bytes,
+                lambda data: screen_sequence(data, _SEQUENCE, "pickle"),
+                lambda result: not result.ends and result.truncated,
+            )
         except ReadError as exc:
             cached = exc
         else:
@@ -59,18 +63,26 @@ class PlainPickleReader(FormatReader):
         if isinstance(walked, ReadError):
             raise walked
         if walked.unsafe:
-            return FileMeta(path, self.name, src.size, foreign_globals=tuple(walked.unsafe), loaders=LOADERS[self.name],
-                            unreadable_reason=walked.stopped)
+            return FileMeta(
+                path,
+                self.name,
+                src.size,
+                foreign_globals=tuple(walked.unsafe),
+                loaders=LOADERS[self.name],
+                unreadable_reason=walked.stopped,
+            )
         if walked.ends:
             _refuse_unfolding_bomb(src.read_at(0, walked.ends[0]))
-        raise ReadError("not-torch", "a plain pickle, not a torch.save file: torch.load cannot read it (Invalid magic number)")
-
+        raise ReadError(
+            "not-torch", "a plain pickle, not a torch.save file: torch.load cannot read it (Invalid magic number)"
+        )
 
 
 def _refuse_unfolding_bomb(data: bytes) -> None:
     """Shared references that unfold into billions of objects load cheaply and then stall
     whatever walks the result (a repr, a tree map, torch's error message for a bad persistent
     id): build the object with stand-ins and count, as the torch zip reader does."""
+
     def persistent(pid: object) -> object:
         refuse_unfolding(pid, "a persistent id")
         return None

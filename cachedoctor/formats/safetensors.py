@@ -37,7 +37,9 @@ class SafetensorsReader(FormatReader):
         if n is None or n >= _MAX_HEADER:
             raise ReadError("bad-header", "safetensors header length is implausible")
         if 8 + n > src.size:
-            raise ReadError("truncated", f"safetensors header claims {n} bytes but the file has {src.size - 8} after it")
+            raise ReadError(
+                "truncated", f"safetensors header claims {n} bytes but the file has {src.size - 8} after it"
+            )
         try:
             header = json.loads(src.exact(8, n))
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -45,15 +47,19 @@ class SafetensorsReader(FormatReader):
         if not isinstance(header, dict):
             raise ReadError("bad-header", "safetensors header is not a JSON object")
         metadata = header.pop("__metadata__", None)
-        if metadata is not None and not (isinstance(metadata, dict)
-                                         and all(isinstance(v, str) for v in metadata.values())):
+        if metadata is not None and not (
+            isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
+        ):
             raise ReadError("bad-header", "safetensors __metadata__ is not a string-to-string map")
         entries = [_entry(key, value) for key, value in header.items()]
         entries.sort(key=lambda e: e[1])
         expected_start = 0
         for tensor, start, end in entries:
             if start != expected_start:
-                raise ReadError("bad-header", f"tensor {tensor.key} starts at {start}, not at {expected_start}: offsets are not contiguous")
+                raise ReadError(
+                    "bad-header",
+                    f"tensor {tensor.key} starts at {start}, not at {expected_start}: offsets are not contiguous",
+                )
             expected_start = end
         data_end = 8 + n + expected_start
         if data_end > src.size:
@@ -65,8 +71,7 @@ class SafetensorsReader(FormatReader):
         if deep and isinstance(src, BufferSource):
             tensors = [_with_nonfinite(t, src, 8 + n + start) for t, start, _ in entries]
             digest = _deep.digest(src.buffer)
-        return FileMeta(path, self.name, src.size, container="dict", tensors=tuple(tensors),
-                        deep=deep, digest=digest)
+        return FileMeta(path, self.name, src.size, container="dict", tensors=tuple(tensors), deep=deep, digest=digest)
 
 
 def _entry(key: str, value: object) -> tuple[TensorMeta, int, int]:
@@ -87,9 +92,22 @@ def _entry(key: str, value: object) -> tuple[TensorMeta, int, int]:
     for s in shape:
         numel *= s
     if end - start != numel * itemsize:
-        raise ReadError("bad-header", f"tensor {key!r:.60} spans {end - start} bytes but its shape needs {numel * itemsize}")
-    return TensorMeta(key=key, shape=tuple(shape), dtype=dtype, itemsize=itemsize, storage=key,
-                      storage_numel=numel, record_bytes=end - start), start, end
+        raise ReadError(
+            "bad-header", f"tensor {key!r:.60} spans {end - start} bytes but its shape needs {numel * itemsize}"
+        )
+    return (
+        TensorMeta(
+            key=key,
+            shape=tuple(shape),
+            dtype=dtype,
+            itemsize=itemsize,
+            storage=key,
+            storage_numel=numel,
+            record_bytes=end - start,
+        ),
+        start,
+        end,
+    )
 
 
 def _with_nonfinite(t: TensorMeta, src: BufferSource, start: int) -> TensorMeta:

@@ -21,7 +21,7 @@ from cachedoctor.formats.plain_pickle import PlainPickleReader
 from cachedoctor.formats.torch_legacy import TorchLegacyReader
 from cachedoctor.formats.torch_tar import TorchTarReader
 
-_MAX_INFLATED = 512 * 1024 ** 2
+_MAX_INFLATED = 512 * 1024**2
 _INNER = (TorchLegacyReader(), TorchTarReader(), PlainPickleReader())
 
 

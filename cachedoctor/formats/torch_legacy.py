@@ -36,23 +36,28 @@ class TorchLegacyReader(FormatReader):
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         # The pickles come first; read them from an in-memory window bounded by the pickle limit.
-        window, found = growing_window(src, LIMITS.pickle_bytes * _PICKLES,
-                                       lambda data: screen_sequence(data, _PICKLES, "legacy torch file"),
-                                       lambda result: result.truncated)
+        window, found = growing_window(
+            src,
+            LIMITS.pickle_bytes * _PICKLES,
+            lambda data: screen_sequence(data, _PICKLES, "legacy torch file"),
+            lambda result: result.truncated,
+        )
         unsafe, ends, stopped = found.unsafe, found.ends, found.stopped
         loaders = LOADERS[self.name]
         if stopped is not None:
             if unsafe:
-                return FileMeta(path, self.name, src.size, foreign_globals=tuple(unsafe), loaders=loaders,
-                                unreadable_reason=stopped)
+                return FileMeta(
+                    path, self.name, src.size, foreign_globals=tuple(unsafe), loaders=loaders, unreadable_reason=stopped
+                )
             raise ReadError("bad-pickle", f"legacy torch pickle does not load ({stopped})")
         try:
             meta = self._structure(path, src, window, ends, deep)
         except ReadError as exc:
             if exc.problem == "resource-bomb" or not unsafe:
                 raise
-            return FileMeta(path, self.name, src.size, foreign_globals=tuple(unsafe), loaders=loaders,
-                            unreadable_reason=exc.message)
+            return FileMeta(
+                path, self.name, src.size, foreign_globals=tuple(unsafe), loaders=loaders, unreadable_reason=exc.message
+            )
         if unsafe:
             meta = replace(meta, foreign_globals=tuple(unsafe), loaders=loaders)
         return meta
@@ -79,7 +84,9 @@ class TorchLegacyReader(FormatReader):
             raise bomb("legacy torch file", str(exc)) from None
         except Exception as exc:  # hostile or damaged pickles raise anything
             reraise_interrupt(exc)
-            raise ReadError("bad-pickle", f"legacy torch pickle does not load ({type(exc).__name__}: {str(exc)[:120]})") from None
+            raise ReadError(
+                "bad-pickle", f"legacy torch pickle does not load ({type(exc).__name__}: {str(exc)[:120]})"
+            ) from None
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
             raise ReadError("bad-pickle", "legacy torch file without its storage key list")
 
@@ -106,14 +113,31 @@ class TorchLegacyReader(FormatReader):
             if record is None and rec.storage.key not in missing:
                 missing.append(rec.storage.key)
             numel = rec.storage.numel if rec.storage.dtype else rec.storage.numel // itemsize
-            t = TensorMeta(key=key, shape=rec.size, dtype=rec.dtype, itemsize=itemsize, stride=rec.stride,
-                           offset=rec.offset, storage=rec.storage.key, storage_numel=numel,
-                           record_bytes=None if record is None else record[1], location=rec.storage.location)
+            t = TensorMeta(
+                key=key,
+                shape=rec.size,
+                dtype=rec.dtype,
+                itemsize=itemsize,
+                stride=rec.stride,
+                offset=rec.offset,
+                storage=rec.storage.key,
+                storage_numel=numel,
+                record_bytes=None if record is None else record[1],
+                location=rec.storage.location,
+            )
             if deep and isinstance(src, BufferSource) and record is not None:
                 count = _deep.count_nonfinite(src.view(*record), t.dtype, numel, t.offset, t.shape, t.stride)
                 if count is not None:
                     t = replace(t, nonfinite=count)
             tensors.append(t)
         digest = _deep.digest(src.buffer) if deep and isinstance(src, BufferSource) else None
-        return FileMeta(path, self.name, src.size, container=walked.container, tensors=tuple(tensors),
-                        missing_records=tuple(missing), deep=deep, digest=digest)
+        return FileMeta(
+            path,
+            self.name,
+            src.size,
+            container=walked.container,
+            tensors=tuple(tensors),
+            missing_records=tuple(missing),
+            deep=deep,
+            digest=digest,
+        )

@@ -54,7 +54,7 @@ class _SourceFile(io.RawIOBase):
     def readinto(self, buffer: WriteableBuffer) -> int:
         with memoryview(buffer) as view:  # released on return: RawIOBase.read then resizes its bytearray
             data = self.src.read_at(self.pos, min(len(view), max(self.src.size - self.pos, 0)))
-            view[:len(data)] = data
+            view[: len(data)] = data
         self.pos += len(data)
         return len(data)
 
@@ -83,8 +83,13 @@ class TorchTarReader(FormatReader):
                     try:  # tar.extract follows a link to the member it names, and so does this
                         handle = tar.extractfile(info)
                     except KeyError:
-                        merge(unsafe, [f"a {info.name} link to {info.linkname[:80]!r}, outside the archive, "
-                                       "which torch.load would unpickle"])
+                        merge(
+                            unsafe,
+                            [
+                                f"a {info.name} link to {info.linkname[:80]!r}, outside the archive, "
+                                "which torch.load would unpickle"
+                            ],
+                        )
                         continue
                     data = handle.read(_MEMBER_LIMIT + 1) if handle is not None else b""
                     if len(data) > _MEMBER_LIMIT:
@@ -97,8 +102,11 @@ class TorchTarReader(FormatReader):
             return FileMeta(path, self.name, src.size, foreign_globals=tuple(unsafe), loaders=LOADERS[self.name])
         if not seen:
             raise ReadError("unknown-format", "an empty tar archive")
-        raise ReadError("legacy-tar", "torch's pre-0.4 tar format (or another tar archive): "
-                        "torch.load(weights_only=True) refuses it; save it again with a current torch")
+        raise ReadError(
+            "legacy-tar",
+            "torch's pre-0.4 tar format (or another tar archive): "
+            "torch.load(weights_only=True) refuses it; save it again with a current torch",
+        )
 
 
 def _screen_member(name: str, data: bytes) -> list[str]:

@@ -54,15 +54,22 @@ def pickle_bytes(src: Source, directory: ZipDirectory) -> tuple[str, bytes]:
     """``(record prefix, data.pkl's bytes)``, or ``missing-data-pkl``."""
     found = find_pickle(directory)
     if found is None:
-        raise ReadError("missing-data-pkl",
-                        "zip archive without data.pkl: a torch.save that died part way (failed locating file data.pkl)")
+        raise ReadError(
+            "missing-data-pkl",
+            "zip archive without data.pkl: a torch.save that died part way (failed locating file data.pkl)",
+        )
     prefix, member = found
     check_size(member.name, member.size)
     return prefix, read_member(src, member, limit=LIMITS.pickle_bytes)
 
 
-def screen_members(src: Source, directory: ZipDirectory, chosen: ZipMember | None,
-                   chosen_data: bytes | None, index: dict[str, ZipMember] | None = None) -> list[str]:
+def screen_members(
+    src: Source,
+    directory: ZipDirectory,
+    chosen: ZipMember | None,
+    chosen_data: bytes | None,
+    index: dict[str, ZipMember] | None = None,
+) -> list[str]:
     """Globals outside the allow-list in *every* pickle of the archive: the ``data.pkl`` torch
     reads and any other ``*.pkl`` member (a second data.pkl in another letter case or folder,
     which another reader may pick). A TorchScript archive is itself unsafe."""
@@ -96,8 +103,15 @@ def screen_members(src: Source, directory: ZipDirectory, chosen: ZipMember | Non
     return unsafe
 
 
-def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep: bool,
-             loaders: tuple[str, ...] = LOADERS["torch-zip"]) -> FileMeta:
+def describe(
+    path: str,
+    fmt: str,
+    src: Source,
+    directory: ZipDirectory,
+    *,
+    deep: bool,
+    loaders: tuple[str, ...] = LOADERS["torch-zip"],
+) -> FileMeta:
     """Metadata of a torch.save zip archive whose central directory is ``directory``."""
     index = directory.torch_index()
     ambiguous = directory.colliding() if len(index) != len(directory.entries) else ()
@@ -124,8 +138,15 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
             walked, failure, too_big = _unpickle(data)
     if found is None or data is None:
         if unsafe:
-            return FileMeta(path, fmt, src.size, foreign_globals=tuple(unsafe), loaders=loaders, ambiguous=ambiguous,
-                            unreadable_reason="no data.pkl where torch.load looks for it")
+            return FileMeta(
+                path,
+                fmt,
+                src.size,
+                foreign_globals=tuple(unsafe),
+                loaders=loaders,
+                ambiguous=ambiguous,
+                unreadable_reason="no data.pkl where torch.load looks for it",
+            )
         pickle_bytes(src, directory)  # raises missing-data-pkl
     assert found is not None and data is not None
     prefix = found[0]
@@ -133,8 +154,15 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
         raise bomb(found[1].name, too_big)
     if failure is not None:
         if unsafe or ambiguous:
-            return FileMeta(path, fmt, src.size, foreign_globals=tuple(unsafe), unreadable_reason=failure,
-                            loaders=loaders if unsafe else (), ambiguous=ambiguous)
+            return FileMeta(
+                path,
+                fmt,
+                src.size,
+                foreign_globals=tuple(unsafe),
+                unreadable_reason=failure,
+                loaders=loaders if unsafe else (),
+                ambiguous=ambiguous,
+            )
         raise ReadError("bad-pickle", f"data.pkl does not unpickle ({failure})")
     assert walked is not None
 
@@ -152,11 +180,21 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
         if deep_src is not None and record is not None and record.method == 0 and record.name in starts:
             buffer = deep_src.view(starts[record.name], record.size)
             nonfinite = _deep.count_nonfinite(buffer, rec.dtype, numel, rec.offset, rec.size, rec.stride)
-        tensors.append(TensorMeta(
-            key=key, shape=rec.size, dtype=rec.dtype, itemsize=itemsize, stride=rec.stride,
-            offset=rec.offset, storage=rec.storage.key, storage_numel=numel,
-            record_bytes=None if record is None else record.size, location=rec.storage.location,
-            nonfinite=nonfinite))
+        tensors.append(
+            TensorMeta(
+                key=key,
+                shape=rec.size,
+                dtype=rec.dtype,
+                itemsize=itemsize,
+                stride=rec.stride,
+                offset=rec.offset,
+                storage=rec.storage.key,
+                storage_numel=numel,
+                record_bytes=None if record is None else record.size,
+                location=rec.storage.location,
+                nonfinite=nonfinite,
+            )
+        )
 
     crc_bad: tuple[MemberCrc, ...] = ()
     file_digest: str | None = None
@@ -164,10 +202,20 @@ def describe(path: str, fmt: str, src: Source, directory: ZipDirectory, *, deep:
         crc_bad = _deep.crc_mismatches(deep_src, directory, starts)
         file_digest = _deep.digest(deep_src.buffer)
         ambiguous += tuple(n for n in _deep.renamed_members(deep_src, directory) if n not in ambiguous)
-    return FileMeta(path, fmt, src.size, container=walked.container, tensors=tuple(tensors),
-                    foreign_globals=tuple(unsafe), missing_records=tuple(missing),
-                    deep=deep, crc_mismatches=crc_bad, digest=file_digest,
-                    loaders=loaders if unsafe else (), ambiguous=ambiguous)
+    return FileMeta(
+        path,
+        fmt,
+        src.size,
+        container=walked.container,
+        tensors=tuple(tensors),
+        foreign_globals=tuple(unsafe),
+        missing_records=tuple(missing),
+        deep=deep,
+        crc_mismatches=crc_bad,
+        digest=file_digest,
+        loaders=loaders if unsafe else (),
+        ambiguous=ambiguous,
+    )
 
 
 def _member_data(src: Source, member: ZipMember) -> bytes:

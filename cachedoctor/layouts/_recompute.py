@@ -135,8 +135,19 @@ def text_spec(expected: Expected, template: Template | None, path: str) -> SpecO
     text = caption(expected)
     if text is None:
         return None, "no caption is recorded for it (the layout keeps captions this repair cannot read)"
-    return RecomputeSpec("text", expected.source, "dict", format_of(template, path), "", "float32", False, None,
-                         text=text, keys=keys_of(template), template=template.path if template else None), None
+    return RecomputeSpec(
+        "text",
+        expected.source,
+        "dict",
+        format_of(template, path),
+        "",
+        "float32",
+        False,
+        None,
+        text=text,
+        keys=keys_of(template),
+        template=template.path if template else None,
+    ), None
 
 
 def generic_latent_spec(expected: Expected, template: Template | None, path: str) -> SpecOrWhy:
@@ -152,6 +163,15 @@ def generic_latent_spec(expected: Expected, template: Template | None, path: str
         key = ""
     else:
         key = max(meta.tensors, key=lambda t: t.numel).key
-    return RecomputeSpec("latent", expected.source, "bare-tensor" if key == "" else "dict", format_of(template, path),
-                         key, dtypes_of(template).get(key, "float32"), False, hw, keys=keys_of(template),
-                         template=template.path if template else None), None
+    return RecomputeSpec(
+        "latent",
+        expected.source,
+        "bare-tensor" if key == "" else "dict",
+        format_of(template, path),
+        key,
+        dtypes_of(template).get(key, "float32"),
+        False,
+        hw,
+        keys=keys_of(template),
+        template=template.path if template else None,
+    ), None

@@ -68,12 +68,17 @@ def load(options: LayoutOptions) -> SimpleTunerConfig:
         if why is None:
             fill = {"id": ident, "model_family": model_family, "output_dir": output_dir}
             try:
-                backends.append(Backend(
-                    ident, dataset_type, entry,
-                    _path(entry.get("instance_data_dir"), fill, base),
-                    _path(entry.get("cache_dir_vae"), fill, base),
-                    _path(entry.get("cache_dir"), fill, base),
-                    entry.get("text_embeds") if isinstance(entry.get("text_embeds"), str) else None))
+                backends.append(
+                    Backend(
+                        ident,
+                        dataset_type,
+                        entry,
+                        _path(entry.get("instance_data_dir"), fill, base),
+                        _path(entry.get("cache_dir_vae"), fill, base),
+                        _path(entry.get("cache_dir"), fill, base),
+                        entry.get("text_embeds") if isinstance(entry.get("text_embeds"), str) else None,
+                    )
+                )
                 continue
             except KeyError as exc:
                 why = f"its paths use {{{exc.args[0]}}}, which is unknown (pass --{exc.args[0].replace('_', '-')})"
@@ -148,11 +153,15 @@ def _path(value: Any, fill: dict[str, Any], base: str) -> str | None:
 
 
 def _choose_base(entries: list[dict[str, Any]], bases: list[str]) -> str:
-    dirs: list[str] = [d for e in entries if isinstance(d := e.get("instance_data_dir"), str)
-                       and not e.get("disabled") and str(e.get("type") or "local") == "local"]
+    dirs: list[str] = [
+        d
+        for e in entries
+        if isinstance(d := e.get("instance_data_dir"), str)
+        and not e.get("disabled")
+        and str(e.get("type") or "local") == "local"
+    ]
     relative = [d for d in dirs if not os.path.isabs(d) and "{" not in d]
     for base in bases:
         if any(os.path.isdir(os.path.join(base, d)) for d in relative):
             return base
     return bases[0]
-

@@ -64,11 +64,15 @@ class KohyaLayout(Layout):
         folders = [os.path.abspath(t) for t in targets]
         for folder in folders:
             if not os.path.isdir(folder):
-                raise LayoutError(folder, "no such image folder; kohya caches live next to the images, so scan the image folder")
+                raise LayoutError(
+                    folder, "no such image folder; kohya caches live next to the images, so scan the image folder"
+                )
         plan = DatasetPlan("kohya", folders, entry_suffixes=(".npz",), source_suffixes=SOURCE_SUFFIXES)
         arch = options.model_family or _detect_arch(folders)
         if arch is None:
-            plan.notes.append("no <stem>_<W>x<H>_<arch>.npz latents found; expecting '_sdxl' (pass --model-family to say)")
+            plan.notes.append(
+                "no <stem>_<W>x<H>_<arch>.npz latents found; expecting '_sdxl' (pass --model-family to say)"
+            )
             arch = "sdxl"
         unreadable = 0
         for root in folders:
@@ -89,24 +93,44 @@ class KohyaLayout(Layout):
         if expected.role == "text":
             return _recompute.text_spec(expected, template, path)
         own = _recompute.own_meta(path)
-        key = next((t.key for t in own.tensors if _BUCKET_KEY.match(t.key) or t.key == "latents"), None) if own else None
+        key = (
+            next((t.key for t in own.tensors if _BUCKET_KEY.match(t.key) or t.key == "latents"), None) if own else None
+        )
         if own is None or key is None:
-            return None, ("kohya records an entry's bucket only inside the entry; with the file unreadable or missing, "
-                          "let sd-scripts re-cache it, or pass a manifest with latent_hw")
+            return None, (
+                "kohya records an entry's bucket only inside the entry; with the file unreadable or missing, "
+                "let sd-scripts re-cache it, or pass a manifest with latent_hw"
+            )
         match = _BUCKET_KEY.match(key)
         shape = next(t.shape for t in own.tensors if t.key == key)
         if match is None and len(shape) < 2:
             return None, f"its '{key}' has shape {list(shape)}, which names no latent size; let sd-scripts re-cache it"
         hw = (int(match.group(1)), int(match.group(2))) if match else (shape[-2], shape[-1])
         keys = _recompute.keys_of(template)
-        return RecomputeSpec("latent", expected.source, "kohya-npz", "npz", key, "float32", False, hw,
-                             keys=keys or (key, "original_size" + key[7:], "crop_ltrb" + key[7:]),
-                             flipped=any(k.startswith("latents_flipped") for k in keys),
-                             template=template.path if template else None), None
+        return RecomputeSpec(
+            "latent",
+            expected.source,
+            "kohya-npz",
+            "npz",
+            key,
+            "float32",
+            False,
+            hw,
+            keys=keys or (key, "original_size" + key[7:], "crop_ltrb" + key[7:]),
+            flipped=any(k.startswith("latents_flipped") for k in keys),
+            template=template.path if template else None,
+        ), None
 
 
-def _expect_image(plan: DatasetPlan, folder: str, image: os.DirEntry, size: tuple[int, int],
-                  names: set[str], arch: str, te_suffix: str | None) -> None:
+def _expect_image(
+    plan: DatasetPlan,
+    folder: str,
+    image: os.DirEntry,
+    size: tuple[int, int],
+    names: set[str],
+    arch: str,
+    te_suffix: str | None,
+) -> None:
     w, h = size
     name_stem = stem(image.name)
     mtime = image.stat().st_mtime_ns

@@ -43,19 +43,29 @@ class ManifestLayout(Layout):
         manifest = os.path.abspath(options.manifest)
         rows = list(read_rows(manifest))
         base = os.path.dirname(manifest)
-        roots = [os.path.abspath(t) for t in targets] or sorted({os.path.dirname(_abs(base, r["cache"])) for _, r in rows})
+        roots = [os.path.abspath(t) for t in targets] or sorted(
+            {os.path.dirname(_abs(base, r["cache"])) for _, r in rows}
+        )
         plan = DatasetPlan("manifest", roots, source_suffixes=())
         stale = _stale_by_content(base, rows)
         for (line, row), reason in zip(rows, stale, strict=False):
             source = _abs(base, row["source"])
             st = _stat(source)
             plan.items += 1
-            plan.add(Expected(
-                _abs(base, row["cache"]), source, str(row.get("role") or "latent"),
-                None if st is None or row.get("xxh3") or not _tracked(row) else st.st_mtime_ns,
-                latent_hw=_hw(row.get("latent_hw"), manifest, line),
-                latent_key=row.get("key"), shape=_dims(row.get("shape"), manifest, line, "shape"),
-                stale_reason=reason, source_exists=st is not None, shared=_flag(row, "shared", False)))
+            plan.add(
+                Expected(
+                    _abs(base, row["cache"]),
+                    source,
+                    str(row.get("role") or "latent"),
+                    None if st is None or row.get("xxh3") or not _tracked(row) else st.st_mtime_ns,
+                    latent_hw=_hw(row.get("latent_hw"), manifest, line),
+                    latent_key=row.get("key"),
+                    shape=_dims(row.get("shape"), manifest, line, "shape"),
+                    stale_reason=reason,
+                    source_exists=st is not None,
+                    shared=_flag(row, "shared", False),
+                )
+            )
         return plan
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
@@ -144,6 +154,7 @@ def _stat(path: str) -> os.stat_result | None:
 
 def _stale_by_content(base: str, rows: list[tuple[int, dict[str, Any]]]) -> list[str | None]:
     """Per row, why its source no longer matches the recorded xxh3 (hashing only the changed)."""
+
     def judge(row: dict[str, Any]) -> str | None:
         recorded = row.get("xxh3")
         if not recorded:
@@ -152,8 +163,12 @@ def _stale_by_content(base: str, rows: list[tuple[int, dict[str, Any]]]) -> list
         st = _stat(source)
         if st is None:
             return None
-        if row.get("size") is not None and row.get("mtime_ns") is not None \
-                and int(row["size"]) == st.st_size and int(row["mtime_ns"]) == st.st_mtime_ns:
+        if (
+            row.get("size") is not None
+            and row.get("mtime_ns") is not None
+            and int(row["size"]) == st.st_size
+            and int(row["mtime_ns"]) == st.st_mtime_ns
+        ):
             return None
         actual = file_xxh3(source)
         if actual is not None and actual != str(recorded).lower():

@@ -52,7 +52,9 @@ class OneTrainerLayout(Layout):
         roots = [os.path.abspath(t) for t in targets]
         variations = [v for root in roots for v in _variations(root)]
         if not variations:
-            raise LayoutError(roots[0], "no variation-<n>/aggregate.pt below this folder; is it a OneTrainer cache folder?")
+            raise LayoutError(
+                roots[0], "no variation-<n>/aggregate.pt below this folder; is it a OneTrainer cache folder?"
+            )
         plan = DatasetPlan("onetrainer", roots, entry_suffixes=(".pt",), owned=variations)
         first_of_group: set[str] = set()
         absent_total = 0
@@ -78,8 +80,10 @@ class OneTrainerLayout(Layout):
                     first_of_group.add(group)
                     _expect_unlisted(plan, variation, [p for p in resolved if p is not None])
         if absent_total:
-            plan.notes.append(f"none of the images that {absent_total} aggregate entries list exist here (a dataset on "
-                              "another machine?); compared the cache with its own index only")
+            plan.notes.append(
+                f"none of the images that {absent_total} aggregate entries list exist here (a dataset on "
+                "another machine?); compared the cache with its own index only"
+            )
         return plan
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
@@ -87,19 +91,31 @@ class OneTrainerLayout(Layout):
             spec, why = _recompute.text_spec(expected, template, path)
             if spec is None:
                 return spec, why
-            return None, "OneTrainer text caches hold tokens and several encoders' states; re-cache them with OneTrainer"
+            return (
+                None,
+                "OneTrainer text caches hold tokens and several encoders' states; re-cache them with OneTrainer",
+            )
         hw = _recompute.latent_hw_of(expected)
         if hw is None:
             return None, _recompute.NO_SIZE
         keys = _recompute.keys_of(template)
-        return RecomputeSpec("latent", expected.source, "dict", _recompute.format_of(template, path), LATENT_KEY,
-                             _recompute.dtypes_of(template).get(LATENT_KEY, "float32"), False, hw,
-                             keys=keys or (LATENT_KEY, "original_resolution", "crop_offset"),
-                             template=template.path if template else None), None
+        return RecomputeSpec(
+            "latent",
+            expected.source,
+            "dict",
+            _recompute.format_of(template, path),
+            LATENT_KEY,
+            _recompute.dtypes_of(template).get(LATENT_KEY, "float32"),
+            False,
+            hw,
+            keys=keys or (LATENT_KEY, "original_resolution", "crop_offset"),
+            template=template.path if template else None,
+        ), None
 
 
-def _expect_item(plan: DatasetPlan, variation: str, i: int, item: dict, image: str | None, kind: str,
-                 have_dataset: bool) -> None:
+def _expect_item(
+    plan: DatasetPlan, variation: str, i: int, item: dict, image: str | None, kind: str, have_dataset: bool
+) -> None:
     if image is None and "image_path" not in item:  # text variations list no paths (empty dicts)
         plan.add(Expected(os.path.join(variation, f"{i}.pt"), f"{os.path.join(variation, AGGREGATE)}#{i}", kind))
         return
@@ -111,9 +127,17 @@ def _expect_item(plan: DatasetPlan, variation: str, i: int, item: dict, image: s
     else:  # a text entry is made from the caption beside the image
         caption = os.path.splitext(source)[0] + ".txt"
         source_mtime = mtime_ns(caption)
-    plan.add(Expected(os.path.join(variation, f"{i}.pt"), source, kind, source_mtime, latent_hw=hw,
-                      latent_key=LATENT_KEY if kind == "image" else None,
-                      source_exists=exists or not have_dataset))
+    plan.add(
+        Expected(
+            os.path.join(variation, f"{i}.pt"),
+            source,
+            kind,
+            source_mtime,
+            latent_hw=hw,
+            latent_key=LATENT_KEY if kind == "image" else None,
+            source_exists=exists or not have_dataset,
+        )
+    )
 
 
 def _expect_unlisted(plan: DatasetPlan, variation: str, listed: list[str]) -> None:
@@ -211,4 +235,3 @@ def _latent_hw(crop: Any) -> tuple[int, int] | None:
     if isinstance(crop, (tuple, list)) and len(crop) == 2 and all(isinstance(x, int) for x in crop):
         return crop[0] // 8, crop[1] // 8
     return None
-

@@ -44,7 +44,9 @@ _CAPTION_LIMIT = 1 << 20  # a caption file larger than this is not a caption
 
 class SimpleTunerLayout(Layout):
     name = "simpletuner"
-    summary = "SimpleTuner: <sha256(stem)>.pt latents and <md5(caption)>-<family>.pt text embeds, from multidatabackend.json"
+    summary = (
+        "SimpleTuner: <sha256(stem)>.pt latents and <md5(caption)>-<family>.pt text embeds, from multidatabackend.json"
+    )
 
     def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
         if options.config:
@@ -56,7 +58,9 @@ class SimpleTunerLayout(Layout):
         if not options.config:
             found = find_config(targets)
             if found is None:
-                raise LayoutError(targets[0] if targets else ".", "the simpletuner layout needs --config multidatabackend.json")
+                raise LayoutError(
+                    targets[0] if targets else ".", "the simpletuner layout needs --config multidatabackend.json"
+                )
             options = replace(options, config=found)
         cfg = config.load(options)
         plan = DatasetPlan("simpletuner", [], source_suffixes=SOURCE_SUFFIXES, entry_suffixes=(".pt",))
@@ -75,8 +79,10 @@ class SimpleTunerLayout(Layout):
                 continue
             text = texts.get(backend.text_embeds) if backend.text_embeds else default_text
             if backend.text_embeds and text is None:
-                plan.notes.append(f"dataset {backend.id!r} links text_embeds {backend.text_embeds!r}, which is not "
-                                  "a local text_embeds dataset; its captions were not compared")
+                plan.notes.append(
+                    f"dataset {backend.id!r} links text_embeds {backend.text_embeds!r}, which is not "
+                    "a local text_embeds dataset; its captions were not compared"
+                )
             _expect_backend(plan, backend, text.cache_dir if text and family else None, family)
         for text in texts.values():
             if text.cache_dir and family:
@@ -87,8 +93,10 @@ class SimpleTunerLayout(Layout):
             text = texts.get(link) if link else default_text
             if text is not None and text.cache_dir and text.cache_dir not in plan.no_orphans:
                 plan.no_orphans.add(text.cache_dir)
-                plan.notes.append(f"a remote dataset also uses the text-embed cache {text.cache_dir}, "
-                                  "so orphans there were not reported")
+                plan.notes.append(
+                    f"a remote dataset also uses the text-embed cache {text.cache_dir}, "
+                    "so orphans there were not reported"
+                )
         return plan
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
@@ -100,11 +108,20 @@ class SimpleTunerLayout(Layout):
         bare = template is None or template.meta.container == "tensor"
         key = "" if bare else "latents"
         crop = expected.crop
-        return RecomputeSpec("latent", expected.source, "bare-tensor" if bare else "dict",
-                             _recompute.format_of(template, path), key,
-                             _recompute.dtypes_of(template).get(key, "bfloat16"), True, hw,
-                             resize=(crop[0], crop[1]) if crop else None, crop=(crop[2], crop[3]) if crop else None,
-                             keys=_recompute.keys_of(template), template=template.path if template else None), None
+        return RecomputeSpec(
+            "latent",
+            expected.source,
+            "bare-tensor" if bare else "dict",
+            _recompute.format_of(template, path),
+            key,
+            _recompute.dtypes_of(template).get(key, "bfloat16"),
+            True,
+            hw,
+            resize=(crop[0], crop[1]) if crop else None,
+            crop=(crop[2], crop[3]) if crop else None,
+            keys=_recompute.keys_of(template),
+            template=template.path if template else None,
+        ), None
 
 
 def find_config(targets: list[str]) -> str | None:
@@ -123,8 +140,11 @@ def embed_path(cache_dir: str, caption: str, family: str) -> str:
 def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | None, family: str | None) -> None:
     data = backend.instance_data_dir
     if data is None or not os.path.isdir(data):
-        raise LayoutError(data or backend.id, f"dataset {backend.id!r}: instance_data_dir does not exist; "
-                                              "fix the path in the config or mount the dataset")
+        raise LayoutError(
+            data or backend.id,
+            f"dataset {backend.id!r}: instance_data_dir does not exist; "
+            "fix the path in the config or mount the dataset",
+        )
     vae = backend.cache_dir_vae
     if vae is None:
         plan.notes.append(f"dataset {backend.id!r} has no cache_dir_vae; its latents were not compared")
@@ -151,8 +171,17 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
                     name = legacy
                 rel_image = image.name if rel == "." else os.path.join(rel, image.name)
                 hw, crop = buckets.get(rel_image, (None, None))
-                plan.add(Expected(os.path.join(cache_folder, name), image.path, "latent", image.stat().st_mtime_ns,
-                                  latent_hw=hw, crop=crop), cache_folder)
+                plan.add(
+                    Expected(
+                        os.path.join(cache_folder, name),
+                        image.path,
+                        "latent",
+                        image.stat().st_mtime_ns,
+                        latent_hw=hw,
+                        crop=crop,
+                    ),
+                    cache_folder,
+                )
             if text_dir is None or family is None:
                 continue
             captions, source, source_mtime = _captions(strategy, folder, image_stem, image.path, names, backend.raw)
@@ -162,14 +191,21 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
             for caption in captions:
                 if prefix:
                     caption = f"{prefix} {caption}"
-                plan.add(Expected(embed_path(text_dir, caption, family), source, "text", source_mtime, shared=True,
-                                  text=caption), text_dir)
+                plan.add(
+                    Expected(
+                        embed_path(text_dir, caption, family), source, "text", source_mtime, shared=True, text=caption
+                    ),
+                    text_dir,
+                )
     if no_caption:
-        plan.notes.append(f"dataset {backend.id!r}: {no_caption} image(s) have no caption file; their text embeds were not compared")
+        plan.notes.append(
+            f"dataset {backend.id!r}: {no_caption} image(s) have no caption file; their text embeds were not compared"
+        )
 
 
-def _captions(strategy: str, folder: str, image_stem: str, image: str, names: set[str],
-              raw: dict[str, Any]) -> tuple[list[str] | None, str, int | None]:
+def _captions(
+    strategy: str, folder: str, image_stem: str, image: str, names: set[str], raw: dict[str, Any]
+) -> tuple[list[str] | None, str, int | None]:
     """The captions SimpleTuner derives for an image, the file they come from and its mtime
     (``None`` when the caption is not in a file of its own)."""
     if strategy == "textfile":
@@ -223,7 +259,7 @@ def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, _Bucket]
             continue
         hw = ((target[1] // 8, target[0] // 8), _crop(value))
         if key.startswith(root):
-            sizes[key[len(root):]] = hw
+            sizes[key[len(root) :]] = hw
         else:
             unmatched.append((key.replace("\\", "/").split("/"), hw))
     if unmatched:

@@ -43,8 +43,9 @@ def init(rank: Rank) -> None:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        dist.init_process_group("gloo", rank=rank.rank, world_size=rank.world,
-                                timeout=timedelta(seconds=GATHER_TIMEOUT_S))
+        dist.init_process_group(
+            "gloo", rank=rank.rank, world_size=rank.world, timeout=timedelta(seconds=GATHER_TIMEOUT_S)
+        )
 
 
 def barrier(rank: Rank) -> None:

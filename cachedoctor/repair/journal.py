@@ -135,17 +135,22 @@ def _guard(path: str) -> Iterator[None]:
     try:
         yield
     except (sqlite3.Error, OSError) as exc:
-        raise RepairError(path, could_not_write(exc, path, "the repair journal",
-                                                "run the same `cachedoctor repair` again: it resumes")) from None
+        raise RepairError(
+            path,
+            could_not_write(exc, path, "the repair journal", "run the same `cachedoctor repair` again: it resumes"),
+        ) from None
 
 
 def unreadable(path: str, exc: BaseException) -> RepairError:
     """Why a journal could not be read, and what to do: free space, or ``--fresh``."""
     if is_full(exc, path):
         return RepairError(path, could_not_write(exc, path, "the repair journal", "run the same command again"))
-    return JournalUnreadable(path, f"cannot read the repair journal ({reason(exc)}), which may hold an interrupted "
-                                   "repair; run the same `cachedoctor repair` with --fresh to move the journal aside "
-                                   "and start a new run (the quarantine stays)")
+    return JournalUnreadable(
+        path,
+        f"cannot read the repair journal ({reason(exc)}), which may hold an interrupted "
+        "repair; run the same `cachedoctor repair` with --fresh to move the journal aside "
+        "and start a new run (the quarantine stays)",
+    )
 
 
 def move_journal_aside(root: str, rank: int | None = None) -> str:
@@ -196,45 +201,64 @@ class Journal:
 
     def interrupted(self) -> Interrupted | None:
         """The newest run that is marked running (or interrupted) but whose process is gone."""
-        rows = self.db.execute("SELECT run_id, host, pid, pid_start, encoder, fingerprint FROM runs "
-                               "WHERE status IN ('running', 'interrupted') ORDER BY started DESC").fetchall()
+        rows = self.db.execute(
+            "SELECT run_id, host, pid, pid_start, encoder, fingerprint FROM runs "
+            "WHERE status IN ('running', 'interrupted') ORDER BY started DESC"
+        ).fetchall()
         for run_id, host, pid, pid_start, encoder, fingerprint in rows:
             if _alive(host, pid, pid_start):
                 continue
             items = self.db.execute("SELECT path, action, state FROM items WHERE run_id = ?", (run_id,)).fetchall()
             (last,) = self.db.execute("SELECT MAX(updated) FROM items WHERE run_id = ?", (run_id,)).fetchone()
             verified = frozenset(p for p, _a, s in items if s in (ItemState.VERIFIED.value, ItemState.SKIPPED.value))
-            unfinished = tuple(Action.from_json(a) for _p, a, s in items
-                               if s in (ItemState.PLANNED.value, ItemState.DONE.value))
+            unfinished = tuple(
+                Action.from_json(a) for _p, a, s in items if s in (ItemState.PLANNED.value, ItemState.DONE.value)
+            )
             return Interrupted(run_id, encoder, fingerprint, verified, unfinished, float(last or 0.0))
         return None
 
-    def start(self, run_id: str, argv: list[str], encoder: str | None, fingerprint: str | None,
-              resumed: bool) -> None:
+    def start(self, run_id: str, argv: list[str], encoder: str | None, fingerprint: str | None, resumed: bool) -> None:
         self.run_id = run_id
         pid = os.getpid()
         with _guard(self.path), self.db:
-            self.db.execute("INSERT OR IGNORE INTO runs (run_id, started, status, host, pid, pid_start, argv, encoder, fingerprint) "
-                            "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                            (run_id, time.time(), socket.gethostname(), pid, _process_start(pid),
-                             json.dumps(argv), encoder, fingerprint))
+            self.db.execute(
+                "INSERT OR IGNORE INTO runs (run_id, started, status, host, pid, pid_start, argv, encoder, fingerprint) "
+                "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    time.time(),
+                    socket.gethostname(),
+                    pid,
+                    _process_start(pid),
+                    json.dumps(argv),
+                    encoder,
+                    fingerprint,
+                ),
+            )
             if resumed:  # the run goes on under this process (another root may not know it yet: inserted above)
-                self.db.execute("UPDATE runs SET status='running', host=?, pid=?, pid_start=?, encoder=?, fingerprint=? "
-                                "WHERE run_id=?", (socket.gethostname(), pid, _process_start(pid), encoder, fingerprint, run_id))
+                self.db.execute(
+                    "UPDATE runs SET status='running', host=?, pid=?, pid_start=?, encoder=?, fingerprint=? "
+                    "WHERE run_id=?",
+                    (socket.gethostname(), pid, _process_start(pid), encoder, fingerprint, run_id),
+                )
 
     def plan(self, actions: list[Action]) -> None:
         """Record every action before the first change (an existing row keeps its state)."""
         now = time.time()
         with _guard(self.path), self.db:
             self.db.execute("BEGIN IMMEDIATE")  # one transaction for the whole plan (autocommit would commit per row)
-            self.db.executemany("INSERT OR IGNORE INTO items (run_id, path, action, state, updated) VALUES (?, ?, ?, ?, ?)",
-                                [(self.run_id, a.path, a.to_json(), ItemState.PLANNED.value, now) for a in actions])
+            self.db.executemany(
+                "INSERT OR IGNORE INTO items (run_id, path, action, state, updated) VALUES (?, ?, ?, ?, ?)",
+                [(self.run_id, a.path, a.to_json(), ItemState.PLANNED.value, now) for a in actions],
+            )
 
     def record(self, result: ItemResult) -> None:
         with _guard(self.path), self.db:
-            self.db.execute("UPDATE items SET state=?, message=?, quarantined=COALESCE(?, quarantined), updated=? "
-                            "WHERE run_id=? AND path=?",
-                            (result.state.value, result.message, result.quarantined, time.time(), self.run_id, result.path))
+            self.db.execute(
+                "UPDATE items SET state=?, message=?, quarantined=COALESCE(?, quarantined), updated=? "
+                "WHERE run_id=? AND path=?",
+                (result.state.value, result.message, result.quarantined, time.time(), self.run_id, result.path),
+            )
 
     def finish(self, status: str = "done") -> None:
         with _guard(self.path), self.db:

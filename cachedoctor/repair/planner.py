@@ -20,8 +20,12 @@ from cachedoctor.layouts import TemplateFinder, recompute_spec
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair.model import Action, ActionKind, RecomputeSpec, RepairPlan, Stat
 
-_KIND_FOR_FIX = {Fix.CLONE_STORAGE: ActionKind.CLONE_STORAGE, Fix.REWRITE_CPU: ActionKind.REWRITE_CPU,
-                 Fix.QUARANTINE: ActionKind.QUARANTINE, Fix.RECOMPUTE: ActionKind.RECOMPUTE}
+_KIND_FOR_FIX = {
+    Fix.CLONE_STORAGE: ActionKind.CLONE_STORAGE,
+    Fix.REWRITE_CPU: ActionKind.REWRITE_CPU,
+    Fix.QUARANTINE: ActionKind.QUARANTINE,
+    Fix.RECOMPUTE: ActionKind.RECOMPUTE,
+}
 _ORDER = (Fix.RECOMPUTE, Fix.QUARANTINE, Fix.CLONE_STORAGE, Fix.REWRITE_CPU)
 #: Kinds whose file must leave the cache even when it cannot be made again: loading it runs code
 #: or stalls the trainer.
@@ -39,8 +43,14 @@ def root_of(path: str, roots: list[str]) -> str:
     return best or os.path.dirname(path)
 
 
-def plan_repair(findings: Iterable[Finding], roots: list[str], expected: dict[str, list[Expected]],
-                layout: str | None, modalities: set[str], only: Collection[str] | None = None) -> RepairPlan:
+def plan_repair(
+    findings: Iterable[Finding],
+    roots: list[str],
+    expected: dict[str, list[Expected]],
+    layout: str | None,
+    modalities: set[str],
+    only: Collection[str] | None = None,
+) -> RepairPlan:
     """``expected`` maps cache path -> the dataset's entries for it (empty without a layout);
     ``modalities`` says which encoders were given (``image``, ``text``)."""
     by_path: dict[str, list[Finding]] = defaultdict(list)

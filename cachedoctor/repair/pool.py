@@ -35,7 +35,7 @@ def make_batches(actions: list[Action], batch_size: int) -> list[Batch]:
     for action in sorted(actions, key=lambda a: a.path):
         assert action.spec is not None
         groups.setdefault(action.spec.batch_key(), []).append(action)
-    return [items[i:i + batch_size] for items in groups.values() for i in range(0, len(items), batch_size)]
+    return [items[i : i + batch_size] for items in groups.values() for i in range(0, len(items), batch_size)]
 
 
 def batch_cost(batch: Batch) -> int:
@@ -88,8 +88,14 @@ def cpu_threads(workers_on_cpu: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers_on_cpu) - 1)
 
 
-def work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, on_result: OnResult,
-         workers_on_cpu: int = 1) -> None:
+def work(
+    batches: list[Batch],
+    encoder_specs: list[str],
+    device: str,
+    run_id: str,
+    on_result: OnResult,
+    workers_on_cpu: int = 1,
+) -> None:
     """Encode and write every item of ``batches`` on ``device`` (runs in a worker or in-process)."""
     import torch
 
@@ -114,8 +120,11 @@ def _work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: s
             raise
         except Exception as exc:  # out of memory, a CUDA error, weights the library refuses
             reraise_interrupt(exc)
-            raise RepairError(spec, f"cannot load it on {device} ({type(exc).__name__}: {exc}); "
-                                    "nothing was recomputed. Check the model and the device, then run again") from None
+            raise RepairError(
+                spec,
+                f"cannot load it on {device} ({type(exc).__name__}: {exc}); "
+                "nothing was recomputed. Check the model and the device, then run again",
+            ) from None
         encoders["latent" if encoder.modality.value == "image" else "text"] = encoder
     image = encoders.get("latent")
     texts_first = [b for b in batches if b[0].recompute.role == "text"]
@@ -140,8 +149,15 @@ def _work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: s
             future.result()
 
 
-def _encode_batch(batch: Batch, prepared: list[Ready], image: Encoder, run_id: str, on_result: OnResult,
-                  writer: ThreadPoolExecutor, pending: list[Future[None]]) -> None:
+def _encode_batch(
+    batch: Batch,
+    prepared: list[Ready],
+    image: Encoder,
+    run_id: str,
+    on_result: OnResult,
+    writer: ThreadPoolExecutor,
+    pending: list[Future[None]],
+) -> None:
     import torch
 
     from cachedoctor.repair.quarantine import Quarantine
@@ -164,8 +180,9 @@ def _encode_batch(batch: Batch, prepared: list[Ready], image: Encoder, run_id: s
             latent = image.scaling.apply(latent)
         flip = flipped[i] if flipped is not None else None
 
-        def make(a: Action, latent: torch.Tensor = latent, flip: torch.Tensor | None = flip,
-                 prep: Prepared = prep) -> bytes:
+        def make(
+            a: Action, latent: torch.Tensor = latent, flip: torch.Tensor | None = flip, prep: Prepared = prep
+        ) -> bytes:
             return build_file(a.recompute, latent=latent, flipped=flip, prepared=prep)
 
         def write(action: Action = action, make: Callable[[Action], bytes] = make) -> None:
@@ -189,8 +206,15 @@ def _run_text(batch: Batch, encoder: Encoder, run_id: str, on_result: OnResult) 
         on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
 
 
-def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, queue: Any,
-                 workers_on_cpu: int, parent: int | None = None) -> None:
+def _worker_main(
+    batches: list[Batch],
+    encoder_specs: list[str],
+    device: str,
+    run_id: str,
+    queue: Any,
+    workers_on_cpu: int,
+    parent: int | None = None,
+) -> None:
     # With the parent's pid: a spawned worker starts Python before it gets here, and a parent
     # SIGKILLed in that window would otherwise leave it running on, writing to the cache.
     die_with_parent(parent)
@@ -202,8 +226,9 @@ def _worker_main(batches: list[Batch], encoder_specs: list[str], device: str, ru
     queue.put(("done", device))
 
 
-def run_pool(shares: list[list[Batch]], encoder_specs: list[str], devices: list[str], run_id: str,
-             on_result: OnResult) -> list[str]:
+def run_pool(
+    shares: list[list[Batch]], encoder_specs: list[str], devices: list[str], run_id: str, on_result: OnResult
+) -> list[str]:
     """Start one process per device with its share; feed results to ``on_result``. Returns
     problems of workers that died (their items stay unfinished for the next run)."""
     import multiprocessing
@@ -213,8 +238,11 @@ def run_pool(shares: list[list[Batch]], encoder_specs: list[str], devices: list[
     procs = []
     for share, device in zip(shares, devices, strict=False):
         if share:
-            proc = ctx.Process(target=_worker_main, daemon=True,
-                               args=(share, encoder_specs, device, run_id, queue, devices.count("cpu"), os.getpid()))
+            proc = ctx.Process(
+                target=_worker_main,
+                daemon=True,
+                args=(share, encoder_specs, device, run_id, queue, devices.count("cpu"), os.getpid()),
+            )
             proc.start()
             procs.append(proc)
     problems: list[str] = []

@@ -30,7 +30,6 @@ from cachedoctor.statedir import quarantine_root
 RECORDS = ".records.jsonl"
 
 
-
 @dataclass(frozen=True, slots=True)
 class QuarantinedFile:
     relpath: str
@@ -99,8 +98,14 @@ class Quarantine:
         return n
 
     def _record(self, dest: str, original: str, reasons: tuple[str, ...], action: str) -> None:
-        record = {"path": os.path.relpath(dest, self.folder), "original": original, "reasons": list(reasons),
-                  "action": action, "size": os.path.getsize(dest), "time": time.time()}
+        record = {
+            "path": os.path.relpath(dest, self.folder),
+            "original": original,
+            "reasons": list(reasons),
+            "action": action,
+            "size": os.path.getsize(dest),
+            "time": time.time(),
+        }
         with open(os.path.join(self.folder, RECORDS), "a", encoding="utf-8") as out:
             out.write(json.dumps(record, sort_keys=True) + "\n")  # advisory: the folder tree is the truth,
             out.flush()  # so no fsync here (the file itself was made durable before this)
@@ -153,8 +158,15 @@ def list_runs(root: str) -> list[QuarantineRun]:
             original = record.get("original")
             if not isinstance(original, str) or not _inside(original, root):  # a cache moved since: restore into it
                 original = os.path.join(root, _original_rel(rel))
-            files.append(QuarantinedFile(rel, os.path.getsize(os.path.join(folder, rel)), original,
-                                         tuple(record.get("reasons") or ()), str(record.get("action") or "unknown")))
+            files.append(
+                QuarantinedFile(
+                    rel,
+                    os.path.getsize(os.path.join(folder, rel)),
+                    original,
+                    tuple(record.get("reasons") or ()),
+                    str(record.get("action") or "unknown"),
+                )
+            )
         runs.append(QuarantineRun(run_id, folder, tuple(files)))
     return runs
 
@@ -200,8 +212,10 @@ def restore(root: str, run: QuarantineRun, new_run_id: str) -> list[tuple[str, s
                 transfer(src, target)
         except OSError as exc:
             left = len(run.files) - len(done)
-            then = (f"run the same `cachedoctor quarantine restore {run.run_id}` again: {len(done)} file(s) are back, "
-                    f"{left} still in the quarantine")
+            then = (
+                f"run the same `cachedoctor quarantine restore {run.run_id}` again: {len(done)} file(s) are back, "
+                f"{left} still in the quarantine"
+            )
             raise RestoreError(target, could_not_write(exc, target, "the restored file", then)) from None
         done.append((src, target))
     shutil.rmtree(run.folder)

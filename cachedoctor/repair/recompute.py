@@ -65,13 +65,18 @@ def prepare_image(spec: RecomputeSpec, downscale: int) -> Prepared:
     return Prepared(pixels, original, resized, crop, size)
 
 
-def build_file(spec: RecomputeSpec, latent: Any = None, flipped: Any = None,
-               prepared: Prepared | None = None, texts: dict[str, Any] | None = None) -> bytes:
+def build_file(
+    spec: RecomputeSpec,
+    latent: Any = None,
+    flipped: Any = None,
+    prepared: Prepared | None = None,
+    texts: dict[str, Any] | None = None,
+) -> bytes:
     """The new file's bytes. ``latent`` is ``[C, h, w]`` (already scaled when the layout wants
     it); ``texts`` maps the text encoder's keys to one item's tensors (batch dim dropped)."""
     import torch
 
-    fmt, shape = (load_template(spec.template) if spec.template else (spec.container_format, None))
+    fmt, shape = load_template(spec.template) if spec.template else (spec.container_format, None)
     if spec.writer == "bare-tensor" or (shape is not None and isinstance(shape, torch.Tensor)):
         if latent is None:
             raise NotRewritable("a bare-tensor entry needs a latent")
@@ -85,8 +90,15 @@ def build_file(spec: RecomputeSpec, latent: Any = None, flipped: Any = None,
     return save_entries(out, fmt)
 
 
-def _value(key: str, like: Any, spec: RecomputeSpec, latent: Any, flipped: Any, prepared: Prepared | None,
-           texts: dict[str, Any]) -> Any:
+def _value(
+    key: str,
+    like: Any,
+    spec: RecomputeSpec,
+    latent: Any,
+    flipped: Any,
+    prepared: Prepared | None,
+    texts: dict[str, Any],
+) -> Any:
     import torch
 
     if spec.role == "latent":

@@ -49,8 +49,9 @@ class Survey:
         return not (self.temp_files or self.damaged or self.held_locks or self.interrupted)
 
 
-def survey(targets: list[str], layout: LayoutName, options: LayoutOptions, scan_options: ScanOptions | None = None
-           ) -> Survey:
+def survey(
+    targets: list[str], layout: LayoutName, options: LayoutOptions, scan_options: ScanOptions | None = None
+) -> Survey:
     """What a crash left under ``targets``. ``scan_options`` gives what the settings say of every
     scan (exclude, reader workers, file timeout); the survey chooses its own depth and state use."""
     base = scan_options or ScanOptions()
@@ -86,8 +87,11 @@ def _beside_temps(temps: list[Finding]) -> set[str]:
     for folder in {os.path.dirname(f.path) for f in temps}:
         try:
             with os.scandir(folder) as it:
-                paths.update(e.path for e in it if e.is_file() and not e.name.startswith(".") and e.path not in
-                             {f.path for f in temps})
+                paths.update(
+                    e.path
+                    for e in it
+                    if e.is_file() and not e.name.startswith(".") and e.path not in {f.path for f in temps}
+                )
         except OSError:
             continue
     return paths

@@ -33,8 +33,11 @@ def crash_point(name: str) -> None:
 
 
 def disk_full(path: str, exc: OSError) -> RepairError:
-    return RepairError(path, f"no space left on the device ({exc.strerror}); nothing was replaced. "
-                             "Free some space, then run the same `cachedoctor repair` again: it resumes")
+    return RepairError(
+        path,
+        f"no space left on the device ({exc.strerror}); nothing was replaced. "
+        "Free some space, then run the same `cachedoctor repair` again: it resumes",
+    )
 
 
 def replace_file(path: str, data: bytes, quarantine: Quarantine, action: Action) -> str | None:
@@ -60,9 +63,13 @@ def replace_file(path: str, data: bytes, quarantine: Quarantine, action: Action)
     return kept[0] if kept else None
 
 
-def run_action(action: Action, quarantine: Quarantine, make_bytes: Callable[[Action], bytes] | None = None,
-               verify: Callable[[Action], str | None] | None = None,
-               on_done: Callable[[ItemResult], None] | None = None) -> ItemResult:
+def run_action(
+    action: Action,
+    quarantine: Quarantine,
+    make_bytes: Callable[[Action], bytes] | None = None,
+    verify: Callable[[Action], str | None] | None = None,
+    on_done: Callable[[ItemResult], None] | None = None,
+) -> ItemResult:
     """Do ``action`` if the file is still as planned. ``make_bytes`` produces the new content
     (lossless and recompute actions); ``verify`` returns a problem with the written file or None.
     Raises :class:`RepairError` on a full disk (the run must stop), never for one bad file."""
@@ -74,13 +81,17 @@ def run_action(action: Action, quarantine: Quarantine, make_bytes: Callable[[Act
         if now is None and action.kind is not ActionKind.RECOMPUTE:
             return ItemResult(path, action.kind, ItemState.SKIPPED, "gone since the scan (moved by another process)")
         if now != action.before:
-            return ItemResult(path, action.kind, ItemState.SKIPPED, "changed since the scan; left for the final scan to judge")
+            return ItemResult(
+                path, action.kind, ItemState.SKIPPED, "changed since the scan; left for the final scan to judge"
+            )
         try:
             if action.kind is ActionKind.QUARANTINE:
                 crash_point("before-move")
                 dest: str | None = quarantine.move(path, action.reasons, action.kind.value)
                 crash_point("after-move")
-                return ItemResult(path, action.kind, ItemState.VERIFIED, "moved to the quarantine", dest, action.bytes, 0)
+                return ItemResult(
+                    path, action.kind, ItemState.VERIFIED, "moved to the quarantine", dest, action.bytes, 0
+                )
             assert make_bytes is not None
             data = make_bytes(action)
             dest = replace_file(path, data, quarantine, action)
@@ -95,11 +106,20 @@ def run_action(action: Action, quarantine: Quarantine, make_bytes: Callable[[Act
             state = ItemState.BLOCKED if isinstance(exc, NotRewritable) else ItemState.FAILED
             return ItemResult(path, action.kind, state, str(exc) or type(exc).__name__)
         if on_done is not None:  # journaled as "done" before the read-back, which may take a while
-            on_done(ItemResult(path, action.kind, ItemState.DONE, "written; reading it back", dest, action.bytes, len(data)))
+            on_done(
+                ItemResult(path, action.kind, ItemState.DONE, "written; reading it back", dest, action.bytes, len(data))
+            )
         problem = verify(action) if verify is not None else None
         if problem:
-            return ItemResult(path, action.kind, ItemState.FAILED, f"written, but reading it back: {problem}", dest,
-                              action.bytes, len(data))
+            return ItemResult(
+                path,
+                action.kind,
+                ItemState.FAILED,
+                f"written, but reading it back: {problem}",
+                dest,
+                action.bytes,
+                len(data),
+            )
         return ItemResult(path, action.kind, ItemState.VERIFIED, "written and read back", dest, action.bytes, len(data))
 
 
@@ -116,8 +136,15 @@ def _cleanup(action: Action) -> ItemResult:
         except FileNotFoundError:
             return ItemResult(path, action.kind, ItemState.SKIPPED, "already gone")
         fsync_dir(os.path.dirname(path))
-    return ItemResult(path, action.kind, ItemState.VERIFIED, "deleted (an interrupted write of cachedoctor's own)",
-                      None, action.bytes, 0)
+    return ItemResult(
+        path,
+        action.kind,
+        ItemState.VERIFIED,
+        "deleted (an interrupted write of cachedoctor's own)",
+        None,
+        action.bytes,
+        0,
+    )
 
 
 def verify_written(action: Action) -> str | None:

@@ -64,6 +64,7 @@ class RepairOutcome:
     @property
     def resumed(self) -> bool:
         return self.interrupted is not None
+
     results: list[ItemResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     after: ScanResult | None = None
@@ -71,8 +72,12 @@ class RepairOutcome:
     notes: list[str] = field(default_factory=list)  # about the run itself (a journal moved aside)
 
 
-def _scan(targets: list[str], layout: LayoutName, layout_options: LayoutOptions, options: RepairOptions,
-          ) -> tuple[ScanResult, dict[str, list[Expected]], str | None, str | None]:
+def _scan(
+    targets: list[str],
+    layout: LayoutName,
+    layout_options: LayoutOptions,
+    options: RepairOptions,
+) -> tuple[ScanResult, dict[str, list[Expected]], str | None, str | None]:
     plan, line = plan_for(layout, targets, layout_options)
     expected = {p: list(e) for folder in (plan.expected.values() if plan else ()) for p, e in folder.items()}
     roots = plan.roots if plan is not None else targets
@@ -80,9 +85,15 @@ def _scan(targets: list[str], layout: LayoutName, layout_options: LayoutOptions,
     return result, expected, line, (plan.layout if plan else None)
 
 
-def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions, options: RepairOptions,
-           argv: list[str], confirm: Callable[[RepairOutcome], bool], show_plan: Callable[[RepairOutcome], None],
-           ) -> RepairOutcome:
+def repair(
+    targets: list[str],
+    layout: LayoutName,
+    layout_options: LayoutOptions,
+    options: RepairOptions,
+    argv: list[str],
+    confirm: Callable[[RepairOutcome], bool],
+    show_plan: Callable[[RepairOutcome], None],
+) -> RepairOutcome:
     from cachedoctor.encoders import load_encoder
     from cachedoctor.repair.pool import devices_for, visible_gpus
 
@@ -94,8 +105,10 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
     if options.gpus:
         have = visible_gpus()
         if options.gpus > have:
-            raise RepairError(f"--gpus {options.gpus}", f"only {have} GPU(s) are visible here; ask for at most {have}, "
-                                                        "or use --device cpu --workers N")
+            raise RepairError(
+                f"--gpus {options.gpus}",
+                f"only {have} GPU(s) are visible here; ask for at most {have}, or use --device cpu --workers N",
+            )
     if not options.dry_run:
         distributed.init(rank)
     before, expected, line, layout_name = _scan(targets, layout, layout_options, options)
@@ -116,11 +129,17 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
         for root in roots_acted:
             abandon(root, journal_rank, interrupted.run_id)
         interrupted = None
-    if (interrupted is not None and interrupted.fingerprint and fingerprints != interrupted.fingerprint
-            and any(a.kind is ActionKind.RECOMPUTE and not a.blocked for a in plan.actions)):
-        raise RepairError(" ".join(interrupted.encoders) or "--encoder",
-                          f"interrupted run {interrupted.run_id} was recomputing with another encoder; pass the same "
-                          "--encoder to finish it (one cache, one model), or --fresh to start a new run")
+    if (
+        interrupted is not None
+        and interrupted.fingerprint
+        and fingerprints != interrupted.fingerprint
+        and any(a.kind is ActionKind.RECOMPUTE and not a.blocked for a in plan.actions)
+    ):
+        raise RepairError(
+            " ".join(interrupted.encoders) or "--encoder",
+            f"interrupted run {interrupted.run_id} was recomputing with another encoder; pass the same "
+            "--encoder to finish it (one cache, one model), or --fresh to start a new run",
+        )
     outcome.run_id = interrupted.run_id if interrupted else new_run_id()
     outcome.interrupted = interrupted
     if rank.leader:
@@ -145,8 +164,13 @@ def repair(targets: list[str], layout: LayoutName, layout_options: LayoutOptions
             Quarantine(root, interrupted.run_id).clean_temps()
     journals = {root: Journal(root, journal_rank) for root in roots_acted}
     for root, journal in journals.items():
-        journal.start(outcome.run_id, argv, json.dumps(list(options.encoders)) if options.encoders else None,
-                      fingerprints, outcome.resumed)
+        journal.start(
+            outcome.run_id,
+            argv,
+            json.dumps(list(options.encoders)) if options.encoders else None,
+            fingerprints,
+            outcome.resumed,
+        )
         journal.plan([a for a in plan.actions if a.root == root])
 
     lock = threading.Lock()  # recompute results arrive from the writer thread
@@ -211,7 +235,9 @@ def _share(actions: list[Action], rank: distributed.Rank) -> list[Action]:
     """This rank's deterministic share of the non-recompute actions (recomputes are split by cost)."""
     if not rank.distributed:
         return actions
-    local = [a for i, a in enumerate(a for a in actions if a.kind is not ActionKind.RECOMPUTE) if i % rank.world == rank.rank]
+    local = [
+        a for i, a in enumerate(a for a in actions if a.kind is not ActionKind.RECOMPUTE) if i % rank.world == rank.rank
+    ]
     return local + [a for a in actions if a.kind is ActionKind.RECOMPUTE]
 
 
@@ -234,9 +260,14 @@ def _run_local(action: Action, run_id: str, on_done: Callable[[ItemResult], None
     return run_action(action, quarantine)
 
 
-def _recompute(actions: list[Action], options: RepairOptions, outcome: RepairOutcome,
-               record: Callable[[ItemResult], None], rank: distributed.Rank,
-               devices_for: Callable[[int | None, str, int], list[str]]) -> None:
+def _recompute(
+    actions: list[Action],
+    options: RepairOptions,
+    outcome: RepairOutcome,
+    record: Callable[[ItemResult], None],
+    rank: distributed.Rank,
+    devices_for: Callable[[int | None, str, int], list[str]],
+) -> None:
     from cachedoctor.repair.pool import make_batches, run_pool, split, work
 
     batches = make_batches(actions, options.batch_size)
@@ -249,8 +280,9 @@ def _recompute(actions: list[Action], options: RepairOptions, outcome: RepairOut
     if len(devices) == 1:
         work(batches, list(options.encoders), devices[0], outcome.run_id or "", record)
         return
-    outcome.problems.extend(run_pool(split(batches, len(devices)), list(options.encoders), devices,
-                                     outcome.run_id or "", record))
+    outcome.problems.extend(
+        run_pool(split(batches, len(devices)), list(options.encoders), devices, outcome.run_id or "", record)
+    )
 
 
 def _close(journals: dict[str, Journal]) -> None:

@@ -47,19 +47,39 @@ class GithubRenderer(Renderer):
     def render(self, report: ScanReport, out: TextIO, *, color: bool) -> None:
         for f in sorted(report.findings, key=Finding.sort_key):
             item = f"item: {relative(f.source, self.cwd)}; " if f.source else ""
-            out.write(command(_COMMAND[f.severity], f"{f.message} ({item}fix: {f.fix.value})",
-                              file=relative(f.path, self.cwd), title=f.kind) + "\n")
+            out.write(
+                command(
+                    _COMMAND[f.severity],
+                    f"{f.message} ({item}fix: {f.fix.value})",
+                    file=relative(f.path, self.cwd),
+                    title=f.kind,
+                )
+                + "\n"
+            )
         for problem in report.scan.errors:
-            out.write(command("error", f"could not be read: {problem.message}",
-                              file=relative(problem.path, self.cwd), title="unreadable file") + "\n")
+            out.write(
+                command(
+                    "error",
+                    f"could not be read: {problem.message}",
+                    file=relative(problem.path, self.cwd),
+                    title="unreadable file",
+                )
+                + "\n"
+            )
         summary_file = os.environ.get(SUMMARY_ENV)
         if summary_file:
             try:
                 with open(summary_file, "a", encoding="utf-8") as summary:
                     summary.write(self.step_summary(report))
             except OSError as exc:  # the annotations are still worth having; say why the table is not
-                out.write(command("warning", f"cannot append to {SUMMARY_ENV} ({summary_file}): "
-                                  f"{exc.strerror or exc}", title="cachedoctor") + "\n")
+                out.write(
+                    command(
+                        "warning",
+                        f"cannot append to {SUMMARY_ENV} ({summary_file}): {exc.strerror or exc}",
+                        title="cachedoctor",
+                    )
+                    + "\n"
+                )
         out.write(command("notice", verdict(report), title="cachedoctor") + "\n")
 
     def step_summary(self, report: ScanReport) -> str:

@@ -89,8 +89,7 @@ class JunitRenderer(Renderer):
             failure.text = "\n".join(self._line(f) for f in failing)
         if below:
             text = ET.SubElement(case, "system-out")
-            text.text = (f"below --fail-on {report.fail_on.value}:\n"
-                         + "\n".join(self._line(f) for f in below))
+            text.text = f"below --fail-on {report.fail_on.value}:\n" + "\n".join(self._line(f) for f in below)
         return 1 if failing else 0
 
     def _unreadable(self, suite: ET.Element, report: ScanReport) -> int:
@@ -109,8 +108,11 @@ class JunitRenderer(Renderer):
 
     @staticmethod
     def _properties(report: ScanReport) -> list[tuple[str, str]]:
-        props = [("cachedoctor.version", __version__), ("cachedoctor.fail_on", report.fail_on.value),
-                 ("cachedoctor.deep", str(report.scan.deep).lower())]
+        props = [
+            ("cachedoctor.version", __version__),
+            ("cachedoctor.fail_on", report.fail_on.value),
+            ("cachedoctor.deep", str(report.scan.deep).lower()),
+        ]
         if report.layout_line:
             props.append(("cachedoctor.layout", report.layout_line))
         props += [("cachedoctor.note", note) for note in report.notes]
@@ -127,6 +129,9 @@ def _verdict(report: ScanReport, show: Callable[[str], str]) -> str:
     """The table's closing sentence: counts and what to run next."""
     sev = report.by_severity()
     files = len({f.path for f in report.findings})
-    head = (f"{sev['error']} error(s), {sev['warning']} warning(s) in {files} file(s)."
-            if report.findings else "No findings.")
+    head = (
+        f"{sev['error']} error(s), {sev['warning']} warning(s) in {files} file(s)."
+        if report.findings
+        else "No findings."
+    )
     return f"{head} {report.next_step(show)}".strip()

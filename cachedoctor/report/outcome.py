@@ -139,8 +139,13 @@ class ScanReport:
         plan = self.scan.dataset
         if plan is None:
             return None
-        return {"layout": plan.layout, "reason": self.layout_line, "items": plan.items, "skipped": list(plan.skipped),
-                "notes": list(plan.notes)}
+        return {
+            "layout": plan.layout,
+            "reason": self.layout_line,
+            "items": plan.items,
+            "skipped": list(plan.skipped),
+            "notes": list(plan.notes),
+        }
 
 
 def _quote(path: str) -> str:

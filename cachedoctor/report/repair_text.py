@@ -50,8 +50,13 @@ class RepairReport:
         if not self.outcome.leader:  # the leader rank judges the run
             return True
         states = self.states
-        return (not self.broken and not states.get("failed") and not states.get("blocked") and not self.outcome.problems
-                and not plan.needs_person)
+        return (
+            not self.broken
+            and not states.get("failed")
+            and not states.get("blocked")
+            and not self.outcome.problems
+            and not plan.needs_person
+        )
 
     @property
     def exit_code(self) -> ExitStatus:
@@ -64,15 +69,21 @@ def print_plan(outcome: RepairOutcome, out: TextIO) -> None:
     result, plan = outcome.before, outcome.plan
     mode = "deep" if result.options.deep else "quick"
     files = len({f.path for f in result.findings})
-    print(f"cachedoctor repair: {result.stats.files_read} files scanned ({mode}), {len(result.findings)} finding(s) in {files} file(s)", file=out)
+    print(
+        f"cachedoctor repair: {result.stats.files_read} files scanned ({mode}), {len(result.findings)} finding(s) in {files} file(s)",
+        file=out,
+    )
     if outcome.layout_line:
         print(outcome.layout_line, file=out)
     for note in getattr(outcome, "notes", ()):
         print(f"note: {note}", file=out)
     if outcome.interrupted is not None:
         gone = outcome.interrupted
-        print(f"resuming interrupted run {gone.run_id}: {len(gone.verified)} item(s) were finished before it stopped, "
-              f"{len(gone.unfinished)} were not; this scan shows what is still to do", file=out)
+        print(
+            f"resuming interrupted run {gone.run_id}: {len(gone.verified)} item(s) were finished before it stopped, "
+            f"{len(gone.unfinished)} were not; this scan shows what is still to do",
+            file=out,
+        )
     if not plan.actions and not plan.needs_person:
         print("nothing to repair", file=out)
         return
@@ -80,21 +91,34 @@ def print_plan(outcome: RepairOutcome, out: TextIO) -> None:
     for label, count in plan.counts().items():
         if label == "blocked":
             continue
-        extra = f" ({human_size(plan.rewrite_bytes(ActionKind(label)))} to rewrite)" if label in ("rewrite-cpu", "clone-storage") else ""
+        extra = (
+            f" ({human_size(plan.rewrite_bytes(ActionKind(label)))} to rewrite)"
+            if label in ("rewrite-cpu", "clone-storage")
+            else ""
+        )
         print(f"  {label:<14} {count} file(s){extra}", file=out)
     blocked = Counter(a.blocked for a in plan.actions if a.blocked)
     for why, count in blocked.most_common():
         print(f"  {'cannot fix':<14} {count} file(s): {why}", file=out)
     if plan.needs_person:
-        print(f"  {'needs a person':<14} {len(plan.needs_person)} file(s): two dataset items map to one file; rename all but one", file=out)
+        print(
+            f"  {'needs a person':<14} {len(plan.needs_person)} file(s): two dataset items map to one file; rename all but one",
+            file=out,
+        )
 
 
 def print_result(report: RepairReport, out: TextIO, env: Environment) -> ExitStatus:
     from cachedoctor.repair.model import ItemState
 
     outcome, broken, states = report.outcome, report.broken, report.states
-    print("done: " + ", ".join(f"{states.get(s.value, 0)} {s.value}" for s in
-                               (ItemState.VERIFIED, ItemState.SKIPPED, ItemState.BLOCKED, ItemState.FAILED)), file=out)
+    print(
+        "done: "
+        + ", ".join(
+            f"{states.get(s.value, 0)} {s.value}"
+            for s in (ItemState.VERIFIED, ItemState.SKIPPED, ItemState.BLOCKED, ItemState.FAILED)
+        ),
+        file=out,
+    )
     for r in outcome.results:
         if r.state in (ItemState.FAILED,):
             print(f"  failed: {os.path.relpath(r.path, env.cwd)}: {r.message}", file=out)
@@ -103,16 +127,26 @@ def print_result(report: RepairReport, out: TextIO, env: Environment) -> ExitSta
     moved = sorted({a.root for a in outcome.plan.actions} & {a.root for a in outcome.plan.actions if not a.blocked})
     if any(r.quarantined for r in outcome.results):
         for root in moved:
-            print(f"quarantine: {os.path.join(quarantine_root(root), outcome.run_id)} "
-                  f"(undo: cachedoctor quarantine restore {outcome.run_id} {root})", file=out)
+            print(
+                f"quarantine: {os.path.join(quarantine_root(root), outcome.run_id)} "
+                f"(undo: cachedoctor quarantine restore {outcome.run_id} {root})",
+                file=out,
+            )
     if outcome.after is not None:
-        before, after = Counter(f.kind for f in outcome.before.findings), Counter(f.kind for f in outcome.after.findings)
+        before, after = (
+            Counter(f.kind for f in outcome.before.findings),
+            Counter(f.kind for f in outcome.after.findings),
+        )
         changes = [f"{k} {before.get(k, 0)} -> {after.get(k, 0)}" for k in sorted(set(before) | set(after))]
         print("before -> after: " + (", ".join(changes) if changes else "clean"), file=out)
     if report.clean:
         print("repaired: the rescan is clean of what was repaired", file=out)
     else:
-        left = len(set(broken) | set(outcome.plan.needs_person) | {r.path for r in outcome.results if r.state.value in ("failed", "blocked")})
+        left = len(
+            set(broken)
+            | set(outcome.plan.needs_person)
+            | {r.path for r in outcome.results if r.state.value in ("failed", "blocked")}
+        )
         print(f"not clean: {left} file(s) still need attention; see above", file=out)
     return report.exit_code
 
@@ -123,8 +157,10 @@ def print_survey(found: Survey, out: TextIO, cwd: str) -> None:
 
     print(f"cachedoctor recover: {found.layout_line}" if found.layout_line else "cachedoctor recover", file=out)
     if found.empty:
-        print("nothing to recover: no temp files, no damaged recent writes, no held locks, no interrupted repair",
-              file=out)
+        print(
+            "nothing to recover: no temp files, no damaged recent writes, no held locks, no interrupted repair",
+            file=out,
+        )
         return
     if found.temp_files:
         print(f"temp files of interrupted writes: {len(found.temp_files)}", file=out)
@@ -138,5 +174,8 @@ def print_survey(found: Survey, out: TextIO, cwd: str) -> None:
         print(f"lock held by a live process (a writer is active): {rel(lock)}", file=out)
     for root, run in found.interrupted:
         specs = " ".join(run.encoders) or "none"
-        print(f"interrupted repair in {rel(root)}: run {run.run_id}, {len(run.verified)} item(s) finished, "
-              f"{len(run.unfinished)} not; encoder(s): {specs}", file=out)
+        print(
+            f"interrupted repair in {rel(root)}: run {run.run_id}, {len(run.verified)} item(s) finished, "
+            f"{len(run.unfinished)} not; encoder(s): {specs}",
+            file=out,
+        )

@@ -64,14 +64,33 @@ class ScanSummary:
         if isinstance(result, ScanSummary):
             return result
         stats, options, plan = result.stats, result.options, result.dataset
-        counts = Counts(stats.files_seen, stats.files_read, stats.files_skipped, stats.bytes_read, stats.folders,
-                        dict(stats.formats), stats.files_reused, stats.files_deep)
-        dataset = (DatasetSummary(plan.layout, plan.items, tuple(plan.skipped), tuple(plan.notes))
-                   if plan is not None else None)
-        return cls(targets=list(result.targets), findings=list(result.findings), counts=counts,
-                   errors=[Problem(e.path, e.message) for e in result.errors], deep=bool(options.deep),
-                   mode=options.mode, sample=options.sample.text if options.sample else None,
-                   elapsed=result.elapsed, dataset=dataset, notes=list(result.notes))
+        counts = Counts(
+            stats.files_seen,
+            stats.files_read,
+            stats.files_skipped,
+            stats.bytes_read,
+            stats.folders,
+            dict(stats.formats),
+            stats.files_reused,
+            stats.files_deep,
+        )
+        dataset = (
+            DatasetSummary(plan.layout, plan.items, tuple(plan.skipped), tuple(plan.notes))
+            if plan is not None
+            else None
+        )
+        return cls(
+            targets=list(result.targets),
+            findings=list(result.findings),
+            counts=counts,
+            errors=[Problem(e.path, e.message) for e in result.errors],
+            deep=bool(options.deep),
+            mode=options.mode,
+            sample=options.sample.text if options.sample else None,
+            elapsed=result.elapsed,
+            dataset=dataset,
+            notes=list(result.notes),
+        )
 
 
 __all__ = ["Counts", "DatasetSummary", "Problem", "ScanSummary"]

@@ -25,16 +25,28 @@ class TableRenderer(Renderer):
         from rich.table import Table
         from rich.text import Text
 
-        console = Console(file=out, force_terminal=color, no_color=not color, highlight=False,
-                          width=None if color else 120, soft_wrap=not color)
+        console = Console(
+            file=out,
+            force_terminal=color,
+            no_color=not color,
+            highlight=False,
+            width=None if color else 120,
+            soft_wrap=not color,
+        )
         stats = report.scan.counts
         files = f"{_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}"
         if stats.files_reused:  # the state database vouched for these: their stat is as recorded
-            files = (f"{_n(stats.files_read, 'file')} in {_n(stats.folders, 'folder')} ({stats.files_reused} unchanged "
-                     f"since the last scan, {stats.files_seen - stats.files_reused} read)")
-        console.print(Text(
-            f"cachedoctor scan ({report.scan.mode}): {files}, {human_size(stats.bytes_read)}, "
-            f"{stats.files_skipped} skipped, {report.scan.elapsed:.2f}s", style="bold"))
+            files = (
+                f"{_n(stats.files_read, 'file')} in {_n(stats.folders, 'folder')} ({stats.files_reused} unchanged "
+                f"since the last scan, {stats.files_seen - stats.files_reused} read)"
+            )
+        console.print(
+            Text(
+                f"cachedoctor scan ({report.scan.mode}): {files}, {human_size(stats.bytes_read)}, "
+                f"{stats.files_skipped} skipped, {report.scan.elapsed:.2f}s",
+                style="bold",
+            )
+        )
         if report.layout_line:
             console.print(Text(report.layout_line))
         for note in report.notes:
@@ -71,8 +83,12 @@ class TableRenderer(Renderer):
             console.print(Text(f"could not check {self._rel(error.path)}: {error.message}", style="bold red"))
         counts = report.by_severity()
         console.print()
-        verdict = (f"{counts['error']} error(s), {counts['warning']} warning(s) in "
-                   f"{len({f.path for f in report.findings})} file(s)." if report.findings else "No findings.")
+        verdict = (
+            f"{counts['error']} error(s), {counts['warning']} warning(s) in "
+            f"{len({f.path for f in report.findings})} file(s)."
+            if report.findings
+            else "No findings."
+        )
         console.print(Text(f"{verdict} {report.next_step(self._rel)}".strip(), style="bold"))
 
     def _rel(self, path: str) -> str:
@@ -84,8 +100,7 @@ class TableRenderer(Renderer):
         by_file: dict[str, list[Finding]] = defaultdict(list)
         for f in findings:
             by_file[f.path].append(f)
-        return sorted(by_file.items(),
-                      key=lambda kv: (-max(f.severity.rank for f in kv[1]), -len(kv[1]), kv[0]))
+        return sorted(by_file.items(), key=lambda kv: (-max(f.severity.rank for f in kv[1]), -len(kv[1]), kv[0]))
 
 
 def _n(count: int, word: str) -> str:

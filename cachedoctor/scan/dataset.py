@@ -46,8 +46,9 @@ class DatasetMatcher:
         for entries in expected.values():
             for entry in entries:
                 self._judge(entry, None)
-        return [replace(f, source=sources[f.path]) if f.source is None and f.path in sources else f
-                for f in file_findings]
+        return [
+            replace(f, source=sources[f.path]) if f.source is None and f.path in sources else f for f in file_findings
+        ]
 
     def finish(self) -> list[Finding]:
         """Settle the folders the walk never saw, then return every dataset finding."""
@@ -61,7 +62,8 @@ class DatasetMatcher:
             self.plan.notes.append(
                 f"{len(self._mtime_stale)} of {self._paired} entries are older than their sources: the dataset "
                 "looks copied without its file times, so staleness by mtime was not reported; "
-                "`cachedoctor manifest build` records content hashes for exact staleness")
+                "`cachedoctor manifest build` records content hashes for exact staleness"
+            )
         else:
             self.findings.extend(self._mtime_stale)
         return self.findings

@@ -61,8 +61,12 @@ class ScanResult:
     notes: list[str] = field(default_factory=list)  # about the scan itself (the state database)
 
 
-def scan(targets: list[str], options: ScanOptions | None = None, progress: Progress | None = None,
-         dataset: DatasetPlan | None = None) -> ScanResult:
+def scan(
+    targets: list[str],
+    options: ScanOptions | None = None,
+    progress: Progress | None = None,
+    dataset: DatasetPlan | None = None,
+) -> ScanResult:
     """Scan ``targets`` (files or folders). Raises ``TargetError`` if one cannot be scanned.
 
     With a ``dataset`` plan the scan also pairs each cache folder's files with the entries the
@@ -82,13 +86,18 @@ def scan(targets: list[str], options: ScanOptions | None = None, progress: Progr
     return result
 
 
-def _scan(roots: list[str], options: ScanOptions, progress: Progress | None, dataset: DatasetPlan | None,
-          states: StateSet) -> ScanResult:
+def _scan(
+    roots: list[str], options: ScanOptions, progress: Progress | None, dataset: DatasetPlan | None, states: StateSet
+) -> ScanResult:
     keep = (lambda path: not dataset.is_source_name(path)) if dataset is not None and dataset.source_suffixes else None
     if options.sample is not None:
         for store in states.stores:
-            choose(store, walk([r for r in roots if store.covers(r)], [], options.exclude), options.sample,
-                   keep or (lambda path: True))
+            choose(
+                store,
+                walk([r for r in roots if store.covers(r)], [], options.exclude),
+                options.sample,
+                keep or (lambda path: True),
+            )
     for store in states.stores:
         store.begin()
     walk_errors: list[WalkError] = []
@@ -114,14 +123,24 @@ def _scan(roots: list[str], options: ScanOptions, progress: Progress | None, dat
     findings = sorted(collector.findings, key=Finding.sort_key)
     stats = collector.stats
     for store in states.stores:
-        store.finish([r for r in roots if os.path.isdir(r) and store.covers(r)], options.deep,
-                     options.sample.text if options.sample else None, stats.files_seen,
-                     stats.files_seen - stats.files_reused, len(findings))
+        store.finish(
+            [r for r in roots if os.path.isdir(r) and store.covers(r)],
+            options.deep,
+            options.sample.text if options.sample else None,
+            stats.files_seen,
+            stats.files_seen - stats.files_reused,
+            len(findings),
+        )
     return ScanResult(roots, options, findings, stats, errors, 0.0, dataset)
 
 
-def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: Collector,
-            keep: Callable[[str], bool] | None, states: StateSet) -> Iterator[Chunk]:
+def _chunks(
+    folders: Iterator[Folder],
+    options: ScanOptions,
+    collector: Collector,
+    keep: Callable[[str], bool] | None,
+    states: StateSet,
+) -> Iterator[Chunk]:
     size = options.chunk_size
     facts = collector.matcher is not None
     for folder in folders:
@@ -139,13 +158,27 @@ def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: Collecto
             record, reused = None, []
         else:
             chosen = store.chosen(folder.path) if options.sample is not None else set()
-            plan, result = plan_folder(store, folder.path, files, deep=options.deep, deep_changed=options.deep_changed,
-                                       chosen=chosen, whole=collector.matcher is None)
+            plan, result = plan_folder(
+                store,
+                folder.path,
+                files,
+                deep=options.deep,
+                deep_changed=options.deep_changed,
+                chosen=chosen,
+                whole=collector.matcher is None,
+            )
             if result is not None:
                 if collector.reuse_folder(folder.path, result):
                     continue
-                plan, _ = plan_folder(store, folder.path, files, deep=options.deep,  # it did not decode
-                                      deep_changed=options.deep_changed, chosen=chosen, whole=False)
+                plan, _ = plan_folder(
+                    store,
+                    folder.path,
+                    files,
+                    deep=options.deep,  # it did not decode
+                    deep_changed=options.deep_changed,
+                    chosen=chosen,
+                    whole=False,
+                )
             items, reused = plan.to_read, plan.reused
             record = Record(store, plan.sigs, {p for p, d in items if d}, plan.gone, plan.digest)
         collector.stats.files_deep += sum(1 for _, deep in items if deep)  # attempted: a torn file counts too
@@ -154,6 +187,4 @@ def _chunks(folders: Iterator[Folder], options: ScanOptions, collector: Collecto
         if reused:
             collector.add(folder_id, reused, fresh=False)
         for i in range(0, len(items), size):
-            yield folder_id, items[i:i + size], facts or store is not None, store is not None
-
-
+            yield folder_id, items[i : i + size], facts or store is not None, store is not None

@@ -58,8 +58,9 @@ class Record:
 
     __slots__ = ("store", "sigs", "deep", "gone", "digest", "fresh", "read", "skipped", "bytes", "formats", "settled")
 
-    def __init__(self, store: StateStore, sigs: dict[str, Sig], deep: set[str], gone: list[str],
-                 digest: str | None) -> None:
+    def __init__(
+        self, store: StateStore, sigs: dict[str, Sig], deep: set[str], gone: list[str], digest: str | None
+    ) -> None:
         self.store, self.sigs, self.deep, self.gone, self.digest = store, sigs, deep, gone, digest
         self.fresh: list[Upsert] = []
         self.read = self.skipped = self.bytes = 0
@@ -153,8 +154,16 @@ class Collector:
             return
         if fresh and sig is not None:
             deep_scan = record.store.scan_id if o.path in record.deep else None
-            record.fresh.append(Upsert(os.path.basename(o.path), sig, record.store.is_racy(sig.mtime_ns, sig.ctime_ns), deep_scan, o.xxh3,
-                                       outcome_to_text(o)))
+            record.fresh.append(
+                Upsert(
+                    os.path.basename(o.path),
+                    sig,
+                    record.store.is_racy(sig.mtime_ns, sig.ctime_ns),
+                    deep_scan,
+                    o.xxh3,
+                    outcome_to_text(o),
+                )
+            )
 
     def close_empty(self, path: str) -> None:
         """A folder with no cache files at all: every entry expected in it is missing."""

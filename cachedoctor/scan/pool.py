@@ -74,8 +74,16 @@ def run_pool(chunks: Iterator[Chunk], workers: int, collector: Collector, timeou
             if failed and not stuck:
                 raise failed[0]  # not ours: a worker died on its own
             if stuck:
-                pool = _replace(pool, stuck, in_flight, queue, slots, collector, timeout or 0.0,
-                                lambda: _new_pool(workers, context, slots))
+                pool = _replace(
+                    pool,
+                    stuck,
+                    in_flight,
+                    queue,
+                    slots,
+                    collector,
+                    timeout or 0.0,
+                    lambda: _new_pool(workers, context, slots),
+                )
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
@@ -83,8 +91,9 @@ def run_pool(chunks: Iterator[Chunk], workers: int, collector: Collector, timeou
 
 
 def _new_pool(workers: int, context: Any, slots: Slots) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                               initargs=(os.getpid(), slots.array))
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(os.getpid(), slots.array)
+    )
 
 
 def _finish(job: _Job, outcomes: list[Outcome], slots: Slots, collector: Collector) -> None:
@@ -101,9 +110,16 @@ def _stuck(in_flight: dict[Future, _Job], slots: Slots, timeout: float) -> list[
     return found
 
 
-def _replace(pool: ProcessPoolExecutor, stuck: list[tuple[_Job, int, int]], in_flight: dict[Future, _Job],
-             queue: deque[_Job], slots: Slots, collector: Collector, timeout: float,
-             new: Callable[[], ProcessPoolExecutor]) -> ProcessPoolExecutor:
+def _replace(
+    pool: ProcessPoolExecutor,
+    stuck: list[tuple[_Job, int, int]],
+    in_flight: dict[Future, _Job],
+    queue: deque[_Job],
+    slots: Slots,
+    collector: Collector,
+    timeout: float,
+    new: Callable[[], ProcessPoolExecutor],
+) -> ProcessPoolExecutor:
     """Kill the stuck workers, settle what finished, and queue the rest for a fresh pool."""
     for _, pid, _ in stuck:
         try:
@@ -126,6 +142,6 @@ def _replace(pool: ProcessPoolExecutor, stuck: list[tuple[_Job, int, int]], in_f
         if index is not None:  # the stuck file is reported; the others are read again
             path = job.items[index][0]
             job.done.append(timed_out(path, timeout))
-            job.items = job.items[:index] + job.items[index + 1:]
+            job.items = job.items[:index] + job.items[index + 1 :]
         queue.appendleft(job)
     return new()

@@ -72,9 +72,12 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
     folders = [t for t in targets if os.path.isdir(t)]
     named: dict[str, set[str]] = {}
     for target in targets:
-        if (not os.path.isdir(target) and not any(is_under(target, f) for f in folders)
-                and not excluded(os.path.basename(target), exclude)):
-                named.setdefault(os.path.dirname(target), set()).add(target)
+        if (
+            not os.path.isdir(target)
+            and not any(is_under(target, f) for f in folders)
+            and not excluded(os.path.basename(target), exclude)
+        ):
+            named.setdefault(os.path.dirname(target), set()).add(target)
     for folder, chosen in named.items():
         yield Folder(folder, sorted(chosen))
     visited: set[tuple[int, int]] = set()
@@ -98,8 +101,11 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
                             if entry.is_dir():  # follows symlinks; loops stop at ``visited``
                                 if entry.name not in _SKIP_DIRS and not skip(entry.path, target):
                                     subdirs.append(entry.path)
-                            elif (entry.is_file() and not is_lock_name(entry.name)  # lock files: statedir.py
-                                  and not (exclude and skip(entry.path, target))):
+                            elif (
+                                entry.is_file()
+                                and not is_lock_name(entry.name)  # lock files: statedir.py
+                                and not (exclude and skip(entry.path, target))
+                            ):
                                 files.append(entry.path)
                         except OSError as exc:
                             errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))

@@ -75,7 +75,7 @@ class Slots:
 
     def take(self) -> int:
         slot = self.free.pop()
-        self.array[slot * 3:slot * 3 + 3] = [0.0, -1.0, 0.0]
+        self.array[slot * 3 : slot * 3 + 3] = [0.0, -1.0, 0.0]
         return slot
 
     def give_back(self, slot: int) -> None:
@@ -83,7 +83,7 @@ class Slots:
 
     def stuck(self, slot: int, seconds: float) -> tuple[int, int] | None:
         """``(pid, file index)`` when the chunk in ``slot`` has been on one file for too long."""
-        pid, index, started = self.array[slot * 3:slot * 3 + 3]
+        pid, index, started = self.array[slot * 3 : slot * 3 + 3]
         if pid and index >= 0 and time.monotonic() - started > seconds + GRACE:
             return int(pid), int(index)
         return None

@@ -62,8 +62,13 @@ def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False) -> 
         return _judge(Inspected(path, size, error=exc), None, mtime)
     except Exception as exc:  # a reader bug must not stop a scan of a million files
         reraise_interrupt(exc)
-        return Outcome(path, _size(path), "error", mtime_ns=mtime or 0,
-                       error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it")
+        return Outcome(
+            path,
+            _size(path),
+            "error",
+            mtime_ns=mtime or 0,
+            error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it",
+        )
     if meta is None:
         size = _size(path)
         if not claims_cache(path):
@@ -88,10 +93,23 @@ def _judge(item: Inspected, fmt: str | None, mtime: int | None, digest: bool = F
     findings = tuple(f for check in FILE_CHECKS if deep or not check.deep_only for f in check.check_file(item))
     group, peer = peer_record(meta) if meta is not None and not meta.foreign_globals else (None, None)
     if mtime is None or meta is None:
-        return Outcome(item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime or 0, deep=deep,
-                       xxh3=xxh3)
-    return Outcome(item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime,
-                   shapes=tuple((t.key, t.shape) for t in meta.tensors), values=meta.values, deep=deep, xxh3=xxh3)
+        return Outcome(
+            item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime or 0, deep=deep, xxh3=xxh3
+        )
+    return Outcome(
+        item.path,
+        item.size,
+        "read",
+        findings,
+        group,
+        peer,
+        fmt,
+        mtime_ns=mtime,
+        shapes=tuple((t.key, t.shape) for t in meta.tensors),
+        values=meta.values,
+        deep=deep,
+        xxh3=xxh3,
+    )
 
 
 def peer_record(meta: FileMeta) -> tuple[str | None, PeerEntry | None]:
@@ -110,8 +128,13 @@ def _peer_key(key: str) -> str:
     return _RESOLUTION.sub("HxW", key)
 
 
-def inspect_chunk(items: list[tuple[str, bool]], facts: bool = False, digest: bool = False,
-                  timeout: float | None = None, slot: int | None = None) -> list[Outcome]:
+def inspect_chunk(
+    items: list[tuple[str, bool]],
+    facts: bool = False,
+    digest: bool = False,
+    timeout: float | None = None,
+    slot: int | None = None,
+) -> list[Outcome]:
     """Inspect ``(path, deep)`` items; ``facts`` for dataset scans and the state database.
 
     With ``timeout``, a file not judged in that many seconds is reported as ``read-timeout``;
@@ -138,6 +161,10 @@ def timed_out(path: str, seconds: float) -> Outcome:
     """The outcome of a file whose reader was stopped after ``seconds``."""
     from dataclasses import replace
 
-    error = ReadError("timeout", f"not judged within {seconds:g} s (--file-timeout): its reader was stopped; "
-                      "the file defeats the readers' bounds or its storage stalls", seconds=seconds)
+    error = ReadError(
+        "timeout",
+        f"not judged within {seconds:g} s (--file-timeout): its reader was stopped; "
+        "the file defeats the readers' bounds or its storage stalls",
+        seconds=seconds,
+    )
     return replace(_judge(Inspected(path, _size(path), error=error), None, None), transient=True)

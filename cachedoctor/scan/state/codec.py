@@ -20,25 +20,38 @@ def finding_to_json(f: Finding, folder: str) -> list[Any]:
     """Paths inside ``folder`` are kept by name, so a cache moved with ``mv`` (same inodes and
     times, so its rows still match) reports its files where they are now."""
     prefix = folder.rstrip(os.sep) + os.sep
-    path = f.path[len(prefix):] if f.path.startswith(prefix) else f.path
+    path = f.path[len(prefix) :] if f.path.startswith(prefix) else f.path
     return [f.kind, f.severity.value, path, f.message, f.fix.value, f.source, dict(f.details)]
 
 
 def finding_from_json(row: list[Any], folder: str) -> Finding:
     kind, severity, path, message, fix, source, details = row
-    return Finding(kind=kind, severity=Severity(severity), path=os.path.join(folder, path), message=message,
-                   fix=Fix(fix), source=source, details=details)
-
-
+    return Finding(
+        kind=kind,
+        severity=Severity(severity),
+        path=os.path.join(folder, path),
+        message=message,
+        fix=Fix(fix),
+        source=source,
+        details=details,
+    )
 
 
 def outcome_to_text(o: Outcome) -> str:
     """Everything of an outcome but its path, size and mtime (the row holds those)."""
     peer = [[t.key, t.dtype, list(t.shape)] for t in o.peer.tensors] if o.peer is not None else None
-    return json.dumps({
-        "s": o.status, "f": [finding_to_json(f, os.path.dirname(o.path)) for f in o.findings], "g": o.group, "p": peer, "fmt": o.format,
-        "sh": [[k, list(s)] for k, s in o.shapes], "v": [[k, list(v)] for k, v in o.values],
-    }, separators=(",", ":"))
+    return json.dumps(
+        {
+            "s": o.status,
+            "f": [finding_to_json(f, os.path.dirname(o.path)) for f in o.findings],
+            "g": o.group,
+            "p": peer,
+            "fmt": o.format,
+            "sh": [[k, list(s)] for k, s in o.shapes],
+            "v": [[k, list(v)] for k, v in o.values],
+        },
+        separators=(",", ":"),
+    )
 
 
 def outcome_from_text(path: str, size: int, mtime_ns: int, text: str) -> Outcome | None:
@@ -48,9 +61,18 @@ def outcome_from_text(path: str, size: int, mtime_ns: int, text: str) -> Outcome
         peer = None
         if d["p"] is not None:
             peer = PeerEntry(path, tuple(PeerTensor(k, dt, tuple(s)) for k, dt, s in d["p"]))
-        return Outcome(path, size, d["s"], tuple(finding_from_json(f, os.path.dirname(path)) for f in d["f"]), d["g"], peer, d["fmt"],
-                       mtime_ns=mtime_ns, shapes=tuple((k, tuple(s)) for k, s in d["sh"]),
-                       values=tuple((k, tuple(v)) for k, v in d["v"]))
+        return Outcome(
+            path,
+            size,
+            d["s"],
+            tuple(finding_from_json(f, os.path.dirname(path)) for f in d["f"]),
+            d["g"],
+            peer,
+            d["fmt"],
+            mtime_ns=mtime_ns,
+            shapes=tuple((k, tuple(s)) for k, s in d["sh"]),
+            values=tuple((k, tuple(v)) for k, v in d["v"]),
+        )
     except (ValueError, KeyError, TypeError):
         return None
 

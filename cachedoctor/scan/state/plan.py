@@ -83,8 +83,16 @@ class FolderPlan:
     digest: str | None = None  # the listing's digest, when every file is settled (not racy)
 
 
-def plan_folder(store: StateStore, folder: str, files: list[str], *, deep: bool, deep_changed: bool,
-                chosen: set[str], whole: bool = True) -> tuple[FolderPlan, str | None]:
+def plan_folder(
+    store: StateStore,
+    folder: str,
+    files: list[str],
+    *,
+    deep: bool,
+    deep_changed: bool,
+    chosen: set[str],
+    whole: bool = True,
+) -> tuple[FolderPlan, str | None]:
     """The folder's plan, or (with ``whole``) its recorded result as JSON text when nothing in
     it needs reading. Dataset scans pass ``whole=False``: they need each file's facts.
 
@@ -141,11 +149,20 @@ def plan_folder(store: StateStore, folder: str, files: list[str], *, deep: bool,
     return plan, None
 
 
-def folder_result(outcomes_read: int, skipped: int, nbytes: int, formats: Counter, findings: list[Finding],
-                  folder: str) -> str:
+def folder_result(
+    outcomes_read: int, skipped: int, nbytes: int, formats: Counter, findings: list[Finding], folder: str
+) -> str:
     """A settled folder's result as recorded: what its stats and findings add to a scan."""
-    return json.dumps({"r": outcomes_read, "k": skipped, "b": nbytes, "fmt": dict(formats),
-                       "f": [finding_to_json(f, folder) for f in findings]}, separators=(",", ":"))
+    return json.dumps(
+        {
+            "r": outcomes_read,
+            "k": skipped,
+            "b": nbytes,
+            "fmt": dict(formats),
+            "f": [finding_to_json(f, folder) for f in findings],
+        },
+        separators=(",", ":"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +177,25 @@ class FolderResult:
 def decode_result(text: str, folder: str) -> FolderResult | None:
     try:
         d = json.loads(text)
-        return FolderResult(int(d["r"]), int(d["k"]), int(d["b"]), {str(k): int(v) for k, v in d["fmt"].items()},
-                            [finding_from_json(f, folder) for f in d["f"]])
+        return FolderResult(
+            int(d["r"]),
+            int(d["k"]),
+            int(d["b"]),
+            {str(k): int(v) for k, v in d["fmt"].items()},
+            [finding_from_json(f, folder) for f in d["f"]],
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-__all__ = ["AUTO", "EXISTING", "NO_STATE", "FolderPlan", "FolderResult", "StateSet", "decode_result",
-           "folder_result", "plan_folder"]
+__all__ = [
+    "AUTO",
+    "EXISTING",
+    "NO_STATE",
+    "FolderPlan",
+    "FolderResult",
+    "StateSet",
+    "decode_result",
+    "folder_result",
+    "plan_folder",
+]

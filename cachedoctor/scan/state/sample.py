@@ -51,14 +51,16 @@ def hash_order(key: bytes, name: str) -> int:
     return xxhash.xxh3_64_intdigest(key + b"/" + os.fsencode(name)) >> 1
 
 
-def choose(store: StateStore, folders: Iterable[Folder], sample: Sample,
-           keep: Callable[[str], bool] = lambda path: True) -> int:
+def choose(
+    store: StateStore, folders: Iterable[Folder], sample: Sample, keep: Callable[[str], bool] = lambda path: True
+) -> int:
     """Record in ``store`` which of the files under ``folders`` this run reads deep; the count."""
     return store.choose(_candidates(store, folders, keep), sample.parts, sample.of)
 
 
-def _candidates(store: StateStore, folders: Iterable[Folder],
-                keep: Callable[[str], bool]) -> Iterator[tuple[str, str, int, int, int]]:
+def _candidates(
+    store: StateStore, folders: Iterable[Folder], keep: Callable[[str], bool]
+) -> Iterator[tuple[str, str, int, int, int]]:
     for folder in folders:
         if not store.covers(folder.path):
             continue

@@ -44,7 +44,6 @@ _FLUSH_ROWS = 2000
 _FLUSH_SECONDS = 0.25
 
 
-
 class StateError(PathError):
     """A state database named with ``--state`` that cannot be used (exit 2)."""
 
@@ -124,9 +123,13 @@ class StateStore:
                 db.close()
             why = reason(exc)
             if explicit:
-                raise StateError(path, f"cannot use as the state database ({why}); pass another --state or --no-state") from None
-            return None, (f"no state kept: cannot write {path} ({why}), so the next scan reads every file "
-                          "again; pass --state PATH on a writable disk, or --no-state")
+                raise StateError(
+                    path, f"cannot use as the state database ({why}); pass another --state or --no-state"
+                ) from None
+            return None, (
+                f"no state kept: cannot write {path} ({why}), so the next scan reads every file "
+                "again; pass --state PATH on a writable disk, or --no-state"
+            )
         return cls(path, base, db, clock_ns), note
 
     @property
@@ -144,17 +147,23 @@ class StateStore:
             except sqlite3.Error:
                 pass
         if is_full(exc, self.path):
-            self.notes.append(f"no state kept: cannot write {self.path} ({reason(exc)}), so the next scan reads "
-                              "this scan's changes again; free some space, or pass --state PATH on another disk")
+            self.notes.append(
+                f"no state kept: cannot write {self.path} ({reason(exc)}), so the next scan reads "
+                "this scan's changes again; free some space, or pass --state PATH on another disk"
+            )
             return
         try:
             aside = move_aside(self.path)
         except OSError as err:
-            self.notes.append(f"the state database {self.path} failed ({reason(exc)}) and cannot be moved aside "
-                              f"({reason(err)}); this scan finished without it; delete it, or pass --no-state")
+            self.notes.append(
+                f"the state database {self.path} failed ({reason(exc)}) and cannot be moved aside "
+                f"({reason(err)}); this scan finished without it; delete it, or pass --no-state"
+            )
             return
-        self.notes.append(f"the state database {self.path} failed during the scan ({reason(exc)}); moved it to "
-                          f"{aside}; this scan finished without it, and the next one starts a new one")
+        self.notes.append(
+            f"the state database {self.path} failed during the scan ({reason(exc)}); moved it to "
+            f"{aside}; this scan finished without it, and the next one starts a new one"
+        )
 
     # --- keys -------------------------------------------------------------------------------
 
@@ -192,8 +201,9 @@ class StateStore:
         self._visited.add(key)
         out = {}
         for name, size, mtime, ctime, ino, racy, deep_scan, xxh3, outcome in self.db.execute(
-                "SELECT name, size, mtime_ns, ctime_ns, ino, racy, deep_scan, xxh3, outcome FROM files "
-                "WHERE folder = ?", (key,)):
+            "SELECT name, size, mtime_ns, ctime_ns, ino, racy, deep_scan, xxh3, outcome FROM files WHERE folder = ?",
+            (key,),
+        ):
             text = unseal(outcome, key, name, size, mtime, ctime, ino, racy, deep_scan, xxh3)
             if text is None:  # damaged: listed (so a vanished file's row is deleted), never reused (no stat is -1)
                 out[os.fsdecode(name)] = Row(Sig(-1, -1, -1, -1), True, None, None, "")
@@ -206,8 +216,9 @@ class StateStore:
         return mtime_ns >= self.clock_ns or ctime_ns >= self.clock_ns
 
     @guarded(lambda: None)
-    def save(self, folder: str, upserts: list[Upsert], gone: Iterable[str], digest: str | None,
-             result: str | None) -> None:
+    def save(
+        self, folder: str, upserts: list[Upsert], gone: Iterable[str], digest: str | None, result: str | None
+    ) -> None:
         """Record a folder's fresh reads; ``digest``/``result`` when the whole folder is settled."""
         key = self.key(folder)
         self._visited.add(key)
@@ -215,13 +226,21 @@ class StateStore:
         for u in upserts:
             name, racy = os.fsencode(u.name), int(u.racy)
             sealed = seal(key, name, *u.sig, racy, u.deep_scan, u.xxh3, u.outcome) + "|" + u.outcome
-            pending.append(("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                            (key, name, *u.sig, racy, self.scan_id, u.deep_scan, u.xxh3, sealed)))
+            pending.append(
+                (
+                    "INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    (key, name, *u.sig, racy, self.scan_id, u.deep_scan, u.xxh3, sealed),
+                )
+            )
         for gone_name in gone:
             pending.append(("DELETE FROM files WHERE folder = ? AND name = ?", (key, os.fsencode(gone_name))))
         if digest is not None and result is not None:
-            pending.append(("INSERT OR REPLACE INTO folders VALUES (?,?,?,?)",
-                            (key, digest, seal(key, digest, result) + "|" + result, self.scan_id)))
+            pending.append(
+                (
+                    "INSERT OR REPLACE INTO folders VALUES (?,?,?,?)",
+                    (key, digest, seal(key, digest, result) + "|" + result, self.scan_id),
+                )
+            )
         else:
             pending.append(("DELETE FROM folders WHERE folder = ?", (key,)))
         if len(pending) >= _FLUSH_ROWS or time.monotonic() - self._flushed > _FLUSH_SECONDS:
@@ -239,8 +258,7 @@ class StateStore:
         self._flushed = time.monotonic()
 
     @guarded(lambda: None)
-    def finish(self, walked: list[str], deep: bool, sample: str | None, files: int, reread: int,
-               findings: int) -> None:
+    def finish(self, walked: list[str], deep: bool, sample: str | None, files: int, reread: int, findings: int) -> None:
         """Forget folders under the fully walked ``walked`` targets that this scan did not see,
         and record the scan in ``scans``; a scan that changed nothing writes nothing at all."""
         self.flush()
@@ -254,16 +272,22 @@ class StateStore:
             for folder in gone:
                 self.db.execute("DELETE FROM files WHERE folder = ?", (folder,))
                 self.db.execute("DELETE FROM folders WHERE folder = ?", (folder,))
-            self.db.execute("INSERT OR REPLACE INTO scans VALUES (?,?,?,?,?,?,?,?)",
-                            (self.scan_id, self._started, time.time(), int(deep), sample, files, reread, findings))
+            self.db.execute(
+                "INSERT OR REPLACE INTO scans VALUES (?,?,?,?,?,?,?,?)",
+                (self.scan_id, self._started, time.time(), int(deep), sample, files, reread, findings),
+            )
 
     def _recorded_folders(self) -> list[bytes]:
         """Every folder with rows, by a skip scan of the primary key (not a read of every row)."""
         assert self.db is not None
-        return [f for (f,) in self.db.execute(
-            "WITH RECURSIVE f(folder) AS (SELECT min(folder) FROM files UNION ALL "
-            "SELECT (SELECT min(folder) FROM files WHERE folder > f.folder) FROM f WHERE f.folder IS NOT NULL) "
-            "SELECT folder FROM f WHERE folder IS NOT NULL")]
+        return [
+            f
+            for (f,) in self.db.execute(
+                "WITH RECURSIVE f(folder) AS (SELECT min(folder) FROM files UNION ALL "
+                "SELECT (SELECT min(folder) FROM files WHERE folder > f.folder) FROM f WHERE f.folder IS NOT NULL) "
+                "SELECT folder FROM f WHERE folder IS NOT NULL"
+            )
+        ]
 
     def close(self) -> None:
         self.flush()
@@ -283,26 +307,35 @@ class StateStore:
         hash order. Each deep read moves a file to the back, so the sample rotates."""
         db = self.db
         assert db is not None
-        db.execute("CREATE TEMP TABLE IF NOT EXISTS candidates (folder BLOB, name BLOB, tier INTEGER, "
-                   "last_deep INTEGER, ord INTEGER)")
-        db.execute("CREATE TEMP TABLE IF NOT EXISTS chosen (folder BLOB, name BLOB, PRIMARY KEY (folder, name)) "
-                   "WITHOUT ROWID")
+        db.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS candidates (folder BLOB, name BLOB, tier INTEGER, "
+            "last_deep INTEGER, ord INTEGER)"
+        )
+        db.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS chosen (folder BLOB, name BLOB, PRIMARY KEY (folder, name)) WITHOUT ROWID"
+        )
         db.execute("DELETE FROM temp.candidates")
         db.execute("DELETE FROM temp.chosen")
-        db.executemany("INSERT INTO temp.candidates VALUES (?,?,?,?,?)",
-                       ((self.key(f), os.fsencode(n), t, d, o) for f, n, t, d, o in candidates))
+        db.executemany(
+            "INSERT INTO temp.candidates VALUES (?,?,?,?,?)",
+            ((self.key(f), os.fsencode(n), t, d, o) for f, n, t, d, o in candidates),
+        )
         total = db.execute("SELECT count(*) FROM temp.candidates").fetchone()[0]
         budget = -(-total * parts // of)  # ceil: a 5% sample of 10 files reads one
-        db.execute("INSERT INTO temp.chosen SELECT folder, name FROM temp.candidates "
-                   "ORDER BY tier, last_deep, ord LIMIT ?", (budget,))
+        db.execute(
+            "INSERT INTO temp.chosen SELECT folder, name FROM temp.candidates ORDER BY tier, last_deep, ord LIMIT ?",
+            (budget,),
+        )
         db.execute("DELETE FROM temp.candidates")
         return budget
 
     @guarded(set)
     def chosen(self, folder: str) -> set[str]:
         assert self.db is not None
-        return {os.fsdecode(n) for (n,) in self.db.execute("SELECT name FROM temp.chosen WHERE folder = ?",
-                                                             (self.key(folder),))}
+        return {
+            os.fsdecode(n)
+            for (n,) in self.db.execute("SELECT name FROM temp.chosen WHERE folder = ?", (self.key(folder),))
+        }
 
 
 def _under(folder: bytes, key: bytes) -> bool:
