@@ -13,7 +13,8 @@ torch load would read them.
 
 from __future__ import annotations
 
-from cachedoctor.formats._pickle_scan import _ARG, LIMITS
+from cachedoctor.formats._pickle_opcodes import _ARG
+from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import Source
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, refuse_unfolding, walk
 from cachedoctor.formats._verdict import LOADERS, Sequence, bomb, growing_window, screen_sequence
