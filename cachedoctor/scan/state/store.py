@@ -89,6 +89,28 @@ def _producer() -> str:
     return f"{SCHEMA_VERSION}|{__version__}|{','.join(sorted(KINDS))}"
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _refuse_foreign(path: str) -> None:
+    """A ``--state`` path must be a state database or nothing yet: a damaged database is moved
+    aside and rebuilt, but a folder (the cache itself, say) or another kind of file is the
+    user's, and is never moved."""
+    if os.path.isdir(path):
+        raise StateError(path, "is a folder, not a state database; pass a file for --state "
+                               "(for example <folder>/state.sqlite) or --no-state")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(_SQLITE_MAGIC))
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # unreadable: connecting says why, as one line
+    if head and head != _SQLITE_MAGIC:
+        raise StateError(path, "is not a SQLite database, and cachedoctor would have to replace it; "
+                               "pass another --state (a new file) or --no-state")
+
+
 class StateStore:
     """One state database; folders are keyed relative to ``base`` (absolute when ``base`` is empty)."""
 
@@ -110,6 +132,8 @@ class StateStore:
         """The store and a note for the report. ``explicit`` (``--state``) turns "cannot" into
         :class:`StateError`; otherwise the scan goes on without state and says why."""
         db = None
+        if explicit:
+            _refuse_foreign(path)
         try:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             db, note = connect(path, _producer)
