@@ -54,7 +54,9 @@ def manifest_build(
     targets = [os.path.abspath(dataset)] if dataset else []
     started = time.perf_counter()
     if dataset and not os.path.isdir(dataset):
-        raise LayoutError(targets[0], "no such folder; check the path (and that its disk is mounted)")
+        what = "is a file, not a folder; name the dataset folder" if os.path.exists(dataset) else (
+            "no such folder; check the path (and that its disk is mounted)")
+        raise LayoutError(targets[0], what)
     plan, line = plan_for(
         layout_name(settings), targets, layout_options(settings, model_family, output_dir, manifest=False)
     )
@@ -63,6 +65,13 @@ def manifest_build(
             targets[0] if targets else ".",
             "no trainer layout recognised here; pass --layout kohya|onetrainer|simpletuner",
         )
+    exclude = tuple(settings.exclude.value or ())
+    if exclude:  # the same globs as scan and repair: an excluded cache file gets no row
+        from cachedoctor.scan.walk import excluded_under
+
+        for folder, entries in list(plan.expected.items()):
+            for path in [p for p in entries if excluded_under(p, plan.roots, exclude)]:
+                del entries[path]
     result = build(plan, output)
     print(
         f"{line}\nwrote {result.rows} rows for {plan.items} items to {output} in {time.perf_counter() - started:.2f}s",

@@ -62,6 +62,19 @@ def excluded(relative: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(relative, p) or fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
+def excluded_under(path: str, roots: list[str], patterns: tuple[str, ...]) -> bool:
+    """Whether the walk of ``roots`` would leave ``path`` out: it, or a folder on the way to it
+    from the nearest root, matches an ``exclude`` glob. For paths the walk never lists (the
+    dataset's expected entries), so that an excluded file is not reported missing instead."""
+    if not patterns:
+        return False
+    base = max((r for r in roots if is_under(path, r)), key=len, default=None)
+    if base is None:
+        return excluded(os.path.basename(path), patterns)
+    parts = os.path.relpath(path, base).replace(os.sep, "/").split("/")
+    return any(excluded("/".join(parts[: i + 1]), patterns) for i in range(len(parts)))
+
+
 def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] = ()) -> Iterator[Folder]:
     """Folders under ``targets`` (absolute, checked); unreadable subfolders go to ``errors``.
 
