@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TextIO
 
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, SpecOrWhy, Template
@@ -81,24 +81,34 @@ def read_rows(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
     except OSError as exc:
         raise LayoutError(path, f"cannot open the manifest ({exc.strerror or exc}); check the path") from None
     with handle:
-        if path.lower().endswith(".csv"):
-            reader = csv.DictReader(handle)
-            missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
-            if missing:
-                raise LayoutError(path, f"line 1: the header has no '{missing[0]}' column; it needs source and cache")
-            for n, row in enumerate(reader, start=2):
-                yield n, _required(path, n, {k: v for k, v in row.items() if k is not None and v not in (None, "")})
-            return
-        for n, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise LayoutError(path, f"line {n}: not JSON ({exc.msg}); each line must be one JSON object") from None
-            if not isinstance(row, dict):
-                raise LayoutError(path, f"line {n}: a JSON {type(row).__name__}, not an object")
-            yield n, _required(path, n, row)
+        try:
+            yield from _rows(handle, path)
+        except (UnicodeDecodeError, csv.Error) as exc:
+            why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else f"not CSV ({exc})"
+            raise LayoutError(
+                path, f"{why}; a manifest is JSON lines or CSV in UTF-8, as `cachedoctor manifest build` writes it"
+            ) from None
+
+
+def _rows(handle: TextIO, path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    if path.lower().endswith(".csv"):
+        reader = csv.DictReader(handle)
+        missing = [c for c in REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise LayoutError(path, f"line 1: the header has no '{missing[0]}' column; it needs source and cache")
+        for n, row in enumerate(reader, start=2):
+            yield n, _required(path, n, {k: v for k, v in row.items() if k is not None and v not in (None, "")})
+        return
+    for n, text in enumerate(handle, start=1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LayoutError(path, f"line {n}: not JSON ({exc.msg}); each line must be one JSON object") from None
+        if not isinstance(row, dict):
+            raise LayoutError(path, f"line {n}: a JSON {type(row).__name__}, not an object")
+        yield n, _required(path, n, row)
 
 
 def _required(path: str, line: int, row: dict[str, Any]) -> dict[str, Any]:
