@@ -31,7 +31,11 @@ def quarantine_list(root: RootArg = ".") -> int:
     from cachedoctor.repair.quarantine import list_runs
 
     out = current().stdout
-    runs = list_runs(os.path.abspath(root))
+    base = os.path.abspath(root)
+    if not os.path.isdir(base):
+        what = "is a file" if os.path.exists(base) else "no such folder"
+        raise PathError(base, f"{what}; name the cache folder a repair ran on (its quarantine is in .cachedoctor/)")
+    runs = list_runs(base)
     if not runs:
         print(f"no quarantine under {root}", file=out)
         return ExitStatus.CLEAN

@@ -231,3 +231,13 @@ def test_a_file_gone_between_listing_and_reading_is_skipped_not_an_error(tmp_pat
     action = Action(ActionKind.QUARANTINE, str(tmp_path / "tmpAbCdEfGh"), str(tmp_path), ("partial-write",))
     result = run_action(action, Quarantine(str(tmp_path), "run"))
     assert result.state is ItemState.SKIPPED and not (tmp_path / ".cachedoctor").exists()
+
+
+def test_quarantine_list_of_a_missing_folder_or_a_file_is_exit_2(tmp_path: Path) -> None:
+    code, out, err = cli("quarantine", "list", str(tmp_path / "nope"))
+    assert code == 2 and out == "" and f"{tmp_path / 'nope'}: no such folder; name the cache folder" in err
+    (tmp_path / "f.pt").write_bytes(b"x")
+    code, _, err = cli("quarantine", "list", str(tmp_path / "f.pt"))
+    assert code == 2 and "f.pt: is a file; name the cache folder" in err
+    code, out, _ = cli("quarantine", "list", str(tmp_path))  # a folder no repair ran on: nothing, exit 0
+    assert code == 0 and out.startswith("no quarantine under")
