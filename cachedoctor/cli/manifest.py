@@ -54,8 +54,11 @@ def manifest_build(
     targets = [os.path.abspath(dataset)] if dataset else []
     started = time.perf_counter()
     if dataset and not os.path.isdir(dataset):
-        what = "is a file, not a folder; name the dataset folder" if os.path.exists(dataset) else (
-            "no such folder; check the path (and that its disk is mounted)")
+        what = (
+            "is a file, not a folder; name the dataset folder"
+            if os.path.exists(dataset)
+            else ("no such folder; check the path (and that its disk is mounted)")
+        )
         raise LayoutError(targets[0], what)
     plan, line = plan_for(
         layout_name(settings), targets, layout_options(settings, model_family, output_dir, manifest=False)
@@ -69,7 +72,7 @@ def manifest_build(
     if exclude:  # the same globs as scan and repair: an excluded cache file gets no row
         from cachedoctor.scan.walk import excluded_under
 
-        for folder, entries in list(plan.expected.items()):
+        for entries in plan.expected.values():
             for path in [p for p in entries if excluded_under(p, plan.roots, exclude)]:
                 del entries[path]
     result = build(plan, output)

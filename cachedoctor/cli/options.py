@@ -54,7 +54,7 @@ OutputDirOption = Annotated[
     str | None, typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")
 ]
 
-# --- the scan selection (scan, settings show; repair and recover take them from the settings) ---
+# --- the scan selection (scan, settings show, and repair's and recover's own scans) ---
 ExcludeOption = Annotated[
     list[str] | None,
     typer.Option(

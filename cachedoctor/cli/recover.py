@@ -10,13 +10,16 @@ import typer
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     ConfigOption,
+    ExcludeOption,
     FileTimeoutOption,
     LayoutChoice,
     LayoutOption,
     ModelFamilyOption,
+    NoStateOption,
     OutputDirOption,
     RepairManifestOption,
     RepairPathsArgument,
+    StateOption,
     YesOption,
 )
 from cachedoctor.cli.repair import resolve_targets, run_repair
@@ -39,6 +42,9 @@ def recover(
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
     file_timeout: FileTimeoutOption = None,
+    exclude: ExcludeOption = None,
+    state: StateOption = None,
+    no_state: NoStateOption = False,
 ) -> int:
     """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
     from dataclasses import replace
@@ -51,7 +57,15 @@ def recover(
     env = current()
     out = env.stdout
     settings, targets = resolve_targets(
-        ctx, paths=paths, layout=layout, config=config, manifest=manifest, file_timeout=file_timeout
+        ctx,
+        paths=paths,
+        layout=layout,
+        config=config,
+        manifest=manifest,
+        file_timeout=file_timeout,
+        exclude=exclude,
+        state=state,
+        no_state=no_state,
     )
     scanning = scan_options(settings, sample=False, default_state=False)
     found = survey(targets, layout_name(settings), layout_options(settings, model_family, output_dir), scanning)

@@ -19,13 +19,16 @@ from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     NO_PATH,
     ConfigOption,
+    ExcludeOption,
     FileTimeoutOption,
     LayoutChoice,
     LayoutOption,
     ModelFamilyOption,
+    NoStateOption,
     OutputDirOption,
     RepairManifestOption,
     RepairPathsArgument,
+    StateOption,
     YesOption,
 )
 from cachedoctor.errors import UsageError
@@ -74,6 +77,9 @@ def repair(
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
     file_timeout: FileTimeoutOption = None,
+    exclude: ExcludeOption = None,
+    state: StateOption = None,
+    no_state: NoStateOption = False,
 ) -> int:
     """Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder."""
     from cachedoctor.explain import kinds as known_kinds
@@ -83,7 +89,16 @@ def repair(
 
     env = current()
     settings, targets = resolve_targets(
-        ctx, paths=paths, layout=layout, config=config, manifest=manifest, file_timeout=file_timeout, deep=deep
+        ctx,
+        paths=paths,
+        layout=layout,
+        config=config,
+        manifest=manifest,
+        file_timeout=file_timeout,
+        deep=deep,
+        exclude=exclude,
+        state=state,
+        no_state=no_state,
     )
     kinds = frozenset(k.strip() for k in only.split(",") if k.strip()) if only else None
     known = set(known_kinds())

@@ -94,7 +94,7 @@ class ScanReport:
         fixes = ", ".join(f"{n} to {fix}" for fix, n in self.by_fix().items() if fix != "none")
         hint = f"Files to fix: {fixes}." if fixes else ""
         if fixes:
-            hint += " `cachedoctor repair` with the same arguments shows the plan (--dry-run) and carries it out."
+            hint += " `cachedoctor repair` on the same paths (and dataset options) shows the plan (--dry-run) and carries it out."
         if not self.scan.deep:
             hint += f" {deep_hint}"
         return hint.strip()

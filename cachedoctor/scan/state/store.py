@@ -97,8 +97,11 @@ def _refuse_foreign(path: str) -> None:
     aside and rebuilt, but a folder (the cache itself, say) or another kind of file is the
     user's, and is never moved."""
     if os.path.isdir(path):
-        raise StateError(path, "is a folder, not a state database; pass a file for --state "
-                               "(for example <folder>/state.sqlite) or --no-state")
+        raise StateError(
+            path,
+            "is a folder, not a state database; pass a file for --state "
+            "(for example <folder>/state.sqlite) or --no-state",
+        )
     try:
         with open(path, "rb") as handle:
             head = handle.read(len(_SQLITE_MAGIC))
@@ -107,8 +110,11 @@ def _refuse_foreign(path: str) -> None:
     except OSError:
         return  # unreadable: connecting says why, as one line
     if head and head != _SQLITE_MAGIC:
-        raise StateError(path, "is not a SQLite database, and cachedoctor would have to replace it; "
-                               "pass another --state (a new file) or --no-state")
+        raise StateError(
+            path,
+            "is not a SQLite database, and cachedoctor would have to replace it; "
+            "pass another --state (a new file) or --no-state",
+        )
 
 
 class StateStore:

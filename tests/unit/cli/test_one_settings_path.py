@@ -70,6 +70,19 @@ def test_recover_does_not_survey_what_scan_excludes(excluded: Path) -> None:
     assert cli("recover", "cache", cwd=excluded)[0] == ExitStatus.FINDINGS
 
 
+def test_repair_and_recover_take_scans_selection_options_on_the_command_line(excluded: Path) -> None:
+    """What the scan's hint says: repair on the same paths and options (--exclude, --state,
+    --no-state) acts on what that scan reported."""
+    (excluded / "pyproject.toml").unlink()
+    code, out, _ = cli("repair", "--dry-run", "--no-state", "--exclude", "scratch", "cache", cwd=excluded)
+    assert code == 0 and "nothing to repair" in out
+    (excluded / "cache" / "scratch" / "tmpabcd1234").write_bytes(b"half a file")
+    assert cli("recover", "--exclude", "scratch", "--no-state", "cache", cwd=excluded)[0] == 0
+    state = excluded / "mystate.sqlite"
+    code, _, err = cli("repair", "--dry-run", "--state", str(state), "cache", cwd=excluded)
+    assert code == ExitStatus.FINDINGS and err == "" and state.is_file()  # a named state database is used
+
+
 def _captured(monkeypatch: pytest.MonkeyPatch) -> list:  # type: ignore[type-arg]
     import cachedoctor.repair.run as core
 
