@@ -25,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-from cachedoctor.errors import PathError
+from cachedoctor.errors import PathError, UsageError
 
 COMMAND_LINE = "command line"
 DEFAULT = "default"
@@ -118,6 +118,8 @@ def find(cwd: str) -> ConfigFile | None:
         own = os.path.join(folder, OWN_FILE)
         if os.path.isfile(own):
             return ConfigFile(own, _load(own))
+        if os.path.isdir(own):
+            raise ConfigError(own, f"is a folder, not a config file; rename it or make it a {OWN_FILE} file")
         project = os.path.join(folder, PYPROJECT)
         if os.path.isfile(project):
             table = _load(project).get("tool", {})
@@ -217,7 +219,7 @@ def _seconds(value: Any) -> float:
         except ValueError:
             raise ValueError("expected a number of seconds greater than 0") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 86400:
-        raise ValueError("expected a number of seconds greater than 0")
+        raise ValueError("expected a number of seconds greater than 0 and under 86400 (a day)")
     return float(value)
 
 
@@ -295,7 +297,8 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
         try:
             value = check(given)
         except ValueError as exc:
-            raise ConfigError(f"environment {ENV_PREFIX}{var}", f"{raw!r}: {exc}") from None
+            shown = str(exc) if repr(raw) in str(exc) else f"{raw!r}: {exc}"  # some checks name the value
+            raise ConfigError(f"environment {ENV_PREFIX}{var}", shown) from None
         out[name] = (value, f"environment {ENV_PREFIX}{var}")
     return out
 
@@ -303,7 +306,14 @@ def _from_environ(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
 def load(cwd: str | None = None, environ: Mapping[str, str] | None = None, **given: Any) -> Settings:
     """The settings a library caller gets for ``cwd`` (default: the current folder), as the
     command line would resolve them with ``given`` typed on it (``deep=True``, ``paths=[...]``)."""
-    return resolve(given, os.environ if environ is None else environ, cwd or os.getcwd())
+    cwd = os.path.abspath(cwd or os.getcwd())
+    here = dict(given)
+    if here.get("paths"):  # relative to ``cwd``, as a shell started there would take them
+        here["paths"] = [os.path.join(cwd, p) for p in here["paths"]]
+    for name in _RELATIVE:
+        if isinstance(here.get(name), str):
+            here[name] = os.path.join(cwd, here[name])
+    return resolve(here, os.environ if environ is None else environ, cwd)
 
 
 def resolve(cli: Mapping[str, Any], environ: Mapping[str, str], cwd: str) -> Settings:
@@ -317,6 +327,11 @@ def resolve(cli: Mapping[str, Any], environ: Mapping[str, str], cwd: str) -> Set
     resolved: dict[str, Setting] = {}
     for name in Settings.NAMES:
         given = cli.get(name)
+        if name == "file_timeout" and given is not None:  # the same bounds as in a file or the environment
+            try:
+                given = _seconds(given)
+            except ValueError as exc:
+                raise UsageError(f"--file-timeout: {exc}") from None
         if given is not None and given != () and given != []:
             resolved[name] = Setting(tuple(given) if isinstance(given, list) else given, COMMAND_LINE)
         elif name in from_env:

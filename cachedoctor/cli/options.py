@@ -90,7 +90,6 @@ FileTimeoutOption = Annotated[
     float | None,
     typer.Option(
         "--file-timeout",
-        min=0.1,
         help="Seconds to judge one file; a file that takes longer is reported (read-timeout) and its reader stopped. Default 10.",
         show_default=False,
         metavar="SECONDS",

@@ -60,7 +60,8 @@ def test_a_worker_stuck_where_its_alarm_cannot_reach_is_killed_and_replaced(
     assert collector.folders == {}  # the folder closed: every chunk came back exactly once
 
 
-def test_file_timeout_must_be_positive(tmp_path: Path) -> None:
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "86400"])
+def test_file_timeout_has_the_same_bounds_on_the_command_line_as_in_the_settings(tmp_path: Path, value: str) -> None:
     import io
 
     from cachedoctor.cli import run
@@ -68,10 +69,17 @@ def test_file_timeout_must_be_positive(tmp_path: Path) -> None:
 
     out, err = io.StringIO(), io.StringIO()
     code = run(
-        ["scan", str(tmp_path), "--file-timeout", "0"],
+        ["scan", str(tmp_path), "--file-timeout", value],
         Environment(stdout=out, stderr=err, cwd=str(tmp_path), environ={}),
     )
-    assert code == 2 and "--file-timeout" in err.getvalue()
+    assert code == 2 and err.getvalue().count("\n") == 1
+    assert "--file-timeout: expected a number of seconds greater than 0 and under 86400 (a day)" in err.getvalue()
+    err = io.StringIO()
+    code = run(
+        ["scan", str(tmp_path)],
+        Environment(stdout=io.StringIO(), stderr=err, cwd=str(tmp_path), environ={"CACHEDOCTOR_FILE_TIMEOUT": value}),
+    )
+    assert code == 2 and "expected a number of seconds greater than 0 and under 86400 (a day)" in err.getvalue()
 
 
 def test_file_timeout_comes_from_the_config_file_too(tmp_path: Path) -> None:

@@ -191,3 +191,22 @@ def test_repair_and_recover_take_their_targets_from_the_config_file(tmp_path: Pa
     (tmp_path / "cachedoctor.toml").write_text('paths = ["missing"]\n')
     code, _, err = cli("repair", "--dry-run", cwd=tmp_path)
     assert code == 2 and err.count("\n") == 1 and str(tmp_path / "missing") in err
+
+
+def test_load_takes_relative_paths_from_its_cwd(tmp_path: Path) -> None:
+    from cachedoctor.settings import load
+
+    settings = load(cwd=str(tmp_path), environ={}, paths=["cache"], manifest="m.jsonl")
+    assert settings.paths.value == (str(tmp_path / "cache"),)
+    assert settings.manifest.value == str(tmp_path / "m.jsonl")
+
+
+def test_a_config_file_that_is_a_folder_is_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "cachedoctor.toml").mkdir()
+    code, _, err = cli("scan", str(tmp_path), cwd=tmp_path)
+    assert code == 2 and f"{tmp_path / 'cachedoctor.toml'}: is a folder, not a config file" in err
+
+
+def test_a_bad_environment_value_is_named_once(tmp_path: Path) -> None:
+    code, _, err = cli("scan", str(tmp_path), cwd=tmp_path, environ={"CACHEDOCTOR_SAMPLE": "abc"})
+    assert code == 2 and err.count("'abc'") == 1 and "environment CACHEDOCTOR_SAMPLE" in err
