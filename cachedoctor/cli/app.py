@@ -101,7 +101,8 @@ def _run(argv: list[str], env: Environment) -> int:
             return ExitStatus.CLEAN
         ctx = getattr(exc, "ctx", None)
         where = f"cachedoctor {ctx.info_name}" if ctx is not None and ctx.info_name != "cachedoctor" else "cachedoctor"
-        env.error(f"{exc.format_message()} (see `{where} --help`)")
+        message = exc.format_message().replace("Value error, ", "")  # typer's pydantic wording
+        env.error(f"{message} (see `{where} --help`)")
         return ExitStatus.ERROR
     except KeyboardInterrupt:
         code = ExitStatus.INTERRUPTED

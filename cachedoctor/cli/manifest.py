@@ -28,7 +28,7 @@ def manifest_build(
         ),
     ] = None,
     output: Annotated[
-        str, typer.Option("--output", "-o", help="Where to write the manifest (.jsonl).")
+        str, typer.Option("--output", "-o", metavar="FILE", help="Where to write the manifest (.jsonl).")
     ] = "manifest.jsonl",
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,

@@ -41,17 +41,24 @@ LayoutOption = Annotated[
     typer.Option("--layout", help="How the trainer maps dataset items to cache files.", case_sensitive=False),
 ]
 ConfigOption = Annotated[
-    str | None, typer.Option("--config", help="SimpleTuner multidatabackend.json: the datasets and caches it names.")
+    str | None,
+    typer.Option(
+        "--config", metavar="FILE", help="SimpleTuner multidatabackend.json: the datasets and caches it names."
+    ),
 ]
 ManifestOption = Annotated[
-    str | None, typer.Option("--manifest", help="A manifest (.jsonl or .csv) naming each cache file's source.")
+    str | None,
+    typer.Option("--manifest", metavar="FILE", help="A manifest (.jsonl or .csv) naming each cache file's source."),
 ]
 ModelFamilyOption = Annotated[
     str | None,
-    typer.Option("--model-family", help="SimpleTuner model family / kohya arch suffix (sdxl, flux, sd3, ...)."),
+    typer.Option(
+        "--model-family", metavar="NAME", help="SimpleTuner model family / kohya arch suffix (sdxl, flux, sd3, ...)."
+    ),
 ]
 OutputDirOption = Annotated[
-    str | None, typer.Option("--output-dir", help="SimpleTuner output_dir, for {output_dir} in the config.")
+    str | None,
+    typer.Option("--output-dir", metavar="DIR", help="SimpleTuner output_dir, for {output_dir} in the config."),
 ]
 
 # --- the scan selection (scan, settings show, and repair's and recover's own scans) ---
@@ -84,7 +91,7 @@ SampleOption = Annotated[
     ),
 ]
 WorkersOption = Annotated[
-    int | None, typer.Option("--workers", "-j", min=1, help="Reader processes (default: one per CPU).")
+    int | None, typer.Option("--workers", "-j", metavar="N", min=1, help="Reader processes (default: one per CPU).")
 ]
 FileTimeoutOption = Annotated[
     float | None,
@@ -122,7 +129,7 @@ RepairPathsArgument = Annotated[
     typer.Argument(help="Cache folders or files (kohya: the image folder).", show_default=False, metavar="PATH..."),
 ]
 RepairManifestOption = Annotated[
-    str | None, typer.Option("--manifest", help="A manifest naming each cache file's source.")
+    str | None, typer.Option("--manifest", metavar="FILE", help="A manifest naming each cache file's source.")
 ]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing anything.")]
 

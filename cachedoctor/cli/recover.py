@@ -33,7 +33,8 @@ def recover(
         bool, typer.Option("--apply", help="Quarantine what is partial and resume the interrupted repair.")
     ] = False,
     encoder: Annotated[
-        list[str] | None, typer.Option("--encoder", help="For recomputes (default: the interrupted repair's own).")
+        list[str] | None,
+        typer.Option("--encoder", metavar="SPEC", help="For recomputes (default: the interrupted repair's own)."),
     ] = None,
     yes: YesOption = False,
     layout: LayoutOption = LayoutChoice.AUTO,

@@ -41,24 +41,32 @@ def repair(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Scan and show the plan; change nothing.")] = False,
     encoder: Annotated[
         list[str] | None,
-        typer.Option("--encoder", help="NAME[:ARG] or module:factory[:ARG]; give one for images and one for captions."),
+        typer.Option(
+            "--encoder",
+            metavar="SPEC",
+            help="NAME[:ARG] or module:factory[:ARG]; give one for images and one for captions.",
+        ),
     ] = None,
     gpus: Annotated[
-        int | None, typer.Option("--gpus", min=1, help="One recompute worker per GPU (cuda:0..N-1).")
+        int | None, typer.Option("--gpus", metavar="N", min=1, help="One recompute worker per GPU (cuda:0..N-1).")
     ] = None,
-    device: Annotated[str, typer.Option("--device", help="Device for recompute workers without --gpus.")] = "cpu",
+    device: Annotated[
+        str, typer.Option("--device", metavar="DEVICE", help="Device for recompute workers without --gpus.")
+    ] = "cpu",
     workers: Annotated[
         int,
         typer.Option(
             "--workers",
             "-j",
+            metavar="N",
             min=1,
             help="Recompute worker processes on --device (the scan's readers: the workers setting).",
         ),
     ] = 1,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Items per encoder batch.")] = 8,
+    batch_size: Annotated[int, typer.Option("--batch-size", metavar="N", min=1, help="Items per encoder batch.")] = 8,
     only: Annotated[
-        str | None, typer.Option("--only", help="Repair only findings of these kinds (comma-separated).")
+        str | None,
+        typer.Option("--only", metavar="KINDS", help="Repair only findings of these kinds (comma-separated)."),
     ] = None,
     yes: YesOption = False,
     resume: Annotated[

@@ -47,7 +47,7 @@ def scan(
     deep: DeepOption = None,
     fmt: FormatOption = OutputFormat.TABLE,
     output: Annotated[
-        str | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.")
+        str | None, typer.Option("--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout.")
     ] = None,
     fail_on: FailOnOption = FailOn.ERROR,
     workers: WorkersOption = None,

@@ -204,3 +204,18 @@ def test_ctrl_c_wrapped_by_a_lazy_import_is_still_ctrl_c(tmp_path: Path, monkeyp
     code, out, err = cli("scan", str(tmp_path), "--deep", "--workers", "1", "--no-state")
     assert (code, out) == (130, "")
     assert err.strip() == "cachedoctor: error: interrupted; nothing was changed"
+
+
+def test_a_bad_choice_reads_as_a_plain_sentence(tmp_path: Path) -> None:
+    code, out, err = cli("scan", "--fail-on", "bogus", str(tmp_path))
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "Invalid value for '--fail-on': 'bogus' is not one of 'error', 'warning', 'never'." in err
+    assert "Value error" not in err
+
+
+def test_help_names_values_not_python_types() -> None:
+    code, out, _ = cli("repair", "--help")
+    assert code == 0
+    for option, metavar in (("--config", "FILE"), ("--encoder", "SPEC"), ("-j, --workers", "N"), ("--only", "KINDS")):
+        assert f"{option} {metavar}" in out
+    assert "<str>" not in out and "<int range>" not in out
