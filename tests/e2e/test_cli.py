@@ -213,8 +213,9 @@ def test_a_bad_choice_reads_as_a_plain_sentence(tmp_path: Path) -> None:
     assert "Value error" not in err
 
 
-def test_help_names_values_not_python_types() -> None:
-    code, out, _ = cli("repair", "--help")
+def test_help_names_values_not_python_types(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = cli("repair", "--help")  # click writes help to the process's stdout
+    out = capsys.readouterr().out
     assert code == 0
     for option, metavar in (("--config", "FILE"), ("--encoder", "SPEC"), ("-j, --workers", "N"), ("--only", "KINDS")):
         assert f"{option} {metavar}" in out
