@@ -11,7 +11,8 @@ what this returns, so a library caller gets the same findings and the same exit 
     sys.exit(report.exit_code)
 
 Problems that stop the audit (a missing target, a broken config or baseline) raise
-:class:`~cachedoctor.errors.PathError`; files it could not read are in the report (exit 2).
+:class:`~cachedoctor.errors.PathError`; settings that contradict each other raise
+:class:`~cachedoctor.errors.UsageError`. Files it could not read are in the report (exit 2).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cachedoctor.errors import PathError
+from cachedoctor.errors import PathError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from cachedoctor.findings import Finding
@@ -78,12 +79,12 @@ def audit(
     settings = settings if settings is not None else load()
     given = list(settings.paths.value if targets is None else targets)
     if not given and not settings.config.value and not settings.manifest.value:
-        raise ValueError("nothing to scan: name a cache folder, or set config or manifest")
+        raise UsageError("nothing to scan: name a cache folder, or set config or manifest")
     if baseline and write_baseline:
-        raise ValueError("pass baseline or write_baseline, not both")
+        raise UsageError("pass baseline or write_baseline, not both")
     options = scan_options(settings)
     if options.sample is not None and options.state is None:
-        raise ValueError("a sample chooses its files through the state database; it needs state")
+        raise UsageError("a sample chooses its files through the state database; it needs state")
     plan, layout_line = plan_for(
         layout_name(settings), require_existing(given), layout_options(settings, model_family, output_dir)
     )

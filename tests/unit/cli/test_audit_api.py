@@ -59,3 +59,13 @@ def test_a_report_is_built_from_a_summary_alone() -> None:
     finding = Finding(path="/c/a.pt", kind="batch-leak", severity=Severity.WARNING, fix=Fix.CLONE_STORAGE, message="m")
     assert ScanReport(ScanSummary(["/c"], [finding])).exit_code == ExitStatus.CLEAN  # below --fail-on error
     assert ScanReport(ScanSummary(["/c"], [], errors=[Problem("/c/b.pt", "denied")])).exit_code == ExitStatus.ERROR
+
+
+def test_audit_raises_usage_error_for_contradicting_settings(tmp_path: Path) -> None:
+    from cachedoctor.api import audit
+    from cachedoctor.errors import UsageError
+    from cachedoctor.settings import load
+
+    (tmp_path / "cache").mkdir()
+    with pytest.raises(UsageError, match="needs state"):
+        audit(None, load(cwd=str(tmp_path), environ={}, paths=["cache"], state=False, sample="5%"))
