@@ -37,7 +37,7 @@ class TableRenderer(Renderer):
         files = f"{_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}"
         if stats.files_reused:  # the state database vouched for these: their stat is as recorded
             files = (
-                f"{_n(stats.files_read, 'file')} in {_n(stats.folders, 'folder')} ({stats.files_reused} unchanged "
+                f"{_n(stats.files_seen, 'file')} in {_n(stats.folders, 'folder')} ({stats.files_reused} unchanged "
                 f"since the last scan, {stats.files_seen - stats.files_reused} read)"
             )
         console.print(

@@ -54,6 +54,17 @@ def test_rescan_reads_nothing_when_nothing_changed(tmp_path: Path) -> None:
     assert code == 0 and "(8 unchanged since the last scan, 0 read)" in out
 
 
+def test_the_rescan_header_adds_up_with_skipped_files(tmp_path: Path) -> None:
+    """Skipped (foreign) files are reused from the state too: the header counts every file seen,
+    so "N files (U unchanged, R read)" always has N = U + R."""
+    folder = cache(tmp_path)
+    (folder / "notes.txt").write_text("not a cache file\n")
+    assert cli("scan", str(folder))[0] == 0
+    code, out, _ = cli("scan", str(folder))
+    assert code == 0 and "9 files in 2 folders (9 unchanged since the last scan, 0 read)" in out
+    assert "1 skipped" in out
+
+
 def test_a_file_truncated_after_the_scan_is_read_again_and_reported(tmp_path: Path) -> None:
     folder = cache(tmp_path)
     assert report(str(folder))[1]["findings"] == []
