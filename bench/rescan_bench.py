@@ -41,18 +41,9 @@ exec(compile(WALK, "<walk>", "exec"), walk_ns)
 
 
 def build(args, root):
-    import subprocess
+    from memory_bench import build as build_metadata_cache  # the same files, built by a child (no torch here)
 
-    from memory_bench import BUILD  # the same metadata-sized files, built by a child (no torch here)
-
-    proc = subprocess.run(
-        [sys.executable, "-c", BUILD, str(runner.REPO), str(root / "cache"), str(args.entries), str(args.per_folder)],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode:
-        fail(f"cannot build the cache: {proc.stderr.strip()[-300:]}")
-    return {"entries": args.entries, "per_folder": args.per_folder, "bytes": int(proc.stdout.split()[-1])}
+    return build_metadata_cache(args, root)
 
 
 def check(result, n, label, reused):

@@ -41,8 +41,13 @@ def entries(plan: DatasetPlan) -> Iterator[tuple[str, Expected]]:
                     yield source, entry
 
 
-def build(plan: DatasetPlan, output: str, *, workers: int | None = None) -> BuildResult:
-    """Write the manifest for ``plan`` to ``output`` atomically (temp file, fsync, rename)."""
+def build(plan: DatasetPlan, output: str, *, workers: int | None = None, exclude: tuple[str, ...] = ()) -> BuildResult:
+    """Write the manifest for ``plan`` to ``output`` atomically (temp file, fsync, rename);
+    cache files matching ``exclude`` get no row, as scan and repair leave them out."""
+    if exclude:
+        from cachedoctor.scan.walk import drop_excluded
+
+        drop_excluded(plan, plan.roots, exclude)
     output = os.path.abspath(output)
     base = os.path.dirname(output)
     pairs = list(entries(plan))

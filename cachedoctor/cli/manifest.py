@@ -68,14 +68,7 @@ def manifest_build(
             targets[0] if targets else ".",
             "no trainer layout recognised here; pass --layout kohya|onetrainer|simpletuner",
         )
-    exclude = tuple(settings.exclude.value or ())
-    if exclude:  # the same globs as scan and repair: an excluded cache file gets no row
-        from cachedoctor.scan.walk import excluded_under
-
-        for entries in plan.expected.values():
-            for path in [p for p in entries if excluded_under(p, plan.roots, exclude)]:
-                del entries[path]
-    result = build(plan, output)
+    result = build(plan, output, exclude=tuple(settings.exclude.value or ()))
     print(
         f"{line}\nwrote {result.rows} rows for {plan.items} items to {output} in {time.perf_counter() - started:.2f}s",
         file=env.stdout,

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 
 from cachedoctor.formats._dtypes import ITEMSIZE, STORAGE_DTYPE, TORCH_ALIASES
 from cachedoctor.formats._pickle_scan import canonical
+from cachedoctor.formats.interface import TensorMeta
 
 _MAX_TENSORS = 100_000
 _MAX_NODES = 200_000
@@ -142,6 +143,31 @@ class TensorRecord:
     size: tuple[int, ...]
     stride: tuple[int, ...]
     dtype: str
+
+    @property
+    def storage_elements(self) -> int:
+        """Elements of the tensor's dtype in its storage (an untyped storage counts bytes)."""
+        ref = self.storage
+        return ref.numel if ref.dtype is not None else ref.numel // max(ITEMSIZE.get(self.dtype, 1), 1)
+
+    def meta(self, key: str, record_bytes: int | None, nonfinite: int | None = None) -> TensorMeta:
+        """The tensor as readers report it; ``record_bytes`` is its storage record's size, if found."""
+        itemsize = ITEMSIZE.get(self.dtype, 1)
+        ref = self.storage
+        numel = self.storage_elements
+        return TensorMeta(
+            key=key,
+            shape=self.size,
+            dtype=self.dtype,
+            itemsize=itemsize,
+            stride=self.stride,
+            offset=self.offset,
+            storage=ref.key,
+            storage_numel=numel,
+            record_bytes=record_bytes,
+            location=ref.location,
+            nonfinite=nonfinite,
+        )
 
 
 def _ints(value: Any, what: str) -> tuple[int, ...]:

@@ -19,7 +19,7 @@ from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, StorageRef, legacy_storage_ref, walk
 from cachedoctor.formats._verdict import LOADERS, bomb, growing_window, screen_sequence
-from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
+from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError
 from cachedoctor.lifetime import reraise_interrupt
 
 MAGIC_NUMBER = 0x1950A86A20F9469CFC6C
@@ -108,25 +108,14 @@ class TorchLegacyReader(FormatReader):
         tensors = []
         missing = []
         for key, rec in walked.tensors:
-            itemsize = ITEMSIZE.get(rec.dtype, 1)
             record = records.get(rec.storage.key)
             if record is None and rec.storage.key not in missing:
                 missing.append(rec.storage.key)
-            numel = rec.storage.numel if rec.storage.dtype else rec.storage.numel // itemsize
-            t = TensorMeta(
-                key=key,
-                shape=rec.size,
-                dtype=rec.dtype,
-                itemsize=itemsize,
-                stride=rec.stride,
-                offset=rec.offset,
-                storage=rec.storage.key,
-                storage_numel=numel,
-                record_bytes=None if record is None else record[1],
-                location=rec.storage.location,
-            )
+            t = rec.meta(key, None if record is None else record[1])
             if deep and isinstance(src, BufferSource) and record is not None:
-                count = _deep.count_nonfinite(src.view(*record), t.dtype, numel, t.offset, t.shape, t.stride)
+                count = _deep.count_nonfinite(
+                    src.view(*record), t.dtype, rec.storage_elements, t.offset, t.shape, t.stride
+                )
                 if count is not None:
                     t = replace(t, nonfinite=count)
             tensors.append(t)

@@ -8,14 +8,14 @@ never does) and counts NaN/Inf in each floating tensor's view.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._dtypes import ITEMSIZE
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, FileSource, Source
-from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, StorageRef, Walked, walk, zip_storage_ref
+from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, Walked, walk, zip_storage_ref
 from cachedoctor.formats._verdict import LOADERS, bomb, check_size, merge, screen
 from cachedoctor.formats._zip import ZipDirectory, ZipMember, directory_of, fold, is_zip, read_member
 from cachedoctor.formats.interface import FileMeta, FormatReader, MemberCrc, ReadError, TensorMeta
@@ -172,29 +172,15 @@ def describe(
     missing: list[str] = []
     for key, rec in walked.tensors:
         record = index.get(fold(f"{prefix}data/{rec.storage.key}"))
-        itemsize = ITEMSIZE.get(rec.dtype, 1)
-        numel = _storage_elements(rec.storage, itemsize)
         if record is None and rec.storage.key not in missing:
             missing.append(rec.storage.key)
-        nonfinite = None
+        t = rec.meta(key, None if record is None else record.size)
         if deep_src is not None and record is not None and record.method == 0 and record.name in starts:
             buffer = deep_src.view(starts[record.name], record.size)
-            nonfinite = _deep.count_nonfinite(buffer, rec.dtype, numel, rec.offset, rec.size, rec.stride)
-        tensors.append(
-            TensorMeta(
-                key=key,
-                shape=rec.size,
-                dtype=rec.dtype,
-                itemsize=itemsize,
-                stride=rec.stride,
-                offset=rec.offset,
-                storage=rec.storage.key,
-                storage_numel=numel,
-                record_bytes=None if record is None else record.size,
-                location=rec.storage.location,
-                nonfinite=nonfinite,
+            t = replace(
+                t, nonfinite=_deep.count_nonfinite(buffer, t.dtype, rec.storage_elements, t.offset, t.shape, t.stride)
             )
-        )
+        tensors.append(t)
 
     crc_bad: tuple[MemberCrc, ...] = ()
     file_digest: str | None = None
@@ -254,10 +240,6 @@ def _unpickle(data: bytes) -> tuple[Walked | None, str | None, str | None]:
         reraise_interrupt(exc)
         return None, f"{type(exc).__name__}: {str(exc)[:120]}", None
     return walked, None, None
-
-
-def _storage_elements(ref: StorageRef, itemsize: int) -> int:
-    return ref.numel if ref.dtype is not None else ref.numel // max(itemsize, 1)
 
 
 class TorchZipReader(FormatReader):

@@ -48,10 +48,6 @@ class RepairOptions:
     dry_run: bool = False
     fresh: bool = False  # abandon an interrupted run instead of finishing it
 
-    @property
-    def deep(self) -> bool:
-        return self.scan.deep
-
 
 @dataclass
 class RepairOutcome:

@@ -22,7 +22,7 @@ from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.folders import Collector, Progress, Record, ScanError, ScanStats
 from cachedoctor.scan.state.plan import StateSet, plan_folder
 from cachedoctor.scan.state.sample import Sample, choose
-from cachedoctor.scan.walk import Folder, WalkError, check_targets, excluded_under, walk
+from cachedoctor.scan.walk import Folder, WalkError, check_targets, drop_excluded, walk
 
 if TYPE_CHECKING:
     from cachedoctor.scan.pool import Chunk
@@ -102,11 +102,7 @@ def _scan(
         store.begin()
     walk_errors: list[WalkError] = []
     if dataset is not None and options.exclude:  # what the walk leaves out is not expected either
-        for folder, entries in list(dataset.expected.items()):
-            for path in [p for p in entries if excluded_under(p, roots, options.exclude)]:
-                del entries[path]
-            if not entries:
-                del dataset.expected[folder]
+        drop_excluded(dataset, roots, options.exclude)
     matcher = DatasetMatcher(dataset) if dataset is not None else None
     collector = Collector(progress, matcher)
     chunks = _chunks(walk(roots, walk_errors, options.exclude), options, collector, keep, states)

@@ -10,9 +10,13 @@ import fnmatch
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cachedoctor.errors import PathError
 from cachedoctor.statedir import STATE_DIR, is_lock_name
+
+if TYPE_CHECKING:
+    from cachedoctor.layouts.interface import DatasetPlan
 
 _SKIP_DIRS = frozenset({STATE_DIR, ".git", "__pycache__"})
 
@@ -62,10 +66,18 @@ def excluded(relative: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(relative, p) or fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def excluded_under(path: str, roots: list[str], patterns: tuple[str, ...]) -> bool:
-    """Whether the walk of ``roots`` would leave ``path`` out: it, or a folder on the way to it
-    from the nearest root, matches an ``exclude`` glob. For paths the walk never lists (the
-    dataset's expected entries), so that an excluded file is not reported missing instead."""
+def drop_excluded(plan: DatasetPlan, roots: list[str], patterns: tuple[str, ...]) -> None:
+    """Remove from ``plan`` the expected entries the walk of ``roots`` leaves out (scan, repair
+    and ``manifest build``), so that an excluded file is not reported missing instead."""
+    for folder, entries in list(plan.expected.items()):
+        for path in [p for p in entries if _excluded_under(p, roots, patterns)]:
+            del entries[path]
+        if not entries:
+            del plan.expected[folder]
+
+
+def _excluded_under(path: str, roots: list[str], patterns: tuple[str, ...]) -> bool:
+    """Whether ``path``, or a folder on the way to it from the nearest root, matches a glob."""
     if not patterns:
         return False
     base = max((r for r in roots if is_under(path, r)), key=len, default=None)
