@@ -130,10 +130,10 @@ class RecomputeSpec:
     """How to make one entry again, in the layout's own format.
 
     ``latent_hw`` is the latent's spatial size the layout expects (the image is resized and
-    cropped to ``latent_hw * downscale`` pixels). ``resize`` (W, H) and ``crop`` (top, left) are
-    the trainer's recorded preprocessing (SimpleTuner's ``intermediary_size`` and
-    ``crop_coordinates``); without them the image is scaled to cover the target and
-    centre-cropped, as kohya and OneTrainer do. ``writer`` names the file layout to produce.
+    cropped to ``latent_hw * downscale`` pixels) by the preparer ``prepare`` names, one per
+    trainer (``layouts/prepare/``). ``resize`` (W, H) and ``crop`` (top, left) are the trainer's
+    recorded preprocessing where it keeps one (SimpleTuner's ``intermediary_size`` and
+    ``crop_coordinates``). ``writer`` names the file layout to produce.
     Plain values only: it is journaled as JSON and carried to repair's workers.
     """
 
@@ -151,6 +151,7 @@ class RecomputeSpec:
     keys: tuple[str, ...] = ()  # every key the healthy peers hold (the file must hold the same)
     flipped: bool = False  # kohya: also latents_flipped_<h>x<w>
     template: str | None = None  # a healthy peer whose container, keys and dtypes the new file copies
+    prepare: str = "cover"  # the trainer's image preparation (``layouts/prepare/``): resize, crop, records
 
     def cost(self) -> int:
         """Work units for balancing workers: pixels for images, characters for captions."""

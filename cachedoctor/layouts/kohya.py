@@ -119,6 +119,7 @@ class KohyaLayout(Layout):
             keys=keys or (key, "original_size" + key[7:], "crop_ltrb" + key[7:]),
             flipped=any(k.startswith("latents_flipped") for k in keys),
             template=template.path if template else None,
+            prepare="kohya",
         ), None
 
 

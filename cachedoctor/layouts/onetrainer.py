@@ -110,6 +110,7 @@ class OneTrainerLayout(Layout):
             hw,
             keys=keys or (LATENT_KEY, "original_resolution", "crop_offset"),
             template=template.path if template else None,
+            prepare="mgds",
         ), None
 
 

@@ -121,6 +121,7 @@ class SimpleTunerLayout(Layout):
             crop=(crop[2], crop[3]) if crop else None,
             keys=_recompute.keys_of(template),
             template=template.path if template else None,
+            prepare="simpletuner",
         ), None
 
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import torch
 
     from cachedoctor.encoders.interface import Encoder
-    from cachedoctor.repair.recompute import Prepared
+    from cachedoctor.layouts.prepare import Prepared
 
 Batch = list[Action]
 OnResult = Callable[[ItemResult], None]
@@ -60,7 +60,7 @@ Ready: TypeAlias = "Prepared | Exception | None"
 
 def _prepared(batches: list[Batch], downscale: int) -> Iterator[tuple[Batch, list[Ready]]]:
     """Decode and resize ahead of the encoder (two batches in flight on a small thread pool)."""
-    from cachedoctor.repair.recompute import prepare_image
+    from cachedoctor.layouts.prepare import prepare_image
 
     def prepare(batch: Batch) -> list[Ready]:
         out: list[Ready] = []
@@ -160,8 +160,9 @@ def _encode_batch(
 ) -> None:
     import torch
 
+    from cachedoctor.layouts.prepare import Prepared
     from cachedoctor.repair.quarantine import Quarantine
-    from cachedoctor.repair.recompute import Prepared, build_file
+    from cachedoctor.repair.recompute import build_file
     from cachedoctor.repair.replace import run_action, verify_written
 
     ok = [(a, p) for a, p in zip(batch, prepared, strict=False) if isinstance(p, Prepared)]  # latent items only

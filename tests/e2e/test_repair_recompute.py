@@ -164,8 +164,8 @@ def _kohya(folder: Path, n: int) -> list[Path]:
     """kohya sd-scripts latents: ``<stem>_<W>x<H>_sdxl.npz`` with ``latents_<h>x<w>``,
     ``original_size_<h>x<w>`` and ``crop_ltrb_<h>x<w>``, made with the pool encoder."""
     from cachedoctor.encoders import load_encoder
+    from cachedoctor.layouts.prepare import prepare_image
     from cachedoctor.repair.model import RecomputeSpec
-    from cachedoctor.repair.recompute import prepare_image
 
     enc = load_encoder(POOL)
     enc.load("cpu")
@@ -173,14 +173,13 @@ def _kohya(folder: Path, n: int) -> list[Path]:
     images = []
     for i in range(n):
         img = image(folder / f"pic{i}.png", (40, 24), seed=i)
-        prep = prepare_image(RecomputeSpec("latent", str(img), "kohya-npz", latent_hw=(3, 4)), 8)
+        prep = prepare_image(RecomputeSpec("latent", str(img), "kohya-npz", latent_hw=(3, 4), prepare="kohya"), 8)
         lat = enc.encode(prep.pixels[None])["latent"][0].numpy()
-        top, left = prep.crop
         np.savez(
             folder / f"pic{i}_0040x0024_sdxl.npz",
             latents_3x4=lat,
             original_size_3x4=np.array([40, 24]),
-            crop_ltrb_3x4=np.array([left, top, left + 32, top + 24]),
+            crop_ltrb_3x4=np.array(prep.recorded["crop_ltrb"]),
         )
         images.append(img)
     return images
@@ -215,8 +214,8 @@ def test_onetrainer_dict_recomputed(tmp_path: Path) -> None:
     """A OneTrainer variation folder: ``<i>.pt`` dicts indexed by ``aggregate.pt``; the missing
     entry comes back with the same keys and value types as its peers."""
     from cachedoctor.encoders import load_encoder
+    from cachedoctor.layouts.prepare import prepare_image
     from cachedoctor.repair.model import RecomputeSpec
-    from cachedoctor.repair.recompute import prepare_image
 
     enc = load_encoder(POOL)
     enc.load("cpu")
@@ -227,11 +226,11 @@ def test_onetrainer_dict_recomputed(tmp_path: Path) -> None:
     aggregate, healthy = [], {}
     for i in range(4):
         img = image(images_dir / f"{i}.png", (40, 40), seed=i)
-        prep = prepare_image(RecomputeSpec("latent", str(img), "dict", latent_hw=(4, 4)), 8)
+        prep = prepare_image(RecomputeSpec("latent", str(img), "dict", latent_hw=(4, 4), prepare="mgds"), 8)
         entry = {
             "latent_image": enc.encode(prep.pixels[None])["latent"][0].clone(),
             "original_resolution": (40, 40),
-            "crop_offset": prep.crop,
+            "crop_offset": tuple(prep.recorded["crop_offset"]),
         }
         healthy[i] = entry
         save_pt(variation / f"{i}.pt", entry, fileobj=False)

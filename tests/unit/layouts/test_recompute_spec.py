@@ -45,6 +45,7 @@ def test_simpletuner_latent_copies_a_bare_bf16_peer_and_the_recorded_crop(tmp_pa
         crop=(6, 0),
         keys=("",),
         template=str(peer),
+        prepare="simpletuner",
     )
 
 
@@ -125,6 +126,7 @@ def test_kohya_takes_the_bucket_from_the_entry_itself_and_the_flip_from_its_peer
         keys=("latents_16x12", "latents_flipped_16x12"),
         flipped=True,
         template=str(peer),
+        prepare="kohya",
     )
 
 
@@ -163,6 +165,7 @@ def test_onetrainer_latent_uses_latent_image_in_the_peers_dtype(tmp_path: Path) 
         (8, 8),
         keys=("latent_image",),
         template=str(peer),
+        prepare="mgds",
     )
     bare, _ = LAYOUTS["onetrainer"].recompute_spec(entry.path, entry, None)
     assert bare is not None and (bare.keys, bare.dtype) == (

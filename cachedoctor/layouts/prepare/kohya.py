@@ -1,0 +1,26 @@
+"""kohya-ss sd-scripts: the image resized into its bucket; ``original_size`` and ``crop_ltrb``
+recorded beside the latent."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cachedoctor.layouts.prepare.interface import Prepared, open_rgb, target_size, to_pixels
+
+if TYPE_CHECKING:
+    from cachedoctor.layouts.interface import RecomputeSpec
+
+
+def prepare(spec: RecomputeSpec, downscale: int) -> Prepared:
+    from PIL import Image
+
+    tw, th = target_size(spec, downscale)
+    image = open_rgb(spec.source)
+    ow, oh = image.size
+    scale = max(tw / ow, th / oh)
+    rw, rh = max(tw, round(ow * scale)), max(th, round(oh * scale))
+    image = image.resize((rw, rh), Image.Resampling.LANCZOS)
+    left, top = (rw - tw) // 2, (rh - th) // 2
+    image = image.crop((left, top, left + tw, top + th))
+    recorded = {"original_size": [ow, oh], "crop_ltrb": [left, top, left + tw, top + th]}
+    return Prepared(to_pixels(image), recorded)
