@@ -42,6 +42,7 @@ class SimpleTunerConfig:
     notes: list[str]
     validation_prompts: list[str]
     remote_links: list[str | None]  # text_embeds links of image datasets not on this disk (None: default)
+    latent_dtype: str = "bfloat16"  # what the VAE cache holds: the VAE's dtype (``--vae_dtype``)
 
 
 def load(options: LayoutOptions) -> SimpleTunerConfig:
@@ -88,7 +89,17 @@ def load(options: LayoutOptions) -> SimpleTunerConfig:
             link = entry.get("text_embeds")
             remote_links.append(link if isinstance(link, str) else None)
     prompts = [p for p in (_option(trainer, "validation_prompt"),) if isinstance(p, str)]
-    return SimpleTunerConfig(path, base, model_family, backends, skipped, notes, prompts, remote_links)
+    return SimpleTunerConfig(
+        path, base, model_family, backends, skipped, notes, prompts, remote_links, _latent_dtype(trainer)
+    )
+
+
+def _latent_dtype(trainer: dict[str, Any]) -> str:
+    """SimpleTuner caches latents in the VAE's dtype: ``models/common.py`` moves the VAE to the
+    accelerator as float32 for ``--vae_dtype fp32`` and as bfloat16 otherwise (``bf16``,
+    ``default``, ``none``, unset). (A VAE already on the accelerator's device is not cast: on a
+    CPU-only run it stays float32.)"""
+    return "float32" if str(_option(trainer, "vae_dtype") or "").lower() == "fp32" else "bfloat16"
 
 
 def _read_json(path: str) -> Any:

@@ -71,6 +71,7 @@ class Expected:
     image_size: tuple[int, int] | None = None  # (W, H): an entry's recorded original_size must match
     shared: bool = False  # named after content (a caption's hash): many items may rightly share it
     crop: tuple[int, int, int, int] | None = None  # recorded preprocessing: resize (W, H), then crop at (top, left)
+    pre_resize: tuple[int, int] | None = None  # (W, H) an earlier resize the trainer applies first (SimpleTuner)
     text: str | None = None  # the caption a text entry encodes (repair recomputes from it)
 
 
@@ -147,6 +148,7 @@ class RecomputeSpec:
     latent_hw: tuple[int, int] | None = None
     resize: tuple[int, int] | None = None
     crop: tuple[int, int] | None = None
+    pre_resize: tuple[int, int] | None = None  # (W, H): a resize the trainer applies before ``resize``
     text: str | None = None  # the caption, for text entries
     keys: tuple[str, ...] = ()  # every key the healthy peers hold (the file must hold the same)
     flipped: bool = False  # kohya: also latents_flipped_<h>x<w>

@@ -40,6 +40,15 @@ from cachedoctor.layouts.interface import (
 
 CONFIG_NAMES = ("multidatabackend.json", os.path.join("config", "multidatabackend.json"))
 _CAPTION_LIMIT = 1 << 20  # a caption file larger than this is not a caption
+_ONE_ENCODER = "the transformers-text adapter runs one text encoder, so it cannot make them"
+#: model family -> why its text embeds are not recomputed (SimpleTuner ``models/<family>/model.py``).
+MULTI_ENCODER_EMBEDS = {
+    "sdxl": "SimpleTuner's SDXL text embed joins the penultimate hidden states of both CLIP encoders "
+    f"and the second one's pooled output; {_ONE_ENCODER}",
+    "flux": "SimpleTuner's Flux text embed holds T5 hidden states, their mask, time ids and CLIP's pooled "
+    f"output; {_ONE_ENCODER}",
+    "sd3": "SimpleTuner's SD3 text embed joins two CLIP encoders and T5; " + _ONE_ENCODER,
+}
 
 
 class SimpleTunerLayout(Layout):
@@ -47,6 +56,10 @@ class SimpleTunerLayout(Layout):
     summary = (
         "SimpleTuner: <sha256(stem)>.pt latents and <md5(caption)>-<family>.pt text embeds, from multidatabackend.json"
     )
+
+    def __init__(self) -> None:
+        # cache folder -> the dtype SimpleTuner writes there (from config.json), for recompute_spec
+        self._dtypes: dict[str, str] = {}
 
     def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
         if options.config:
@@ -77,6 +90,8 @@ class SimpleTunerLayout(Layout):
         for backend in cfg.backends:
             if backend.dataset_type != "image":
                 continue
+            if backend.cache_dir_vae:
+                self._dtypes[os.path.normpath(backend.cache_dir_vae)] = cfg.latent_dtype
             text = texts.get(backend.text_embeds) if backend.text_embeds else default_text
             if backend.text_embeds and text is None:
                 plan.notes.append(
@@ -101,6 +116,9 @@ class SimpleTunerLayout(Layout):
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
         if expected.role == "text":
+            family = os.path.basename(path)[:-3].rpartition("-")[2]
+            if family in MULTI_ENCODER_EMBEDS:
+                return None, MULTI_ENCODER_EMBEDS[family]
             return _recompute.text_spec(expected, template, path)
         hw = _recompute.latent_hw_of(expected)
         if hw is None:
@@ -114,15 +132,27 @@ class SimpleTunerLayout(Layout):
             "bare-tensor" if bare else "dict",
             _recompute.format_of(template, path),
             key,
-            _recompute.dtypes_of(template).get(key, "bfloat16"),
+            _recompute.dtypes_of(template).get(key, self._default_dtype(path)),
             True,
             hw,
             resize=(crop[0], crop[1]) if crop else None,
             crop=(crop[2], crop[3]) if crop else None,
+            pre_resize=expected.pre_resize if crop else None,
             keys=_recompute.keys_of(template),
             template=template.path if template else None,
             prepare="simpletuner",
         ), None
+
+
+    def _default_dtype(self, path: str) -> str:
+        """With no healthy peer to copy: the dtype the dataset's config says (bfloat16 by default)."""
+        folder = os.path.dirname(os.path.normpath(path))
+        while folder and folder not in self._dtypes:
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                return "bfloat16"
+            folder = parent
+        return self._dtypes.get(folder, "bfloat16")
 
 
 def find_config(targets: list[str]) -> str | None:
@@ -171,7 +201,7 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
                 if legacy in cache_names and name not in cache_names:
                     name = legacy
                 rel_image = image.name if rel == "." else os.path.join(rel, image.name)
-                hw, crop = buckets.get(rel_image, (None, None))
+                hw, crop, pre_resize = buckets.get(rel_image, (None, None, None))
                 plan.add(
                     Expected(
                         os.path.join(cache_folder, name),
@@ -180,6 +210,7 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
                         image.stat().st_mtime_ns,
                         latent_hw=hw,
                         crop=crop,
+                        pre_resize=pre_resize,
                     ),
                     cache_folder,
                 )
@@ -231,7 +262,7 @@ def _captions(
     return None, image, None
 
 
-_Bucket = tuple[tuple[int, int], "tuple[int, int, int, int] | None"]
+_Bucket = tuple[tuple[int, int], "tuple[int, int, int, int] | None", "tuple[int, int] | None"]
 
 
 def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, _Bucket]:
@@ -254,11 +285,12 @@ def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, _Bucket]
     root = data.rstrip(os.sep) + os.sep
     sizes: dict[str, _Bucket] = {}
     unmatched: list[tuple[list[str], _Bucket]] = []
+    squashed = _squashed(metadata)
     for key, value in metadata.items():
         target = value.get("target_size") if isinstance(value, dict) else None
         if not (isinstance(target, list) and len(target) == 2 and all(isinstance(x, int) for x in target)):
             continue
-        hw = ((target[1] // 8, target[0] // 8), _crop(value))
+        hw = ((target[1] // 8, target[0] // 8), _crop(value), (target[0], target[1]) if key in squashed else None)
         if key.startswith(root):
             sizes[key[len(root) :]] = hw
         else:
@@ -266,6 +298,22 @@ def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, _Bucket]
     if unmatched:
         sizes.update(_match_by_suffix(unmatched, data))
     return sizes
+
+
+def _squashed(metadata: dict) -> set[str]:
+    """Images SimpleTuner's VAE caching first resizes straight to ``target_size``
+    (``BatchedTrainingSamples.process_aspect_grouped_images``): those of an aspect bucket in which
+    two or more images are not already at ``target_size``. (It groups per processing batch of
+    ``process_queue_size`` images, 16 by default; a bucket larger than that can leave one image
+    alone in a batch, which then skips this step: not modelled.)"""
+    needing: dict[Any, list[str]] = {}
+    for key, value in metadata.items():
+        if not isinstance(value, dict):
+            continue
+        target, original = value.get("target_size"), value.get("original_size")
+        if isinstance(target, list) and isinstance(original, list) and list(original) != list(target):
+            needing.setdefault(value.get("aspect_ratio"), []).append(key)
+    return {key for keys in needing.values() if len(keys) > 1 for key in keys}
 
 
 def _crop(value: dict) -> tuple[int, int, int, int] | None:
