@@ -143,7 +143,6 @@ class SimpleTunerLayout(Layout):
             prepare="simpletuner",
         ), None
 
-
     def _default_dtype(self, path: str) -> str:
         """With no healthy peer to copy: the dtype the dataset's config says (bfloat16 by default)."""
         folder = os.path.dirname(os.path.normpath(path))

@@ -81,8 +81,8 @@ def test_simpletuner_without_peer_writes_a_bare_bf16_tensor_and_without_size_is_
 
 
 def test_simpletuner_text_encodes_the_recorded_caption(tmp_path: Path) -> None:
-    peer = save_pt(tmp_path / "p-flux.pt", {"prompt_embeds": torch.zeros(1, 4, 8), "pooled": torch.zeros(1, 8)})
-    entry = Expected(str(tmp_path / "x-flux.pt"), source(tmp_path, "img.txt"), "text", text="a red cat")
+    peer = save_pt(tmp_path / "p-sd1x.pt", {"prompt_embeds": torch.zeros(1, 4, 8), "pooled": torch.zeros(1, 8)})
+    entry = Expected(str(tmp_path / "x-sd1x.pt"), source(tmp_path, "img.txt"), "text", text="a red cat")
     spec, why = LAYOUTS["simpletuner"].recompute_spec(entry.path, entry, template(peer))
     assert why is None and spec == RecomputeSpec(
         "text",
