@@ -43,6 +43,7 @@ class SimpleTunerConfig:
     validation_prompts: list[str]
     remote_links: list[str | None]  # text_embeds links of image datasets not on this disk (None: default)
     latent_dtype: str = "bfloat16"  # what the VAE cache holds: the VAE's dtype (``--vae_dtype``)
+    compressed: bool = False  # ``--compress_disk_cache``: every cache file is gzip(torch.save(...))
 
 
 def load(options: LayoutOptions) -> SimpleTunerConfig:
@@ -90,7 +91,16 @@ def load(options: LayoutOptions) -> SimpleTunerConfig:
             remote_links.append(link if isinstance(link, str) else None)
     prompts = [p for p in (_option(trainer, "validation_prompt"),) if isinstance(p, str)]
     return SimpleTunerConfig(
-        path, base, model_family, backends, skipped, notes, prompts, remote_links, _latent_dtype(trainer)
+        path,
+        base,
+        model_family,
+        backends,
+        skipped,
+        notes,
+        prompts,
+        remote_links,
+        _latent_dtype(trainer),
+        _option(trainer, "compress_disk_cache") in (True, "true", "True", 1),
     )
 
 

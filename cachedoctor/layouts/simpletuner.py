@@ -58,8 +58,8 @@ class SimpleTunerLayout(Layout):
     )
 
     def __init__(self) -> None:
-        # cache folder -> the dtype SimpleTuner writes there (from config.json), for recompute_spec
-        self._dtypes: dict[str, str] = {}
+        # cache folder -> (dtype, container) SimpleTuner writes there (from config.json), for recompute_spec
+        self._defaults: dict[str, tuple[str, str]] = {}
 
     def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
         if options.config:
@@ -91,7 +91,8 @@ class SimpleTunerLayout(Layout):
             if backend.dataset_type != "image":
                 continue
             if backend.cache_dir_vae:
-                self._dtypes[os.path.normpath(backend.cache_dir_vae)] = cfg.latent_dtype
+                container = "torch-gzip" if cfg.compressed else "torch-zip"
+                self._defaults[os.path.normpath(backend.cache_dir_vae)] = (cfg.latent_dtype, container)
             text = texts.get(backend.text_embeds) if backend.text_embeds else default_text
             if backend.text_embeds and text is None:
                 plan.notes.append(
@@ -124,15 +125,16 @@ class SimpleTunerLayout(Layout):
         if hw is None:
             return None, _recompute.NO_SIZE
         bare = template is None or template.meta.container == "tensor"
+        default = self._default_of(path)
         key = "" if bare else "latents"
         crop = expected.crop
         return RecomputeSpec(
             "latent",
             expected.source,
             "bare-tensor" if bare else "dict",
-            _recompute.format_of(template, path),
+            _recompute.format_of(template, path) if template else default[1],
             key,
-            _recompute.dtypes_of(template).get(key, self._default_dtype(path)),
+            _recompute.dtypes_of(template).get(key, default[0]),
             True,
             hw,
             resize=(crop[0], crop[1]) if crop else None,
@@ -143,15 +145,16 @@ class SimpleTunerLayout(Layout):
             prepare="simpletuner",
         ), None
 
-    def _default_dtype(self, path: str) -> str:
-        """With no healthy peer to copy: the dtype the dataset's config says (bfloat16 by default)."""
+    def _default_of(self, path: str) -> tuple[str, str]:
+        """With no healthy peer to copy: the dtype and container ``config.json`` implies
+        (``vae_dtype``, ``compress_disk_cache``); bfloat16 in a torch zip by default."""
         folder = os.path.dirname(os.path.normpath(path))
-        while folder and folder not in self._dtypes:
+        while folder not in self._defaults:
             parent = os.path.dirname(folder)
             if parent == folder:
-                return "bfloat16"
+                return "bfloat16", "torch-zip"
             folder = parent
-        return self._dtypes.get(folder, "bfloat16")
+        return self._defaults[folder]
 
 
 def find_config(targets: list[str]) -> str | None:
