@@ -163,7 +163,8 @@ def _encode_batch(
     from cachedoctor.layouts.prepare import Prepared
     from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.recompute import build_file
-    from cachedoctor.repair.replace import run_action, verify_written
+    from cachedoctor.repair.replace import run_action
+    from cachedoctor.repair.verify import problems_of
 
     ok = [(a, p) for a, p in zip(batch, prepared, strict=False) if isinstance(p, Prepared)]  # latent items only
     for action, problem in zip(batch, prepared, strict=False):
@@ -184,10 +185,10 @@ def _encode_batch(
         def make(
             a: Action, latent: torch.Tensor = latent, flip: torch.Tensor | None = flip, prep: Prepared = prep
         ) -> bytes:
-            return build_file(a.recompute, latent=latent, flipped=flip, prepared=prep)
+            return build_file(a.recompute, latent=latent, flipped=flip, prepared=prep, encoder=image.name)
 
         def write(action: Action = action, make: Callable[[Action], bytes] = make) -> None:
-            on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
+            on_result(run_action(action, Quarantine(action.root, run_id), make, problems_of))
 
         pending.append(writer.submit(write))
 
@@ -195,16 +196,17 @@ def _encode_batch(
 def _run_text(batch: Batch, encoder: Encoder, run_id: str, on_result: OnResult) -> None:
     from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.recompute import build_file
-    from cachedoctor.repair.replace import run_action, verify_written
+    from cachedoctor.repair.replace import run_action
+    from cachedoctor.repair.verify import problems_of
 
     outputs = encoder.encode([a.recompute.text for a in batch])
     for i, action in enumerate(batch):
         item = {k: v[i] for k, v in outputs.items()}
 
         def make(a: Action, item: dict[str, torch.Tensor] = item) -> bytes:
-            return build_file(a.recompute, texts=item)
+            return build_file(a.recompute, texts=item, encoder=encoder.name)
 
-        on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
+        on_result(run_action(action, Quarantine(action.root, run_id), make, problems_of))
 
 
 def _worker_main(

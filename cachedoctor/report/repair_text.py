@@ -97,6 +97,10 @@ def print_plan(outcome: RepairOutcome, out: TextIO) -> None:
             else ""
         )
         print(f"  {label:<14} {count} file(s){extra}", file=out)
+        if label == "quarantine":
+            instead = Counter(a.note for a in plan.actions if a.note)
+            for why, n in instead.most_common():
+                print(f"  {'':<14} {n} of them not recomputed ({why}): the trainer re-caches them", file=out)
     blocked = Counter(a.blocked for a in plan.actions if a.blocked)
     for why, count in blocked.most_common():
         print(f"  {'cannot fix':<14} {count} file(s): {why}", file=out)
