@@ -269,20 +269,20 @@ def _recompute(
     devices_for: Callable[[int | None, str, int], list[str]],
 ) -> None:
     from cachedoctor.repair.pool import make_batches, run_pool, split, work
+    from cachedoctor.repair.posterior import Models
 
+    models = Models(options.encoders, options.posterior, options.seed)
     batches = make_batches(actions, options.batch_size)
     if rank.distributed:
         batches = split(batches, rank.world)[rank.rank]
         device = f"cuda:{rank.local}" if options.gpus or options.device == "cuda" else options.device
-        work(batches, list(options.encoders), device, outcome.run_id or "", record)
+        work(batches, models, device, outcome.run_id or "", record)
         return
     devices = devices_for(options.gpus, options.device, options.workers)
     if len(devices) == 1:
-        work(batches, list(options.encoders), devices[0], outcome.run_id or "", record)
+        work(batches, models, devices[0], outcome.run_id or "", record)
         return
-    outcome.problems.extend(
-        run_pool(split(batches, len(devices)), list(options.encoders), devices, outcome.run_id or "", record)
-    )
+    outcome.problems.extend(run_pool(split(batches, len(devices)), models, devices, outcome.run_id or "", record))
 
 
 def _close(journals: dict[str, Journal]) -> None:

@@ -32,7 +32,9 @@ CASES = {
 
 def _files_by_kind(args: list[str]) -> Counter:
     findings = scan_json("--deep", *args)["findings"]
-    return Counter({kind: len({f["path"] for f in findings if f["kind"] == kind}) for kind in {f["kind"] for f in findings}})
+    return Counter(
+        {kind: len({f["path"] for f in findings if f["kind"] == kind}) for kind in {f["kind"] for f in findings}}
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
