@@ -109,7 +109,7 @@ class Action:
         data["before"] = Stat(**data["before"]) if data.get("before") else None
         spec = data.get("spec")
         if spec:
-            for name in ("latent_hw", "resize", "crop", "keys", "peers"):
+            for name in ("latent_hw", "resize", "crop", "pre_resize", "keys", "peers"):
                 if spec.get(name) is not None:
                     spec[name] = tuple(spec[name])
             data["spec"] = RecomputeSpec(**spec)
