@@ -72,6 +72,7 @@ def layout_options(
 
     return LayoutOptions(
         config=settings.config.value,
+        kohya_config=settings.kohya_config.value,
         manifest=settings.manifest.value if manifest else None,
         model_family=model_family,
         output_dir=output_dir,

@@ -56,6 +56,7 @@ class Settings:
 
     paths: Setting
     config: Setting
+    kohya_config: Setting  # sd-scripts dataset TOML
     layout: Setting
     manifest: Setting
     fail_on: Setting
@@ -71,6 +72,7 @@ class Settings:
     NAMES = (
         "paths",
         "config",
+        "kohya_config",
         "layout",
         "manifest",
         "fail_on",
@@ -235,6 +237,7 @@ def _sample(value: Any) -> str:
 _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "paths": ("paths", _str_list, None),
     "config": ("config", _str, "CONFIG"),
+    "kohya_config": ("kohya-config", _str, "KOHYA_CONFIG"),
     "layout": ("layout", lambda v: _choice(_layouts())(v), "LAYOUT"),
     "manifest": ("manifest", _str, "MANIFEST"),
     "fail_on": ("fail-on", _choice(FAIL_ON_VALUES), "FAIL_ON"),
@@ -249,6 +252,7 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
 _DEFAULTS: dict[str, Any] = {
     "paths": (),
     "config": None,
+    "kohya_config": None,
     "layout": "auto",
     "manifest": None,
     "fail_on": "error",
@@ -260,7 +264,7 @@ _DEFAULTS: dict[str, Any] = {
     "sample": None,
     "file_timeout": 10.0,
 }
-_RELATIVE = ("config", "manifest", "state")  # file paths, relative to the config file's folder
+_RELATIVE = ("config", "kohya_config", "manifest", "state")  # file paths, relative to the config file's folder
 
 
 def _from_file(file: ConfigFile) -> dict[str, Any]:

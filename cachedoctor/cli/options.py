@@ -46,6 +46,14 @@ ConfigOption = Annotated[
         "--config", metavar="FILE", help="SimpleTuner multidatabackend.json: the datasets and caches it names."
     ),
 ]
+KohyaConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--kohya-config",
+        metavar="FILE",
+        help="kohya sd-scripts dataset config (TOML): its image folders, and each image's bucket to check and recompute.",
+    ),
+]
 ManifestOption = Annotated[
     str | None,
     typer.Option("--manifest", metavar="FILE", help="A manifest (.jsonl or .csv) naming each cache file's source."),
@@ -133,7 +141,10 @@ RepairManifestOption = Annotated[
 ]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing anything.")]
 
-NO_PATH = "no PATH given; name a cache folder, or pass --config multidatabackend.json or --manifest FILE"
+NO_PATH = (
+    "no PATH given; name a cache folder, or pass --config multidatabackend.json, --kohya-config dataset.toml "
+    "or --manifest FILE"
+)
 
 __all__ = [
     "NO_PATH",
@@ -143,6 +154,7 @@ __all__ = [
     "FailOnOption",
     "FileTimeoutOption",
     "FormatOption",
+    "KohyaConfigOption",
     "LayoutChoice",
     "LayoutOption",
     "ManifestOption",

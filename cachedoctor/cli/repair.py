@@ -21,6 +21,7 @@ from cachedoctor.cli.options import (
     ConfigOption,
     ExcludeOption,
     FileTimeoutOption,
+    KohyaConfigOption,
     LayoutChoice,
     LayoutOption,
     ModelFamilyOption,
@@ -81,6 +82,7 @@ def repair(
     ] = None,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,
+    kohya_config: KohyaConfigOption = None,
     manifest: RepairManifestOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
@@ -101,6 +103,7 @@ def repair(
         paths=paths,
         layout=layout,
         config=config,
+        kohya_config=kohya_config,
         manifest=manifest,
         file_timeout=file_timeout,
         deep=deep,
@@ -143,7 +146,12 @@ def resolve_targets(ctx: typer.Context, **cli: Any) -> tuple[Any, list[str]]:
     from cachedoctor.cli.settings import resolve
 
     settings = resolve(ctx, **cli)
-    if not settings.paths.value and not settings.config.value and not settings.manifest.value:
+    if (
+        not settings.paths.value
+        and not settings.config.value
+        and not settings.kohya_config.value
+        and not settings.manifest.value
+    ):
         raise UsageError(NO_PATH)
     return settings, require_existing(settings.paths.value)
 

@@ -20,6 +20,7 @@ from cachedoctor.cli.options import (
     FailOnOption,
     FileTimeoutOption,
     FormatOption,
+    KohyaConfigOption,
     LayoutChoice,
     LayoutOption,
     ManifestOption,
@@ -53,6 +54,7 @@ def scan(
     workers: WorkersOption = None,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,
+    kohya_config: KohyaConfigOption = None,
     manifest: ManifestOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
@@ -87,6 +89,7 @@ def scan(
         workers=workers,
         layout=layout,
         config=config,
+        kohya_config=kohya_config,
         manifest=manifest,
         exclude=exclude,
         state=state,
@@ -100,7 +103,12 @@ def scan(
         )
     if baseline and write_baseline:
         raise UsageError("pass --baseline or --write-baseline, not both")
-    if not settings.paths.value and not settings.config.value and not settings.manifest.value:
+    if (
+        not settings.paths.value
+        and not settings.config.value
+        and not settings.kohya_config.value
+        and not settings.manifest.value
+    ):
         raise UsageError(NO_PATH)
     with _progress(env) as progress:
         report = audit(

@@ -40,6 +40,10 @@ class LayoutOptions:
     manifest: str | None = None  # cachedoctor / generic manifest (.jsonl or .csv)
     model_family: str | None = None  # SimpleTuner embed suffix, kohya arch suffix
     output_dir: str | None = None  # SimpleTuner {output_dir}
+    kohya_config: str | None = None  # sd-scripts dataset config TOML (--dataset_config)
+    #: sd-scripts' bucket options from the command line (resolution, enable_bucket, min_bucket_reso,
+    #: max_bucket_reso, bucket_reso_steps, bucket_no_upscale), as (name, value) pairs; below the TOML
+    kohya_args: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +76,7 @@ class Expected:
     shared: bool = False  # named after content (a caption's hash): many items may rightly share it
     crop: tuple[int, int, int, int] | None = None  # recorded preprocessing: resize (W, H), then crop at (top, left)
     text: str | None = None  # the caption a text entry encodes (repair recomputes from it)
+    hints: tuple[tuple[str, Any], ...] = ()  # what the layout's recompute_spec needs beyond these (kohya: resize, flip)
 
 
 @dataclass(slots=True)
@@ -152,6 +157,7 @@ class RecomputeSpec:
     flipped: bool = False  # kohya: also latents_flipped_<h>x<w>
     template: str | None = None  # a healthy peer whose container, keys and dtypes the new file copies
     prepare: str = "cover"  # the trainer's image preparation (``layouts/prepare/``): resize, crop, records
+    interpolation: str | None = None  # kohya: the dataset's resize_interpolation (None: sd-scripts' default)
 
     def cost(self) -> int:
         """Work units for balancing workers: pixels for images, characters for captions."""

@@ -177,9 +177,10 @@ def _encode_batch(
     flipped = image.encode(torch.flip(pixels, dims=[3]))["latent"] if any(a.recompute.flipped for a, _p in ok) else None
     for i, (action, prep) in enumerate(ok):
         latent = latents[i]
-        if action.recompute.scaled:
-            latent = image.scaling.apply(latent)
         flip = flipped[i] if flipped is not None else None
+        if action.recompute.scaled:  # the flipped latent is cached the same way (kohya Flux with flip_aug)
+            latent = image.scaling.apply(latent)
+            flip = image.scaling.apply(flip) if flip is not None else None
 
         def make(
             a: Action, latent: torch.Tensor = latent, flip: torch.Tensor | None = flip, prep: Prepared = prep
