@@ -199,7 +199,10 @@ def _expect_image(
             ("alpha_mask", subset.alpha_mask),
             ("interpolation", subset.resize_interpolation),
         )
-    plan.add(Expected(path, image.path, "latent", mtime, latent_hw=hw, image_size=size, hints=hints))
+    # SD/SDXL keep one plain "latents" (the flipped latent beside it must not stand in for it);
+    # the multi-resolution archs name the size in the key: their largest latent is compared
+    key = "latents" if hw is not None and not _MULTI_RESOLUTION.get(arch, True) else None
+    plan.add(Expected(path, image.path, "latent", mtime, latent_hw=hw, latent_key=key, image_size=size, hints=hints))
     if te_suffix is not None:
         captions = ((subset.caption_extension,) if subset is not None else ()) + _CAPTION_SUFFIXES
         caption = next((os.path.join(folder, name_stem + s) for s in captions if name_stem + s in names), None)
