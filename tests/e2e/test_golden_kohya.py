@@ -250,3 +250,27 @@ def test_unusable_config_is_one_line_exit_2(tmp_path: Path, text: str, problem: 
     code, out, err = cli("scan", "--kohya-config", str(toml))
     assert code == 2
     assert err.count("\n") == 1 and problem in err, err
+
+
+def test_bucket_options_without_a_toml_recompute_the_old_style_entry(cache: Path) -> None:
+    """sd-scripts' bucket options on the command line stand for the TOML: the deleted <stem>.npz
+    is made again under the name sd-scripts now writes, equal to the golden old-style file."""
+    folder = cache / "legacy" / "img"
+    (folder / "j.npz").unlink()
+    code, out, err = cli(
+        "repair",
+        str(folder),
+        "--layout",
+        "kohya",
+        "--resolution",
+        "96",
+        "--no-enable-bucket",
+        "--encoder",
+        f"diffusers-vae:{FIXTURES / 'models' / 'sdxl'}",
+        "--yes",
+        "--deep",
+    )
+    assert code == 0, out + err
+    made = folder / "j_0120x0080_sdxl.npz"
+    sd_scripts_load(made, "legacy.toml", "legacy/img/j.png")
+    same_as_golden(made, GOLD / "legacy" / "img" / "j.npz", "legacy options")
