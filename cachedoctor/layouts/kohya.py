@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from typing import TYPE_CHECKING
 
 from cachedoctor.layouts import _kohya_config, _recompute
 from cachedoctor.layouts._images import DETECT_ENTRIES, SOURCE_SUFFIXES, image_size, stem, walk_images
@@ -42,6 +43,9 @@ from cachedoctor.layouts.interface import (
     SpecOrWhy,
     Template,
 )
+
+if TYPE_CHECKING:
+    from cachedoctor.formats.interface import FileMeta
 
 _LATENT_NAME = re.compile(r"^(?P<stem>.+)_(?P<w>\d{4,})x(?P<h>\d{4,})_(?P<arch>[a-z0-9]+)\.npz$")
 _TE_NAME = re.compile(r"^(?P<stem>.+?)(?P<suffix>_te_outputs|_[a-z0-9]+_te)\.npz$")
@@ -60,6 +64,12 @@ _NO_RECOMPUTE = {
     "hi": "sd-scripts encodes HunyuanImage latents at 32x with its own VAE, which this repair does not run; "
     "let sd-scripts re-cache it",
 }
+TEXT_BLOCKED = (
+    "sd-scripts caches several text encoders' outputs in one file (SDXL: hidden_state1 from CLIP-L's "
+    "11th layer, hidden_state2 and pool2 from CLIP-G; Flux: l_pooled from CLIP-L with t5_out, txt_ids and "
+    "t5_attn_mask from T5), which cachedoctor's one-encoder text adapter cannot make; "
+    "let sd-scripts re-cache it (cache_text_encoder_outputs.py)"
+)
 NO_BUCKET = (
     "kohya records an entry's bucket only inside the entry; with the file unreadable or missing, "
     "pass sd-scripts' dataset config (--kohya-config dataset.toml) or its bucket options (--resolution ...) "
@@ -129,15 +139,23 @@ class KohyaLayout(Layout):
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
         if expected.role == "text":
-            return _recompute.text_spec(expected, template, path)
+            return None, TEXT_BLOCKED
         arch = _arch_of(path)
         if arch in _NO_RECOMPUTE:
             return None, _NO_RECOMPUTE[arch]
         hints = dict(expected.hints)
-        multi = _MULTI_RESOLUTION.get(arch, True)
+        own = _recompute.own_meta(path) if os.path.exists(path) else None
+        seen = [t.key for t in own.tensors] if own else list(_recompute.keys_of(template))
+        # the keys on disk win over the arch's default (a file another sd-scripts version wrote)
+        if "latents" in seen:
+            multi = False
+        elif any(_BUCKET_KEY.match(k) for k in seen):
+            multi = True
+        else:
+            multi = _MULTI_RESOLUTION.get(arch, True)
         hw = expected.latent_hw
         if hw is None:
-            hw, why = _hw_from_entry(path)
+            hw, why = _hw_from_entry(own)
             if hw is None:
                 return None, why
         suffix = f"_{hw[0]}x{hw[1]}" if multi else ""
@@ -151,6 +169,11 @@ class KohyaLayout(Layout):
                 keys += ("alpha_mask" + suffix,)
         elif not multi and "latents" not in keys:
             return None, f"its healthy peers hold no 'latents' key ({', '.join(keys)}); let sd-scripts re-cache it"
+        elif multi and not any(_BUCKET_KEY.match(k) for k in keys):
+            return (
+                None,
+                f"its healthy peers hold no 'latents_<h>x<w>' key ({', '.join(keys)}); let sd-scripts re-cache it",
+            )
         resize = hints.get("resized")
         return RecomputeSpec(
             "latent",
@@ -234,9 +257,8 @@ def _arch_of(path: str) -> str:
     return m.group("arch") if m else "sdxl"
 
 
-def _hw_from_entry(path: str) -> tuple[tuple[int, int] | None, str | None]:
+def _hw_from_entry(own: FileMeta | None) -> tuple[tuple[int, int] | None, str | None]:
     """The latent size the broken entry itself records (its key's suffix or its shape)."""
-    own = _recompute.own_meta(path)
     key = next((t.key for t in own.tensors if _BUCKET_KEY.match(t.key) or t.key == "latents"), None) if own else None
     if own is None or key is None:
         return None, NO_BUCKET

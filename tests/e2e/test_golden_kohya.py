@@ -274,3 +274,31 @@ def test_bucket_options_without_a_toml_recompute_the_old_style_entry(cache: Path
     made = folder / "j_0120x0080_sdxl.npz"
     sd_scripts_load(made, "legacy.toml", "legacy/img/j.png")
     same_as_golden(made, GOLD / "legacy" / "img" / "j.npz", "legacy options")
+
+
+def test_text_encoder_output_recompute_is_blocked_with_the_reason(cache: Path) -> None:
+    """kohya's text-encoder outputs (here an SDXL ``_te_outputs.npz`` with sd-scripts' keys, made
+    by this test: the golden set has none) cannot be made by the one-encoder text adapter: a
+    truncated one is blocked, and the reason says why and what to run."""
+    folder = cache / "sdxl" / "plain"
+    for stem in ("d", "e", "f"):
+        np.savez(
+            folder / f"{stem}_te_outputs.npz",
+            hidden_state1=np.zeros((77, 768), np.float32),
+            hidden_state2=np.zeros((77, 1280), np.float32),
+            pool2=np.zeros((1280,), np.float32),
+        )
+    victim = folder / "e_te_outputs.npz"
+    victim.write_bytes(victim.read_bytes()[:100])
+    code, out, err = cli(
+        "repair",
+        str(folder),
+        "--layout",
+        "kohya",
+        "--encoder",
+        f"diffusers-vae:{FIXTURES / 'models' / 'sdxl'}",
+        "--yes",
+        "--deep",
+    )
+    assert "cachedoctor's one-encoder text adapter cannot make" in out + err
+    assert "cache_text_encoder_outputs.py" in out + err
