@@ -108,9 +108,11 @@ class KohyaLayout(Layout):
                 raise LayoutError(
                     folder, "no such image folder; kohya caches live next to the images, so scan the image folder"
                 )
+        plan = DatasetPlan("kohya", folders, entry_suffixes=(".npz",), source_suffixes=SOURCE_SUFFIXES)
         if config is None and args.get("resolution") is not None:
             config = _kohya_config.from_args(folders, args)
-        plan = DatasetPlan("kohya", folders, entry_suffixes=(".npz",), source_suffixes=SOURCE_SUFFIXES)
+        elif config is None and args:
+            plan.notes.append("sd-scripts' bucket options need --resolution (or --kohya-config); buckets not computed")
         arch = options.model_family or _detect_arch(folders)
         if arch is None:
             plan.notes.append(
