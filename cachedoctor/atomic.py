@@ -67,7 +67,7 @@ def _mode_for(path: str) -> int:
 
 @contextlib.contextmanager
 def _atomic(
-    path: str, open_fd: Callable[[int], _Stream], prefix: str, before_replace: Callable[[], None] | None = None
+    path: str, open_fd: Callable[[int], _Stream], prefix: str, before_replace: Callable[[str], None] | None = None
 ) -> Iterator[_Stream]:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=TEMP_SUFFIX, dir=folder)
@@ -78,7 +78,7 @@ def _atomic(
             out.flush()
             os.fsync(out.fileno())
         if before_replace is not None:
-            before_replace()
+            before_replace(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -93,12 +93,14 @@ def atomic_text(path: str, *, prefix: str = TEMP_PREFIX) -> contextlib.AbstractC
 
 
 def atomic_binary(
-    path: str, *, prefix: str = TEMP_PREFIX, before_replace: Callable[[], None] | None = None
+    path: str, *, prefix: str = TEMP_PREFIX, before_replace: Callable[[str], None] | None = None
 ) -> contextlib.AbstractContextManager[BinaryIO]:
     """A binary stream; on a clean exit it replaces ``path``. ``OSError`` passes through.
 
-    ``before_replace`` runs once the new content is durable and before the rename (repair
-    links the old file into the quarantine there, so no instant exists without either copy).
+    ``before_replace(temp_path)`` runs once the new content is durable and before the rename
+    (repair judges the new file there, then links the old one into the quarantine, so no
+    instant exists without either copy); an exception from it removes the temp file and
+    leaves ``path`` as it was.
     """
     return _atomic(path, _open_binary, prefix, before_replace)
 

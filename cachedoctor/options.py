@@ -24,24 +24,27 @@ if TYPE_CHECKING:  # pragma: no cover
     from cachedoctor.settings import Settings
 
 
-def state_choice(value: str | bool | None, default: bool = True) -> str | None:
+def state_choice(value: str | bool | None, default: bool | str = True) -> str | None:
     """``ScanOptions.state`` from the setting: a path, none (``false``), or when not set the
-    per-target database (``default=False``: none)."""
+    per-target database (``default=False``: none; a string: that mode, e.g. ``"existing"``)."""
     from cachedoctor.scan.state.plan import AUTO
 
     if value is None:
+        if isinstance(default, str):
+            return default
         return AUTO if default else None
     return None if value is False else os.path.expanduser(str(value))
 
 
 def scan_options(
-    settings: Settings, *, deep: bool | None = None, sample: bool = True, default_state: bool = True
+    settings: Settings, *, deep: bool | None = None, sample: bool = True, default_state: bool | str = True
 ) -> ScanOptions:
-    """The scan the settings describe. ``deep`` overrides the setting (``repair --deep``);
-    ``sample=False`` drops a configured ``--sample`` (repair reads everything it may act on);
-    ``default_state=False`` keeps an unset ``state`` from creating the per-folder database, for
-    repair and recover: a dry run must leave the cache folder as it found it, so they use a state
-    database only where the settings name one."""
+    """The scan the settings describe. ``deep`` overrides the setting (``repair`` reads deep
+    unless ``--quick``); ``sample=False`` drops a configured ``--sample`` (repair reads everything
+    it may act on); ``default_state`` is the state database when the settings name none: the
+    per-folder one (``True``), none (``False``), or ``"existing"``: only where ``scan`` already
+    made one, never creating one (repair: it takes unchanged files' deep results from scan's
+    database, so the two agree on what is wrong, and a dry run creates nothing)."""
     from cachedoctor.scan import ScanOptions
     from cachedoctor.scan.state.sample import Sample
 

@@ -58,20 +58,51 @@ def _find_run(root: str, run_id: str) -> tuple[str, QuarantineRun]:
     return base, run
 
 
-@quarantine_app.command("restore")
-def quarantine_restore(run_id: RunArg, root: RootArg = ".") -> int:
-    """Put RUN's files back; what is there now is quarantined first, so nothing is lost."""
-    from cachedoctor.repair.journal import new_run_id
-    from cachedoctor.repair.quarantine import restore
+RootsArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="The cache roots (folders holding .cachedoctor/); default: here.", metavar="CACHE_ROOT..."),
+]
 
-    base, run = _find_run(root, run_id)
+
+@quarantine_app.command("restore")
+def quarantine_restore(
+    run_id: RunArg,
+    roots: RootsArg = None,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config", metavar="PATH", help="A SimpleTuner config: restore RUN in each of its cache folders."
+        ),
+    ] = None,
+) -> int:
+    """Put RUN's files back in every root that holds it (one repair run is one RUN across all its
+    cache roots); what is there now is quarantined first, so nothing is lost."""
+    from cachedoctor.repair.journal import new_run_id
+    from cachedoctor.repair.quarantine import find_run, restore
+
+    bases = [os.path.abspath(r) for r in (roots or ([] if config else ["."]))]
+    if config:
+        bases += _config_roots(config)
+    found = [(base, run) for base in dict.fromkeys(bases) if (run := find_run(base, run_id)) is not None]
+    if not found:
+        where = " ".join(bases)
+        raise PathError(where, f"no quarantine run {run_id!r} here; see `cachedoctor quarantine list CACHE_ROOT`")
     aside = f"restore-{new_run_id()}"
-    done = restore(base, run, aside)
+    done = [path for base, run in found for path in restore(base, run, aside)]
     print(
-        f"restored {len(done)} file(s) from {run_id}; the files they replaced are in quarantine run {aside}",
+        f"restored {len(done)} file(s) from {run_id} in {len(found)} cache root(s); "
+        f"the files they replaced are in quarantine run {aside}",
         file=current().stdout,
     )
     return ExitStatus.CLEAN
+
+
+def _config_roots(config: str) -> list[str]:
+    """The cache folders a SimpleTuner config names (where its repairs keep their quarantines)."""
+    from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
+
+    plan, _line = plan_for(LayoutName("simpletuner"), [], LayoutOptions(config=os.path.abspath(config)))
+    return [] if plan is None else [os.path.abspath(r) for r in plan.roots]
 
 
 @quarantine_app.command("purge")

@@ -3,14 +3,17 @@
 Its scans (before and after) are the scan ``cachedoctor scan`` runs with the same settings
 (``exclude``, ``state``, reader ``workers``, ``file-timeout`` from ``cachedoctor.options``), so a
 file scan leaves out is never planned on. ``--workers`` here counts *recompute* processes; the
-scan's readers come from the settings (``CACHEDOCTOR_WORKERS``, ``workers =``). A configured
-``sample`` is not used: repair reads everything it may act on; nor is the per-folder state
-database unless the settings name one (``state = PATH``): ``--dry-run`` leaves the cache folder
-as it found it.
+scan's readers come from the settings (``CACHEDOCTOR_WORKERS``, ``workers =``). Repair reads
+deep unless ``--quick`` (a plain repair must not leave CRC and NaN damage it could fix); a
+configured ``sample`` is not used: repair reads everything it may act on. The per-folder state
+database is used where ``scan`` made one (so unchanged files' deep results are taken from it and
+``scan`` and ``repair`` agree on what is wrong), never created: ``--dry-run`` creates nothing in
+the cache folder.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated, Any
 
 import typer
@@ -40,6 +43,15 @@ from cachedoctor.cli.options import (
 )
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
+
+#: The per-folder state database, only where ``scan`` made one (``scan.state.plan.EXISTING``; not
+#: imported: the CLI stays light).
+EXISTING = "existing"
+
+
+class Posterior(str, enum.Enum):
+    MODE = "mode"
+    SAMPLE = "sample"
 
 
 def repair(
@@ -84,8 +96,32 @@ def repair(
     ] = False,
     deep: Annotated[
         bool | None,
-        typer.Option("--deep", help="Scan deep first: also repair bad CRCs and NaN/Inf.", show_default=False),
+        typer.Option(
+            "--deep", help="Read every file's data first (the default): bad CRCs, NaN/Inf.", show_default=False
+        ),
     ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="Read metadata only: leaves bad CRCs and NaN/Inf it has not seen before."),
+    ] = False,
+    keep_blocked: Annotated[
+        bool,
+        typer.Option(
+            "--keep-blocked",
+            help="Leave unreadable files that cannot be recomputed in place (default: quarantine them, "
+            "so the trainer re-caches them). Unsafe pickles are always quarantined.",
+        ),
+    ] = False,
+    posterior: Annotated[
+        Posterior,
+        typer.Option(
+            "--posterior",
+            help="Recomputed latents: the posterior's mode (reproducible), or a sample (mean + std * noise from --seed).",
+        ),
+    ] = Posterior.MODE,
+    seed: Annotated[
+        int, typer.Option("--seed", metavar="N", help="With --posterior sample: the noise seed (per file).")
+    ] = 0,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,
     kohya_config: KohyaConfigOption = None,
@@ -129,6 +165,8 @@ def repair(
         state=state,
         no_state=no_state,
     )
+    if quick and deep:
+        raise UsageError("--quick and --deep contradict each other; repair reads deep unless --quick")
     kinds = frozenset(k.strip() for k in only.split(",") if k.strip()) if only else None
     known = set(known_kinds())
     if kinds and kinds - known:
@@ -136,7 +174,7 @@ def repair(
             f"--only: unknown kind(s) {', '.join(sorted(kinds - known))}; choose from {', '.join(sorted(known))}"
         )
     options = RepairOptions(
-        scan=scan_options(settings, sample=False, default_state=False),
+        scan=scan_options(settings, deep=not quick, sample=False, default_state=EXISTING),
         encoders=tuple(encoder or ()),
         gpus=gpus,
         device=device,
@@ -145,6 +183,9 @@ def repair(
         only=kinds,
         dry_run=dry_run,
         fresh=fresh and not resume,
+        keep_blocked=keep_blocked,
+        posterior=posterior.value,
+        seed=seed,
     )
     outcome = run_repair(settings, targets, options, yes, model_family, output_dir)
     if isinstance(outcome, RepairReport):  # declined

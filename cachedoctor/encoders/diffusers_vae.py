@@ -64,16 +64,17 @@ def factory(arg: str | None) -> DiffusersVAE:
 
 
 class DiffusersVAE(Encoder):
-    """A diffusers ``AutoencoderKL``; latents are the posterior's mean, never a sample.
+    """A diffusers ``AutoencoderKL``: the posterior's mean as ``latent``, its std as ``latent_std``.
 
-    ``latent_dist.mode()`` (the mean of the diagonal Gaussian) makes a repair reproducible:
-    ``.sample()`` draws fresh noise, so two repairs of one image would write different bytes.
-    A trainer that cached samples cannot be matched bit for bit by any recompute anyway.
+    The adapter never samples: ``latent_dist.sample()`` draws from torch's global generator, so
+    two repairs of one image would write different bytes. ``repair --posterior sample`` draws
+    from mean and std itself, with a seed per entry (``repair/posterior.py``).
     """
 
     name = NAME
     modality = Modality.IMAGE
-    output_keys = ("latent",)
+    output_keys = ("latent", "latent_std")
+    posterior_std = True
 
     def __init__(self, path: str | Path, *, dtype: str = "float32") -> None:
         self.path = Path(path)
@@ -124,9 +125,12 @@ class DiffusersVAE(Encoder):
             )
         with torch.inference_mode():
             x = batch.to(self._device, getattr(torch, self.dtype))
-            latent = self._model.encode(x).latent_dist.mode()
-        # Copied outside inference mode: an ordinary tensor the caller may modify in place.
-        return {"latent": latent.to("cpu", torch.float32, copy=True)}
+            dist = self._model.encode(x).latent_dist
+        # Copied outside inference mode: ordinary tensors the caller may modify in place.
+        return {
+            "latent": dist.mode().to("cpu", torch.float32, copy=True),
+            "latent_std": dist.std.to("cpu", torch.float32, copy=True),
+        }
 
 
 def _resolve(path: Path) -> tuple[Path, Path | None]:

@@ -68,6 +68,8 @@ class Encoder(abc.ABC):
     ``scaling``: the model's latent scaling (identity for text encoders).
     ``downscale``: pixels per latent cell along each side (8 for SD VAEs, 1 for text).
     ``latent_channels``: channels of the latent (``None`` for text encoders).
+    ``posterior_std``: IMAGE only; whether :meth:`encode` also returns ``"latent_std"``, the
+    posterior's standard deviation (``repair --posterior sample`` needs it).
     """
 
     api_version: ClassVar[int] = API_VERSION
@@ -79,6 +81,7 @@ class Encoder(abc.ABC):
     scaling: Scaling = Scaling()
     downscale: int = 1
     latent_channels: int | None = None
+    posterior_std: bool = False
 
     @abc.abstractmethod
     def fingerprint(self) -> str:
@@ -98,7 +101,8 @@ class Encoder(abc.ABC):
         """Encode one batch under ``torch.inference_mode()``; deterministic for a given input.
 
         IMAGE: ``batch`` is a float32 CPU tensor ``[B, 3, H, W]`` in ``[-1, 1]``; returns
-        ``{"latent": [B, latent_channels, H // downscale, W // downscale]}``, raw (unscaled).
+        ``{"latent": [B, latent_channels, H // downscale, W // downscale]}``, raw (unscaled): the
+        posterior's mode; with ``posterior_std``, also ``"latent_std"`` of the same shape.
         TEXT: ``batch`` is a ``list[str]``; returns ``{key: [B, ...]}`` for each output key.
         Every tensor is on the CPU; floating outputs are float32. Return ordinary tensors, not
         inference tensors (copy them after leaving inference mode): the caller may scale or

@@ -185,7 +185,7 @@ class NpyReader(FormatReader):
             self.name,
             src.size,
             container="tensor",
-            tensors=(tensor,),
+            tensors=() if header.is_object else (tensor,),  # a pickle, not an array: no tensor to check
             foreign_globals=foreign,
             deep=deep,
             digest=digest,

@@ -118,10 +118,11 @@ class NpzReader(FormatReader):
             except ReadError as exc:  # np.load reads members one by one: check the others still
                 failed = failed or exc
                 continue
-            if header.is_object:
+            if header.is_object:  # a pickle, not an array: unsafe-pickle says so; it has no tensor to check
                 foreign += [
                     g for g in object_globals(name, _object_data(src, member, header, start)) if g not in foreign
                 ]
+                continue
             if directory.members.get(name) != member:
                 continue  # a duplicate name: zipfile reads the last one
             key = name[:-4] if name.endswith(".npy") else name

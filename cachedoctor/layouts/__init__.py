@@ -8,6 +8,7 @@ one; when none matches, the scan compares the cache files with each other only.
 from __future__ import annotations
 
 import enum
+from dataclasses import replace
 
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._recompute import TemplateFinder
@@ -79,10 +80,14 @@ def recompute_spec(path: str, expected: Expected | None, layout: str | None, tem
     template = templates.for_entry(path, expected)
     owner = LAYOUTS.get(layout) if layout else None
     if owner is not None:
-        return owner.recompute_spec(path, expected, template)
-    if expected.role == "text":
-        return _recompute.text_spec(expected, template, path)
-    return _recompute.generic_latent_spec(expected, template, path)
+        spec, why = owner.recompute_spec(path, expected, template)
+    elif expected.role == "text":
+        spec, why = _recompute.text_spec(expected, template, path)
+    else:
+        spec, why = _recompute.generic_latent_spec(expected, template, path)
+    if spec is not None and template is not None:
+        spec = replace(spec, peers=template.peers)  # what repair checks the written file against
+    return spec, why
 
 
 __all__ = [

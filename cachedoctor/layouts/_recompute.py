@@ -20,13 +20,16 @@ if TYPE_CHECKING:
 #: Text-encoder outputs beside latents in one folder, both ``.npz`` (kohya's names; a manifest
 #: describing a kohya cache has the same files): a latent's template must not be one of these.
 _NPZ_TEXT = ("_te_outputs.npz", "_te.npz")
-_TEMPLATE_TRIES = 6
+_TEMPLATE_TRIES = 12
+#: Healthy peers a recompute is verified against (repair runs the scan's peer checks on the new
+#: file among them: a strict majority of 8 catches an encoder with other channels).
+_PEERS = 8
 NO_SIZE = "the layout does not record this entry's latent size (no bucket metadata for it)"
 
 
 class TemplateFinder:
-    """A healthy peer per (folder, role, suffix), remembered for the whole plan. ``bad`` holds
-    the paths with findings, which are never templates."""
+    """A healthy peer per (folder, role, suffix), remembered for the whole plan, and up to
+    ``_PEERS`` of its healthy neighbours. ``bad`` holds the paths with findings, never templates."""
 
     def __init__(self, bad: set[str]) -> None:
         self.bad = bad
@@ -46,6 +49,7 @@ class TemplateFinder:
         from cachedoctor.formats import ReadError, read_file  # only when a repair looks for one
 
         tries = 0
+        healthy: list[tuple[str, FileMeta]] = []
         try:
             names = sorted(os.listdir(folder))
         except OSError:
@@ -62,10 +66,14 @@ class TemplateFinder:
             except ReadError:
                 continue
             if meta is not None and not meta.foreign_globals and not meta.unreadable_reason and meta.tensors:
-                return Template(path, meta)
+                healthy.append((path, meta))
+                if len(healthy) >= _PEERS:
+                    break
             if tries >= _TEMPLATE_TRIES:
                 break
-        return None
+        if not healthy:
+            return None
+        return Template(healthy[0][0], healthy[0][1], tuple(p for p, _ in healthy))
 
 
 def role_of(expected: Expected) -> str:

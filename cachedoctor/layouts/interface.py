@@ -157,6 +157,7 @@ class RecomputeSpec:
     flipped: bool = False  # kohya: also latents_flipped_<h>x<w>
     template: str | None = None  # a healthy peer whose container, keys and dtypes the new file copies
     prepare: str = "cover"  # the trainer's image preparation (``layouts/prepare/``): resize, crop, records
+    peers: tuple[str, ...] = ()  # healthy neighbours the written file is checked against, as the scan would
     interpolation: str | None = None  # kohya: the dataset's resize_interpolation (None: sd-scripts' default)
 
     def cost(self) -> int:
@@ -178,6 +179,7 @@ class Template:
 
     path: str
     meta: FileMeta
+    peers: tuple[str, ...] = ()  # healthy files of the same folder, role and suffix (the template first)
 
 
 #: A recompute spec, or why the entry cannot be recomputed here (exactly one is set).

@@ -7,9 +7,13 @@ that is gone makes its entry an orphan; an image beside the listed ones that the
 not list was added after caching (missing). Relative image paths are resolved against the
 cache's parent folder, then the current directory.
 
-A recompute writes the raw latent under ``latent_image`` beside ``original_resolution`` and
-``crop_offset``, in the peers' dtype. Text entries hold tokens and several encoders' states,
-which only OneTrainer can make again.
+A recompute writes the raw (unscaled: OneTrainer scales at train time) posterior mean under
+``latent_image`` beside ``original_resolution`` and ``crop_offset`` (tuples of ints), in the
+peers' key order and dtype, from the image prepared as mgds prepares it (``prepare/mgds.py``:
+bilinear antialiased resize, centred crop). A group cached with crop jitter on (OneTrainer's
+default) drew each crop offset from mgds' RNG; a peer whose offset is not the centred one shows
+it, and then a recompute is refused rather than written with another crop. Text entries hold
+tokens and several encoders' states, which only OneTrainer can make again.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from cachedoctor.layouts.interface import (
 _VARIATION = re.compile(r"^variation-(\d+)$")
 AGGREGATE = "aggregate.pt"
 LATENT_KEY = "latent_image"
+TEXT_WHY = "OneTrainer text caches hold tokens and several encoders' states; re-cache them with OneTrainer"
 
 
 class OneTrainerLayout(Layout):
@@ -88,16 +93,16 @@ class OneTrainerLayout(Layout):
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
         if expected.role == "text":
-            spec, why = _recompute.text_spec(expected, template, path)
-            if spec is None:
-                return spec, why
-            return (
-                None,
-                "OneTrainer text caches hold tokens and several encoders' states; re-cache them with OneTrainer",
-            )
+            return None, TEXT_WHY
         hw = _recompute.latent_hw_of(expected)
         if hw is None:
             return None, _recompute.NO_SIZE
+        jittered = _jittered_peer(os.path.dirname(path))
+        if jittered is not None:
+            return None, (
+                f"this group was cached with crop jitter ({jittered}): mgds drew each crop offset "
+                "from its RNG, so a recompute would crop elsewhere; re-cache the group with OneTrainer"
+            )
         keys = _recompute.keys_of(template)
         return RecomputeSpec(
             "latent",
@@ -118,7 +123,9 @@ def _expect_item(
     plan: DatasetPlan, variation: str, i: int, item: dict, image: str | None, kind: str, have_dataset: bool
 ) -> None:
     if image is None and "image_path" not in item:  # text variations list no paths (empty dicts)
-        plan.add(Expected(os.path.join(variation, f"{i}.pt"), f"{os.path.join(variation, AGGREGATE)}#{i}", kind))
+        # The index is the only source a text position has; it exists, so repair asks
+        # recompute_spec, which says why it cannot be made here (TEXT_WHY).
+        plan.add(Expected(os.path.join(variation, f"{i}.pt"), os.path.join(variation, AGGREGATE), kind))
         return
     source = image or str(item.get("image_path"))
     exists = image is not None and os.path.exists(image)
@@ -230,6 +237,59 @@ def _resolve(image_path: Any, bases: list[str]) -> str | None:
         if os.path.exists(candidate):
             return candidate
     return os.path.normpath(os.path.join(bases[0], image_path))
+
+
+#: How many healthy peers of a variation folder are read to tell a centred crop from a jittered one.
+PEERS_CHECKED = 16
+_jitter_seen: dict[tuple[str, int], str | None] = {}
+
+
+def _jittered_peer(variation: str) -> str | None:
+    """``"<i>.pt: crop_offset (a, b), centred (c, d)"`` for the first of up to ``PEERS_CHECKED``
+    readable peers whose recorded offset is not the centred one mgds makes without crop jitter;
+    ``None`` when every peer read is centred (a peer whose image fits its bucket exactly tells
+    nothing, and unreadable peers are skipped)."""
+    from cachedoctor.formats.interface import ReadError
+    from cachedoctor.formats.torch_zip import read_torch_object
+    from cachedoctor.layouts.prepare.mgds import scale_resolution
+
+    aggregate = os.path.join(variation, AGGREGATE)
+    key = (variation, mtime_ns(aggregate) or 0)
+    if key in _jitter_seen:
+        return _jitter_seen[key]
+    found: str | None = None
+    try:
+        items: Any = read_torch_object(aggregate)
+    except (OSError, ReadError):
+        items = []
+    checked = 0
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        if checked >= PEERS_CHECKED or i >= 4 * PEERS_CHECKED:  # bounded: a folder of missing peers too
+            break
+        crop: Any = item.get("crop_resolution") if isinstance(item, dict) else None
+        try:
+            entry: Any = read_torch_object(os.path.join(variation, f"{i}.pt"))
+        except (OSError, ReadError):
+            continue
+        if not isinstance(entry, dict):
+            continue
+        original: Any = entry.get("original_resolution")
+        offset: Any = entry.get("crop_offset")
+        if not (_pair(crop) and _pair(original) and _pair(offset)) or 0 in original:
+            continue
+        checked += 1
+        (ch, cw), (oh, ow) = crop, original
+        sh, sw = scale_resolution(oh, ow, ch, cw)
+        centred = ((sh - ch) // 2, (sw - cw) // 2)
+        if tuple(offset) != centred:
+            found = f"{i}.pt: crop_offset {tuple(offset)}, centred {centred}"
+            break
+    _jitter_seen[key] = found
+    return found
+
+
+def _pair(value: Any) -> bool:
+    return isinstance(value, (tuple, list)) and len(value) == 2 and all(type(x) is int for x in value)
 
 
 def _latent_hw(crop: Any) -> tuple[int, int] | None:

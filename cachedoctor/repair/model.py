@@ -82,6 +82,7 @@ class Action:
     before: Stat | None = None  # None: the path did not exist (a missing entry)
     spec: RecomputeSpec | None = None
     blocked: str | None = None  # why it cannot be carried out here
+    note: str | None = None  # a quarantine in place of a recompute: why it could not be made again
 
     @property
     def recompute(self) -> RecomputeSpec:
@@ -108,7 +109,7 @@ class Action:
         data["before"] = Stat(**data["before"]) if data.get("before") else None
         spec = data.get("spec")
         if spec:
-            for name in ("latent_hw", "resize", "crop", "keys"):
+            for name in ("latent_hw", "resize", "crop", "keys", "peers"):
                 if spec.get(name) is not None:
                     spec[name] = tuple(spec[name])
             data["spec"] = RecomputeSpec(**spec)

@@ -5,7 +5,11 @@ made again is recomputed (its old file, if any, goes to the quarantine); what sh
 the cache is quarantined; a leaked view is cloned; a device tag is rewritten. A name collision
 needs a person. A recompute that cannot be done here (no encoder for its role, an unknown
 source, a size the layout does not record) is planned as *blocked*, with the reason, and
-changes nothing. What a recompute must write is the layout's to say (``Layout.recompute_spec``).
+changes nothing, except for a file the trainer cannot load: an unsafe pickle, or an archive it
+cannot read (``corrupt-archive``), is moved to the quarantine instead, so the trainer re-caches
+the item rather than stopping on it (sd-scripts re-raises ``BadZipFile`` on a cached file it
+cannot open). ``keep_blocked`` keeps unreadable files in place; an unsafe pickle always goes.
+What a recompute must write is the layout's to say (``Layout.recompute_spec``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ _ORDER = (Fix.RECOMPUTE, Fix.QUARANTINE, Fix.CLONE_STORAGE, Fix.REWRITE_CPU)
 #: Kinds whose file must leave the cache even when it cannot be made again: loading it runs code
 #: or stalls the trainer.
 _DANGEROUS = frozenset({"unsafe-pickle", "read-timeout"})
+#: Kinds whose file the trainer cannot load: quarantined when not made again, unless --keep-blocked.
+_UNLOADABLE = frozenset({"corrupt-archive"})
 
 
 def root_of(path: str, roots: list[str]) -> str:
@@ -50,6 +56,7 @@ def plan_repair(
     layout: str | None,
     modalities: set[str],
     only: Collection[str] | None = None,
+    keep_blocked: bool = False,
 ) -> RepairPlan:
     """``expected`` maps cache path -> the dataset's entries for it (empty without a layout);
     ``modalities`` says which encoders were given (``image``, ``text``)."""
@@ -91,8 +98,11 @@ def plan_repair(
             spec, blocked = recompute_spec(path, entries[0] if entries else None, layout, templates)
             if spec is not None and spec.role not in _roles(modalities):
                 blocked = f"needs an encoder for {'captions' if spec.role == 'text' else 'images'} (--encoder)"
-            if blocked is not None and _DANGEROUS & set(kinds) and before is not None:
-                kind, spec, blocked = ActionKind.QUARANTINE, None, None  # never left where a trainer loads it
+            leave = _DANGEROUS if keep_blocked else _DANGEROUS | _UNLOADABLE
+            if blocked is not None and leave & set(kinds) and before is not None:
+                # never left where a trainer loads it: moved out, so the trainer re-caches the item
+                plan.actions.append(Action(ActionKind.QUARANTINE, path, root, kinds, source, before, note=blocked))
+                continue
         plan.actions.append(Action(kind, path, root, kinds, source, before, spec, blocked))
     return plan
 

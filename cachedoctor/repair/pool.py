@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from cachedoctor.errors import PathError
 from cachedoctor.lifetime import die_with_parent, reraise_interrupt
 from cachedoctor.repair.model import Action, ItemResult, ItemState, RepairError
+from cachedoctor.repair.posterior import Models
 
 if TYPE_CHECKING:
     import torch
@@ -90,7 +91,7 @@ def cpu_threads(workers_on_cpu: int) -> int:
 
 def work(
     batches: list[Batch],
-    encoder_specs: list[str],
+    models: Models,
     device: str,
     run_id: str,
     on_result: OnResult,
@@ -103,16 +104,16 @@ def work(
     if device == "cpu":
         torch.set_num_threads(cpu_threads(workers_on_cpu))
     try:
-        _work(batches, encoder_specs, device, run_id, on_result)
+        _work(batches, models, device, run_id, on_result)
     finally:
         torch.set_num_threads(threads)  # in-process callers (tests, the API) get theirs back
 
 
-def _work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: str, on_result: OnResult) -> None:
+def _work(batches: list[Batch], models: Models, device: str, run_id: str, on_result: OnResult) -> None:
     from cachedoctor.encoders import load_encoder
 
     encoders = {}
-    for spec in encoder_specs:
+    for spec in models.encoders:
         encoder = load_encoder(spec)
         try:
             encoder.load(device)
@@ -126,6 +127,10 @@ def _work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: s
                 "nothing was recomputed. Check the model and the device, then run again",
             ) from None
         encoders["latent" if encoder.modality.value == "image" else "text"] = encoder
+        if models.posterior == "sample" and encoder.modality.value == "image" and not encoder.posterior_std:
+            raise RepairError(
+                spec, "--posterior sample needs an encoder that reports its posterior's std; use --posterior mode"
+            )
     image = encoders.get("latent")
     texts_first = [b for b in batches if b[0].recompute.role == "text"]
     images = [b for b in batches if b[0].recompute.role == "latent"]
@@ -144,7 +149,7 @@ def _work(batches: list[Batch], encoder_specs: list[str], device: str, run_id: s
             for future in [f for f in pending if f.done()]:
                 future.result()
             pending = [f for f in pending if not f.done()]
-            _encode_batch(batch, prepared, image, run_id, on_result, writer, pending)
+            _encode_batch(batch, prepared, image, models, run_id, on_result, writer, pending)
         for future in pending:
             future.result()
 
@@ -153,6 +158,7 @@ def _encode_batch(
     batch: Batch,
     prepared: list[Ready],
     image: Encoder,
+    models: Models,
     run_id: str,
     on_result: OnResult,
     writer: ThreadPoolExecutor,
@@ -163,7 +169,8 @@ def _encode_batch(
     from cachedoctor.layouts.prepare import Prepared
     from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.recompute import build_file
-    from cachedoctor.repair.replace import run_action, verify_written
+    from cachedoctor.repair.replace import run_action
+    from cachedoctor.repair.verify import problems_of
 
     ok = [(a, p) for a, p in zip(batch, prepared, strict=False) if isinstance(p, Prepared)]  # latent items only
     for action, problem in zip(batch, prepared, strict=False):
@@ -173,44 +180,52 @@ def _encode_batch(
     if not ok:
         return
     pixels = torch.stack([p.pixels for _a, p in ok])
-    latents = image.encode(pixels)["latent"]
-    flipped = image.encode(torch.flip(pixels, dims=[3]))["latent"] if any(a.recompute.flipped for a, _p in ok) else None
+    out = image.encode(pixels)
+    mirrored = image.encode(torch.flip(pixels, dims=[3])) if any(a.recompute.flipped for a, _p in ok) else None
     for i, (action, prep) in enumerate(ok):
-        latent = latents[i]
-        flip = flipped[i] if flipped is not None else None
-        if action.recompute.scaled:  # the flipped latent is cached the same way (kohya Flux with flip_aug)
-            latent = image.scaling.apply(latent)
-            flip = image.scaling.apply(flip) if flip is not None else None
+        latent = _latent(out, i, image, models, action, action.path)
+        flip = _latent(mirrored, i, image, models, action, action.path + "#flipped") if mirrored else None
 
         def make(
             a: Action, latent: torch.Tensor = latent, flip: torch.Tensor | None = flip, prep: Prepared = prep
         ) -> bytes:
-            return build_file(a.recompute, latent=latent, flipped=flip, prepared=prep)
+            return build_file(a.recompute, latent=latent, flipped=flip, prepared=prep, encoder=image.name)
 
         def write(action: Action = action, make: Callable[[Action], bytes] = make) -> None:
-            on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
+            on_result(run_action(action, Quarantine(action.root, run_id), make, problems_of))
 
         pending.append(writer.submit(write))
+
+
+def _latent(out: dict[str, Any], i: int, image: Encoder, models: Models, action: Action, name: str) -> torch.Tensor:
+    """Item ``i``'s latent as the layout stores it: drawn from the posterior, then scaled when
+    the trainer caches scaled latents (the flipped one too: sd-scripts' Flux stores both scaled)."""
+    from cachedoctor.repair.posterior import draw
+
+    std = out.get("latent_std")
+    latent = draw(models, out["latent"][i], std[i] if std is not None else None, name, action.root)
+    return image.scaling.apply(latent) if action.recompute.scaled else latent
 
 
 def _run_text(batch: Batch, encoder: Encoder, run_id: str, on_result: OnResult) -> None:
     from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.recompute import build_file
-    from cachedoctor.repair.replace import run_action, verify_written
+    from cachedoctor.repair.replace import run_action
+    from cachedoctor.repair.verify import problems_of
 
     outputs = encoder.encode([a.recompute.text for a in batch])
     for i, action in enumerate(batch):
         item = {k: v[i] for k, v in outputs.items()}
 
         def make(a: Action, item: dict[str, torch.Tensor] = item) -> bytes:
-            return build_file(a.recompute, texts=item)
+            return build_file(a.recompute, texts=item, encoder=encoder.name)
 
-        on_result(run_action(action, Quarantine(action.root, run_id), make, verify_written, on_result))
+        on_result(run_action(action, Quarantine(action.root, run_id), make, problems_of))
 
 
 def _worker_main(
     batches: list[Batch],
-    encoder_specs: list[str],
+    models: Models,
     device: str,
     run_id: str,
     queue: Any,
@@ -221,7 +236,7 @@ def _worker_main(
     # SIGKILLed in that window would otherwise leave it running on, writing to the cache.
     die_with_parent(parent)
     try:
-        work(batches, encoder_specs, device, run_id, queue.put, workers_on_cpu)
+        work(batches, models, device, run_id, queue.put, workers_on_cpu)
     except BaseException as exc:  # reported by the parent; the items stay unfinished in the journal
         queue.put(("error", f"{type(exc).__name__}: {exc}"))
         raise SystemExit(1) from None
@@ -229,7 +244,7 @@ def _worker_main(
 
 
 def run_pool(
-    shares: list[list[Batch]], encoder_specs: list[str], devices: list[str], run_id: str, on_result: OnResult
+    shares: list[list[Batch]], models: Models, devices: list[str], run_id: str, on_result: OnResult
 ) -> list[str]:
     """Start one process per device with its share; feed results to ``on_result``. Returns
     problems of workers that died (their items stay unfinished for the next run)."""
@@ -243,7 +258,7 @@ def run_pool(
             proc = ctx.Process(
                 target=_worker_main,
                 daemon=True,
-                args=(share, encoder_specs, device, run_id, queue, devices.count("cpu"), os.getpid()),
+                args=(share, models, device, run_id, queue, devices.count("cpu"), os.getpid()),
             )
             proc.start()
             procs.append(proc)

@@ -29,15 +29,19 @@ def build_file(
     flipped: Any = None,
     prepared: Prepared | None = None,
     texts: dict[str, Any] | None = None,
+    encoder: str = "the encoder",
 ) -> bytes:
     """The new file's bytes. ``latent`` is ``[C, h, w]`` (already scaled when the layout wants
-    it); ``texts`` maps the text encoder's keys to one item's tensors (batch dim dropped)."""
+    it); ``texts`` maps the text encoder's keys to one item's tensors (batch dim dropped).
+    Raises :class:`EncoderMismatch` (naming ``encoder``) when an output cannot take the place
+    of the template's tensor: another rank or channel count."""
     import torch
 
     fmt, shape = load_template(spec.template) if spec.template else (spec.container_format, None)
     if spec.writer == "bare-tensor" or (shape is not None and isinstance(shape, torch.Tensor)):
         if latent is None:
             raise NotRewritable("a bare-tensor entry needs a latent")
+        _fits("<root>", latent, shape, spec, encoder)
         return serialize(latent.to(torch_dtype(spec.dtype)).contiguous().clone(), fmt)
     keys = list(shape) if isinstance(shape, dict) else (list(spec.keys) or list(texts or {}))
     out: dict[str, Any] = {}
@@ -45,7 +49,29 @@ def build_file(
         like = shape.get(key) if isinstance(shape, dict) else None
         name = _for_bucket(key, spec) if spec.writer == "kohya-npz" else key
         out[name] = _value(name, like, spec, latent, flipped, prepared, texts or {})
+        if like is not None and (name == spec.key or name.startswith("latents_flipped") or name in (texts or {})):
+            _fits(name, out[name], like, spec, encoder)
     return save_entries(out, fmt)
+
+
+class EncoderMismatch(Exception):
+    """The encoder's output does not fit the cache (another rank or channel count than the
+    healthy peers): the item fails and nothing is written."""
+
+
+def _fits(key: str, value: Any, like: Any, spec: RecomputeSpec, encoder: str) -> None:
+    """Refuse an output whose rank or feature size (latent channels, embedding width) differs
+    from the template's: the scan would report the written file as ``shape-mismatch``."""
+    from cachedoctor.checks.interface import feature_dim
+
+    mine, theirs = tuple(value.shape), tuple(getattr(like, "shape", ()))
+    if not theirs:
+        return
+    if len(mine) != len(theirs) or feature_dim(key, mine) != feature_dim(key, theirs):
+        raise EncoderMismatch(
+            f"encoder {encoder} gives {key} {list(mine)} where the cache's healthy files hold {list(theirs)} "
+            f"(like {spec.template}); is it the model this cache was made with? Nothing written"
+        )
 
 
 def _value(

@@ -3,12 +3,14 @@
 The order of every replacement is what makes a crash harmless at any instant:
 
 1. the new bytes go to a temp file beside the target and are fsynced;
-2. the old file is hard-linked into the quarantine (it is still in place too);
-3. the temp file is renamed over the target, and the folder fsynced;
-4. the new file is read back with the safe reader (deep: CRCs, NaN/Inf) and checked.
+2. the temp file is read back with the safe reader and judged by every check the next scan
+   will run on it (``verify.py``: CRCs, NaN/Inf, its peers' channels and dtypes, the bucket's
+   size); if any fails, the temp file is removed and nothing else happens;
+3. the old file is hard-linked into the quarantine (it is still in place too);
+4. the temp file is renamed over the target, and the folder fsynced.
 
-Killed before 3, the old file is still in place (and maybe also in the quarantine); killed after
-3, the new one is, and the old one is in the quarantine. The next run re-plans from a fresh
+Killed before 4, the old file is still in place (and maybe also in the quarantine); killed after
+4, the new one is, and the old one is in the quarantine. The next run re-plans from a fresh
 scan and the journal, so whatever is still broken is done again.
 """
 
@@ -40,11 +42,26 @@ def disk_full(path: str, exc: OSError) -> RepairError:
     )
 
 
-def replace_file(path: str, data: bytes, quarantine: Quarantine, action: Action) -> str | None:
-    """Steps 1-3 above. Returns where the old file went (``None`` when there was none)."""
+class Unfit(Exception):
+    """The new content would not pass the scan: it is not put in place."""
+
+
+def replace_file(
+    path: str,
+    data: bytes,
+    quarantine: Quarantine,
+    action: Action,
+    judge: Callable[[Action, str], str | None] | None = None,
+) -> str | None:
+    """Steps 1-3 above, with the new file judged (``judge(action, temp_path)``) before anything
+    else changes: :class:`Unfit` leaves the old file (or the gap) as it was. Returns where the
+    old file went (``None`` when there was none)."""
     kept: list[str] = []
 
-    def keep_old() -> None:
+    def keep_old(temp: str) -> None:
+        problem = judge(action, temp) if judge is not None else None
+        if problem:
+            raise Unfit(problem)
         crash_point("before-keep")
         if os.path.exists(path):
             kept.append(quarantine.keep(path, action.reasons, action.kind.value))
@@ -67,11 +84,11 @@ def run_action(
     action: Action,
     quarantine: Quarantine,
     make_bytes: Callable[[Action], bytes] | None = None,
-    verify: Callable[[Action], str | None] | None = None,
-    on_done: Callable[[ItemResult], None] | None = None,
+    verify: Callable[[Action, str], str | None] | None = None,
 ) -> ItemResult:
     """Do ``action`` if the file is still as planned. ``make_bytes`` produces the new content
-    (lossless and recompute actions); ``verify`` returns a problem with the written file or None.
+    (lossless and recompute actions); ``verify(action, temp_path)`` returns what is wrong with the
+    new content (then it is not put in place), or ``None``.
     Raises :class:`RepairError` on a full disk (the run must stop), never for one bad file."""
     path = action.path
     if action.kind is ActionKind.CLEANUP:
@@ -89,14 +106,17 @@ def run_action(
                 crash_point("before-move")
                 dest: str | None = quarantine.move(path, action.reasons, action.kind.value)
                 crash_point("after-move")
-                return ItemResult(
-                    path, action.kind, ItemState.VERIFIED, "moved to the quarantine", dest, action.bytes, 0
-                )
+                why = "moved to the quarantine"
+                if action.note:  # a recompute that could not be done: the trainer re-caches the item
+                    why += f" (not recomputed: {action.note}; the trainer re-caches it)"
+                return ItemResult(path, action.kind, ItemState.VERIFIED, why, dest, action.bytes, 0)
             assert make_bytes is not None
             data = make_bytes(action)
-            dest = replace_file(path, data, quarantine, action)
+            dest = replace_file(path, data, quarantine, action, verify)
         except RepairError:
             raise
+        except Unfit as exc:
+            return ItemResult(path, action.kind, ItemState.FAILED, f"not written: the new file {exc}")
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise disk_full(path, exc) from None
@@ -105,22 +125,7 @@ def run_action(
             reraise_interrupt(exc)
             state = ItemState.BLOCKED if isinstance(exc, NotRewritable) else ItemState.FAILED
             return ItemResult(path, action.kind, state, str(exc) or type(exc).__name__)
-        if on_done is not None:  # journaled as "done" before the read-back, which may take a while
-            on_done(
-                ItemResult(path, action.kind, ItemState.DONE, "written; reading it back", dest, action.bytes, len(data))
-            )
-        problem = verify(action) if verify is not None else None
-        if problem:
-            return ItemResult(
-                path,
-                action.kind,
-                ItemState.FAILED,
-                f"written, but reading it back: {problem}",
-                dest,
-                action.bytes,
-                len(data),
-            )
-        return ItemResult(path, action.kind, ItemState.VERIFIED, "written and read back", dest, action.bytes, len(data))
+        return ItemResult(path, action.kind, ItemState.VERIFIED, "written and checked", dest, action.bytes, len(data))
 
 
 def _cleanup(action: Action) -> ItemResult:
@@ -145,22 +150,3 @@ def _cleanup(action: Action) -> ItemResult:
         action.bytes,
         0,
     )
-
-
-def verify_written(action: Action) -> str | None:
-    """Read the new file back deep with the safe reader and run the file checks on it; for a
-    recompute also check the latent size and dtype the layout expects."""
-    from cachedoctor.scan import inspect_file
-
-    outcome = inspect_file(action.path, deep=True)
-    if outcome.status != "read":
-        return outcome.error or "not readable as a cache file"
-    if outcome.findings:
-        return "; ".join(f"{f.kind}: {f.message}" for f in outcome.findings)
-    spec = action.spec
-    if spec is not None and spec.role == "latent" and spec.latent_hw is not None:
-        shapes = dict(outcome.shapes)
-        shape = shapes.get(spec.key)
-        if shape is None or tuple(shape[-2:]) != tuple(spec.latent_hw):
-            return f"{spec.key or '<root>'} has shape {list(shape) if shape else None}, expected [..., {spec.latent_hw[0]}, {spec.latent_hw[1]}]"
-    return None

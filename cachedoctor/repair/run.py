@@ -47,6 +47,9 @@ class RepairOptions:
     only: frozenset[str] | None = None
     dry_run: bool = False
     fresh: bool = False  # abandon an interrupted run instead of finishing it
+    keep_blocked: bool = False  # leave unreadable files that cannot be recomputed in place
+    posterior: str = "mode"  # "mode": the posterior's mean (reproducible); "sample": mean + std * noise(seed, path)
+    seed: int = 0
 
 
 @dataclass
@@ -112,7 +115,7 @@ def repair(
         first = before.errors[0]
         raise RepairError(first.path, f"{first.message}; repair only runs on a cache it can read completely")
     roots = before.targets
-    plan = plan_repair(before.findings, roots, expected, layout_name, modalities, options.only)
+    plan = plan_repair(before.findings, roots, expected, layout_name, modalities, options.only, options.keep_blocked)
     outcome = RepairOutcome(before, plan, line, leader=rank.leader)
     journal_rank = rank.rank if rank.distributed else None
     roots_acted = sorted({a.root for a in plan.actions})
@@ -241,18 +244,19 @@ def _run_lossless(actions: list[Action], run_id: str, record: Callable[[ItemResu
     """Lossless rewrites, moves and clean-ups, one after another in this process. (Threads were
     measured and lost: the per-file work is mostly Python holding the GIL; bench/README.md.)"""
     for action in actions:
-        record(_run_local(action, run_id, record))
+        record(_run_local(action, run_id))
 
 
-def _run_local(action: Action, run_id: str, on_done: Callable[[ItemResult], None] | None = None) -> ItemResult:
+def _run_local(action: Action, run_id: str) -> ItemResult:
     from cachedoctor.repair.lossless import rewrite_bytes
     from cachedoctor.repair.quarantine import Quarantine
-    from cachedoctor.repair.replace import run_action, verify_written
+    from cachedoctor.repair.replace import run_action
+    from cachedoctor.repair.verify import problems_of
 
     quarantine = Quarantine(action.root, run_id)
     if action.kind.lossless:
         clone = action.kind is ActionKind.CLONE_STORAGE
-        return run_action(action, quarantine, lambda a: rewrite_bytes(a.path, clone), verify_written, on_done)
+        return run_action(action, quarantine, lambda a: rewrite_bytes(a.path, clone), problems_of)
     return run_action(action, quarantine)
 
 
@@ -265,20 +269,20 @@ def _recompute(
     devices_for: Callable[[int | None, str, int], list[str]],
 ) -> None:
     from cachedoctor.repair.pool import make_batches, run_pool, split, work
+    from cachedoctor.repair.posterior import Models
 
+    models = Models(options.encoders, options.posterior, options.seed)
     batches = make_batches(actions, options.batch_size)
     if rank.distributed:
         batches = split(batches, rank.world)[rank.rank]
         device = f"cuda:{rank.local}" if options.gpus or options.device == "cuda" else options.device
-        work(batches, list(options.encoders), device, outcome.run_id or "", record)
+        work(batches, models, device, outcome.run_id or "", record)
         return
     devices = devices_for(options.gpus, options.device, options.workers)
     if len(devices) == 1:
-        work(batches, list(options.encoders), devices[0], outcome.run_id or "", record)
+        work(batches, models, devices[0], outcome.run_id or "", record)
         return
-    outcome.problems.extend(
-        run_pool(split(batches, len(devices)), list(options.encoders), devices, outcome.run_id or "", record)
-    )
+    outcome.problems.extend(run_pool(split(batches, len(devices)), models, devices, outcome.run_id or "", record))
 
 
 def _close(journals: dict[str, Journal]) -> None:

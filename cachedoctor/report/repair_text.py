@@ -8,6 +8,7 @@ owns the scan's: CLEAN when everything planned was done, verified and the rescan
 from __future__ import annotations
 
 import os
+import shlex
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
@@ -97,6 +98,10 @@ def print_plan(outcome: RepairOutcome, out: TextIO) -> None:
             else ""
         )
         print(f"  {label:<14} {count} file(s){extra}", file=out)
+        if label == "quarantine":
+            instead = Counter(a.note for a in plan.actions if a.note)
+            for why, n in instead.most_common():
+                print(f"  {'':<14} {n} of them not recomputed ({why}): the trainer re-caches them", file=out)
     blocked = Counter(a.blocked for a in plan.actions if a.blocked)
     for why, count in blocked.most_common():
         print(f"  {'cannot fix':<14} {count} file(s): {why}", file=out)
@@ -124,14 +129,13 @@ def print_result(report: RepairReport, out: TextIO, env: Environment) -> ExitSta
             print(f"  failed: {os.path.relpath(r.path, env.cwd)}: {r.message}", file=out)
     for problem in outcome.problems:
         print(f"  worker: {problem}", file=out)
-    moved = sorted({a.root for a in outcome.plan.actions} & {a.root for a in outcome.plan.actions if not a.blocked})
-    if any(r.quarantined for r in outcome.results):
-        for root in moved:
-            print(
-                f"quarantine: {os.path.join(quarantine_root(root), outcome.run_id)} "
-                f"(undo: cachedoctor quarantine restore {outcome.run_id} {root})",
-                file=out,
-            )
+    kept = {r.path for r in outcome.results if r.quarantined}
+    moved = sorted({a.root for a in outcome.plan.actions if a.path in kept})
+    for root in moved:
+        print(f"quarantine: {os.path.join(quarantine_root(root), outcome.run_id)}", file=out)
+    if moved:  # one run id across every root: one command puts it all back
+        roots = " ".join(shlex.quote(r) for r in moved)
+        print(f"undo: cachedoctor quarantine restore {outcome.run_id} {roots}", file=out)
     if outcome.after is not None:
         before, after = (
             Counter(f.kind for f in outcome.before.findings),

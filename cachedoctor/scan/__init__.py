@@ -5,12 +5,12 @@ from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.walk import TargetError
 
 
-def inspect_file(path: str, *, deep: bool = True) -> Outcome:
+def inspect_file(path: str, *, deep: bool = True, unsaved: bool = False) -> Outcome:
     """One file judged on its own, as a scan would (see :func:`cachedoctor.scan.worker.inspect_file`);
     imported on first use, so that importing the scan loads no reader."""
     from cachedoctor.scan.worker import inspect_file as inspect
 
-    return inspect(path, deep=deep)
+    return inspect(path, deep=deep, unsaved=unsaved)
 
 
 __all__ = ["Outcome", "ScanError", "ScanOptions", "ScanResult", "ScanStats", "TargetError", "inspect_file", "scan"]

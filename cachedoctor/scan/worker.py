@@ -38,14 +38,21 @@ def inspect_path(path: str, *, deep: bool, entry_facts: bool = False, digest: bo
     return _inspect(path, deep, mtime if entry_facts else None, digest)
 
 
-def inspect_file(path: str, *, deep: bool = True) -> Outcome:
+def inspect_file(path: str, *, deep: bool = True, unsaved: bool = False) -> Outcome:
     """One file judged on its own, as a scan would (with its tensors' shapes): the narrow public
-    entry for callers outside the scan, such as repair reading back what it wrote."""
-    return inspect_path(path, deep=deep, entry_facts=True)
+    entry for callers outside the scan, such as repair checking what it is about to put in
+    place. ``unsaved``: ``path`` is a temp file of cachedoctor's own, judged by its content as
+    the file it will be renamed to (its name is not a ``partial-write``)."""
+    mtime = 0
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        pass
+    return _inspect(path, deep, mtime, temp_ok=unsaved)
 
 
-def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False) -> Outcome:
-    if is_temp_name(path):
+def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False, temp_ok: bool = False) -> Outcome:
+    if not temp_ok and is_temp_name(path):
         if not os.path.lexists(path):  # its writer renamed it since the listing: nothing is left over
             return Outcome(path, 0, "skipped", mtime_ns=mtime or 0)
         return _judge(Inspected(path, _size(path), temp=True), None, mtime)

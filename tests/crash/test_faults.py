@@ -136,12 +136,12 @@ def test_repair_on_a_nearly_full_disk_stops_in_one_line_or_finishes(tmp_path: Pa
             shutil.rmtree(cache, ignore_errors=True)
             shutil.copytree(pristine, cache)
             filler = fill(fs, kb)
-            proc = cli("repair", str(cache), "--yes")
+            proc = cli("repair", str(cache), "--keep-blocked", "--yes")
             filler.unlink()
             label = f"repair with {kb} KiB free"
             if proc.returncode == 2:
                 problems += [f"{label}: {p}" for p in judge_stop(proc, cache)]
-                proc = cli("repair", str(cache), "--yes")
+                proc = cli("repair", str(cache), "--keep-blocked", "--yes")
             if proc.returncode != 1 or "done:" not in proc.stdout or "Traceback" in proc.stderr:
                 problems.append(f"{label}: exit {proc.returncode} {proc.stdout[-500:]!r} {proc.stderr[-1500:]!r}")
             problems += [f"{label}: lost {r}" for r in lost(before, cache)]
@@ -160,7 +160,7 @@ def test_restore_on_a_nearly_full_disk_stops_in_one_line_or_finishes(tmp_path: P
         cache = fs / "cache"  # built and repaired in place: the quarantine records absolute paths
         make_cache(cache, strays=4)
         originals = tree(cache)
-        assert cli("repair", str(cache), "--yes").returncode == 1
+        assert cli("repair", str(cache), "--keep-blocked", "--yes").returncode == 1
         (run_id,) = os.listdir(cache / ".cachedoctor" / "quarantine")
         (cache / "tmpStray000").write_bytes(b"a new file where a quarantined one was")
         every = {**originals, "new": b"a new file where a quarantined one was"}
@@ -216,14 +216,14 @@ def test_a_write_error_at_every_call_site(tmp_path: Path, command: str) -> None:
     before = tree(cache)
     run_id = ""
     if command == "restore":
-        assert cli("repair", str(cache), "--yes").returncode == 1
+        assert cli("repair", str(cache), "--keep-blocked", "--yes").returncode == 1
         (run_id,) = os.listdir(cache / ".cachedoctor" / "quarantine")
         (cache / "tmpStray000").write_bytes(b"replaced since")
         before["new"] = b"replaced since"
     shutil.copytree(cache, pristine)
     args = {
         "scan": ("scan", str(cache), "--format", "json"),
-        "repair": ("repair", str(cache), "--yes"),
+        "repair": ("repair", str(cache), "--keep-blocked", "--yes"),
         "restore": ("quarantine", "restore", run_id, str(cache)),
     }[command]
     expected = findings(cli("scan", str(cache), "--no-state", "--format", "json"))
@@ -324,7 +324,7 @@ def test_repair_and_restore_across_file_systems(tmp_path: Path) -> None:
     with tmpfs(other, 4096):
         before = fill_other_mount(tmp_path, cache, other)
         assert "sub/tmpStray002" in before
-        repaired = cli("repair", str(cache), "--yes")
+        repaired = cli("repair", str(cache), "--keep-blocked", "--yes")
         assert repaired.returncode == 1 and "done: 3 verified" in repaired.stdout, repaired.stdout + repaired.stderr
         assert not list(other.glob("tmpStray*")) and lost(before, cache) == []
         (run_id,) = os.listdir(cache / ".cachedoctor" / "quarantine")
@@ -343,14 +343,14 @@ def test_kills_during_cross_device_copies(tmp_path: Path) -> None:
     with tmpfs(other, 4096):
         before = fill_other_mount(tmp_path, cache, other)
 
-        killed = cli("repair", str(cache), "--yes", CACHEDOCTOR_TEST_KILL_IN_COPY="2")
+        killed = cli("repair", str(cache), "--keep-blocked", "--yes", CACHEDOCTOR_TEST_KILL_IN_COPY="2")
         assert killed.returncode == -signal.SIGKILL, killed.stderr
         assert lost(before, cache) == []
         listing = cli("quarantine", "list", str(cache))
         assert listing.returncode == 0 and "unknown" not in listing.stdout and ".tmp" not in listing.stdout, (
             listing.stdout
         )
-        again = cli("repair", str(cache), "--yes")
+        again = cli("repair", str(cache), "--keep-blocked", "--yes")
         assert again.returncode == 1 and "resuming interrupted run" in again.stdout, again.stdout + again.stderr
         assert temps(cache) == [] and lost(before, cache) == []
         (run_id,) = os.listdir(cache / ".cachedoctor" / "quarantine")

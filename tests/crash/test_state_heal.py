@@ -146,11 +146,11 @@ def test_an_unreadable_journal_stops_repair_in_one_line_and_fresh_moves_it_aside
     journal = root / ".cachedoctor" / "journal.sqlite"
     journal.parent.mkdir(parents=True)
     journal.write_bytes(b"\x00not a database" * 300)
-    stopped = cli("repair", str(root), "--yes")
+    stopped = cli("repair", str(root), "--keep-blocked", "--yes")
     line = one_line_error(stopped.stderr)
     assert stopped.returncode == 2 and line is not None, stopped.stderr
     assert line.startswith(f"{journal}: cannot read the repair journal") and "--fresh" in line, line
-    fresh = cli("repair", str(root), "--yes", "--fresh")
+    fresh = cli("repair", str(root), "--keep-blocked", "--yes", "--fresh")
     assert fresh.returncode == 1 and "done:" in fresh.stdout, fresh.stdout + fresh.stderr
     assert "moved it to" in fresh.stdout
     assert [n for n in os.listdir(journal.parent) if n.startswith("journal.sqlite.broken-")]
@@ -161,7 +161,7 @@ def test_a_journal_with_no_unfinished_run_heals_by_itself(tmp_path: Path) -> Non
     to resume: repair moves it aside with a note and goes on (no --fresh needed)."""
     root = tmp_path / "cache"
     make_cache(root)
-    assert cli("repair", str(root), "--yes").returncode == 1
+    assert cli("repair", str(root), "--keep-blocked", "--yes").returncode == 1
     journal = root / ".cachedoctor" / "journal.sqlite"
     db = sqlite3.connect(journal)
     db.execute("PRAGMA writable_schema = ON")  # break only the items table's definition
@@ -170,7 +170,7 @@ def test_a_journal_with_no_unfinished_run_heals_by_itself(tmp_path: Path) -> Non
     db.close()
     for leftover in journal.parent.glob("journal.sqlite-*"):
         leftover.unlink()
-    again = cli("repair", str(root), "--yes")
+    again = cli("repair", str(root), "--keep-blocked", "--yes")
     assert "Traceback" not in again.stderr, again.stderr
     if again.returncode == 2:  # SQLite refused the whole file: then the one line and --fresh
         line = one_line_error(again.stderr)

@@ -204,7 +204,7 @@ def test_journal_records_the_run_and_each_item(tmp_path: Path) -> None:
         save_pt(tmp_path / "gpu.pt", latent(seed=5))
     (tmp_path / "tmpAbCdEfGh").write_bytes(b"x")
     (tmp_path / "bad.pt").write_bytes(b"PK\x03\x04 not really")
-    assert cli("repair", str(tmp_path), "--yes")[0] == 1  # bad.pt has no known source: blocked
+    assert cli("repair", str(tmp_path), "--keep-blocked", "--yes")[0] == 1  # bad.pt has no known source: blocked
     db = sqlite3.connect(tmp_path / ".cachedoctor" / "journal.sqlite")
     ((run, status),) = db.execute("SELECT run_id, status FROM runs").fetchall()
     assert status == "done" and run == run_id(tmp_path)

@@ -123,14 +123,27 @@ def test_recompute_without_encoder_is_blocked_and_changes_nothing(tmp_path: Path
     assert "not clean" in out and tree_bytes(ds.root) == before
 
 
-def test_unknown_source_is_blocked(tmp_path: Path) -> None:
-    """Without the dataset a corrupt latent cannot be made again: it is left in place."""
+def test_unknown_source_with_keep_blocked_is_left_in_place(tmp_path: Path) -> None:
+    """Without the dataset a corrupt latent cannot be made again: --keep-blocked leaves it."""
+    ds = simpletuner(tmp_path, 4)
+    path = ds.latent_path(ds.images[0])
+    path.write_bytes(path.read_bytes()[:100])
+    code, out, _ = cli("repair", str(ds.vae), "--layout", "none", "--encoder", POOL, "--keep-blocked", "--yes")
+    assert code == 1 and "its source is unknown: repair with the dataset" in out
+    assert path.stat().st_size == 100
+
+
+def test_unreadable_entry_that_cannot_be_recomputed_is_quarantined(tmp_path: Path) -> None:
+    """Left in place, a truncated file stops the trainer that loads it; moved to the quarantine,
+    the trainer re-caches the item (and the old bytes can be restored)."""
     ds = simpletuner(tmp_path, 4)
     path = ds.latent_path(ds.images[0])
     path.write_bytes(path.read_bytes()[:100])
     code, out, _ = cli("repair", str(ds.vae), "--layout", "none", "--encoder", POOL, "--yes")
-    assert code == 1 and "its source is unknown: repair with the dataset" in out
-    assert path.stat().st_size == 100
+    assert code == 0 and not path.exists(), out
+    assert "1 of them not recomputed (its source is unknown: repair with the dataset" in out, out
+    (kept,) = (ds.vae / ".cachedoctor" / "quarantine").rglob(path.name)
+    assert kept.stat().st_size == 100
 
 
 def test_name_collision_needs_a_person(tmp_path: Path) -> None:

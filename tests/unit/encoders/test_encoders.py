@@ -84,7 +84,11 @@ def encode_with(spec: str, batch: object) -> dict[str, torch.Tensor]:
 
 def test_vae_latents_equal_diffusers_posterior_mode(vae_dir: Path) -> None:
     encoder = load_encoder(f"diffusers-vae:{vae_dir}")
-    assert (encoder.name, encoder.modality, encoder.output_keys) == ("diffusers-vae", Modality.IMAGE, ("latent",))
+    assert (encoder.name, encoder.modality, encoder.output_keys) == (
+        "diffusers-vae",
+        Modality.IMAGE,
+        ("latent", "latent_std"),
+    )
     assert (encoder.dtype, encoder.downscale, encoder.latent_channels) == ("float32", 2, 4)
     encoder.load("cpu")
     x = images()

@@ -23,6 +23,7 @@ _FIX = {
     "missing-entry": Fix.RECOMPUTE,
     "stale-entry": Fix.RECOMPUTE,
     "name-collision": Fix.NONE,
+    "corrupt-archive": Fix.RECOMPUTE,
 }
 
 
@@ -37,8 +38,9 @@ def plan(
     layout: str | None = None,
     modalities: frozenset[str] = frozenset(),
     only: set[str] | None = None,
+    keep_blocked: bool = False,
 ):
-    return plan_repair(findings, [str(root)], expected or {}, layout, set(modalities), only)
+    return plan_repair(findings, [str(root)], expected or {}, layout, set(modalities), only, keep_blocked)
 
 
 def test_device_tagged_becomes_rewrite_cpu_with_the_planned_stat(tmp_path: Path) -> None:
@@ -155,6 +157,29 @@ def test_unsafe_pickle_that_cannot_be_recomputed_is_still_quarantined(tmp_path: 
     entry = Expected(str(path), str(source), latent_hw=(8, 8))
     (action,) = plan([finding("unsafe-pickle", path)], tmp_path, {str(path): [entry]}, "simpletuner").actions
     assert (action.kind, action.spec, action.blocked) == (ActionKind.QUARANTINE, None, None)
+
+
+def test_an_unreadable_entry_that_cannot_be_recomputed_is_quarantined_with_the_reason(tmp_path: Path) -> None:
+    """Left in place, a file the trainer cannot open stops it (sd-scripts re-raises BadZipFile);
+    moved out, the trainer re-caches the item."""
+    path = tmp_path / "a.pt"
+    path.write_bytes(b"PK\x03\x04 truncated")
+    (action,) = plan([finding("corrupt-archive", path)], tmp_path, modalities=frozenset({"image"})).actions
+    assert (action.kind, action.spec, action.blocked) == (ActionKind.QUARANTINE, None, None)
+    assert action.note == "its source is unknown: repair with the dataset (--config, --layout or --manifest)"
+
+
+def test_keep_blocked_leaves_an_unreadable_entry_but_never_an_unsafe_pickle(tmp_path: Path) -> None:
+    broken = tmp_path / "a.pt"
+    broken.write_bytes(b"PK\x03\x04 truncated")
+    evil = save_pt(tmp_path / "b.pt", latent())
+    actions = plan(
+        [finding("corrupt-archive", broken), finding("unsafe-pickle", evil)], tmp_path, keep_blocked=True
+    ).actions
+    assert [(a.path, a.kind, a.blocked is not None) for a in actions] == [
+        (str(broken), ActionKind.RECOMPUTE, True),
+        (str(evil), ActionKind.QUARANTINE, False),
+    ]
 
 
 def test_a_stale_entry_the_layout_cannot_size_is_blocked_not_quarantined(tmp_path: Path) -> None:

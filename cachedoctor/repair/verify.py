@@ -1,0 +1,100 @@
+"""Judge a file repair is about to put in place with the checks the next scan will run on it.
+
+A repair must never write a file its own scan would reject. So the new content, still under
+its temp name beside the target, is read deep and judged by every rule: the file checks (CRCs,
+NaN/Inf, device tags, leaks), the peer checks among the entry's healthy neighbours (rank,
+channels, dtype: what catches an encoder whose latents have 3 channels where the cache has 4),
+and the dataset checks against what the layout expects of the entry (the bucket's size). Any
+finding and the rename does not happen: the old file (or the gap) stays as it was.
+
+Peers are read quick, once per worker and file version (``lru_cache`` on path, size, mtime).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from cachedoctor.repair.model import Action
+
+if TYPE_CHECKING:
+    from cachedoctor.checks import PeerEntry
+    from cachedoctor.findings import Finding
+    from cachedoctor.scan.outcome import Outcome
+
+
+def problems_of(action: Action, temp: str) -> str | None:
+    """What the scan would find wrong with ``temp`` once it is ``action.path`` (``None``: nothing)."""
+    from cachedoctor.scan import inspect_file
+
+    outcome = inspect_file(temp, deep=True, unsaved=True)
+    if outcome.status != "read":
+        return f"cannot be read back ({outcome.error or 'not a cache file'})"
+    found = list(outcome.findings)
+    spec = action.spec
+    if spec is not None:
+        found += _among_peers(outcome, action.path, spec.peers)
+        found += _against_entry(outcome, action)
+        shape = dict(outcome.shapes).get(spec.key)
+        hw = spec.latent_hw if spec.role == "latent" else None
+        if hw is not None and (shape is None or tuple(shape[-2:]) != tuple(hw)):
+            got = list(shape) if shape is not None else "nothing"
+            return f"holds {spec.key or '<root>'} {got}, where the layout expects [..., {hw[0]}, {hw[1]}]"
+    if not found:
+        return None
+    return "would be reported: " + "; ".join(f"{f.kind}: {f.message}" for f in found)
+
+
+def _among_peers(outcome: Outcome, path: str, peers: tuple[str, ...]) -> list[Finding]:
+    from cachedoctor.checks import PEER_CHECKS, PeerGroup
+
+    if outcome.group is None or outcome.peer is None:
+        return []
+    entries: list[PeerEntry] = []
+    for peer in peers:
+        if peer == path:
+            continue
+        record = _peer(peer)
+        if record is not None and record[0] == outcome.group:
+            entries.append(record[1])
+    if not entries:
+        return []
+    group = PeerGroup(os.path.dirname(path), (*entries, outcome.peer))
+    return [f for check in PEER_CHECKS for f in check.check_peers(group) if f.path == outcome.path]
+
+
+def _peer(path: str) -> tuple[str, PeerEntry] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _peer_at(path, st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=1024)
+def _peer_at(path: str, size: int, mtime_ns: int) -> tuple[str, PeerEntry] | None:
+    from cachedoctor.scan import inspect_file
+
+    outcome = inspect_file(path, deep=False)
+    if outcome.status != "read" or outcome.findings or outcome.group is None or outcome.peer is None:
+        return None
+    return outcome.group, outcome.peer
+
+
+def _against_entry(outcome: Outcome, action: Action) -> list[Finding]:
+    from cachedoctor.checks import ENTRY_CHECKS, Found
+    from cachedoctor.layouts.interface import Expected
+
+    spec = action.spec
+    if spec is None:
+        return []
+    expected = Expected(
+        outcome.path,
+        spec.source,
+        spec.role,
+        latent_hw=spec.latent_hw if spec.role == "latent" else None,
+        latent_key=spec.key if spec.role == "latent" else None,
+    )
+    found = Found(outcome.path, outcome.mtime_ns, outcome.shapes, outcome.values)
+    return [f for check in ENTRY_CHECKS for f in check.check_entry(expected, found) if f.path == outcome.path]
