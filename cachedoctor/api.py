@@ -72,6 +72,7 @@ def audit(
     from cachedoctor import baseline as baselines
     from cachedoctor.layouts import plan_for
     from cachedoctor.options import layout_name, layout_options, scan_options
+    from cachedoctor.repair.preview import preview
     from cachedoctor.report import FailOn, ScanReport, ScanSummary
     from cachedoctor.scan import scan
     from cachedoctor.settings import load
@@ -88,6 +89,9 @@ def audit(
     plan, layout_line = plan_for(
         layout_name(settings), require_existing(given), layout_options(settings, model_family, output_dir)
     )
+    expected = {
+        p: list(e) for f in (plan.expected.values() if plan else ()) for p, e in f.items()
+    }  # the scan consumes them
     result = scan(plan.roots if plan is not None else given, options, progress=progress, dataset=plan)
     summary = ScanSummary.of(result)
     summary.findings = apply_severity(summary.findings, settings.severity.value)
@@ -104,6 +108,7 @@ def audit(
         suppressed=suppressed,
         baseline=baseline,
         baseline_written=bool(write_baseline),
+        repair=preview(summary.findings, result.targets, expected, plan.layout if plan else None),
     )
 
 

@@ -10,12 +10,15 @@ import enum
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachedoctor import __version__
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.findings import Finding, Severity
 from cachedoctor.report.summary import ScanSummary
+
+if TYPE_CHECKING:
+    from cachedoctor.repair.preview import RepairPreview
 
 SCHEMA = "cachedoctor.scan/1"
 
@@ -44,6 +47,7 @@ class ScanReport:
     suppressed: int | None = None  # findings the baseline left out (None: no baseline)
     baseline: str | None = None  # the baseline file read (or written), if any
     baseline_written: bool = False
+    repair: RepairPreview | None = None  # what ``repair`` would do with these findings
 
     def __post_init__(self) -> None:
         if not isinstance(self.scan, ScanSummary):
@@ -91,10 +95,15 @@ class ScanReport:
             if self.scan.deep:
                 return "The cache is healthy."
             return deep_hint
-        fixes = ", ".join(f"{n} to {fix}" for fix, n in self.by_fix().items() if fix != "none")
-        hint = f"Files to fix: {fixes}." if fixes else ""
-        if fixes:
-            hint += " `cachedoctor repair` on the same paths (and dataset options) shows the plan (--dry-run) and carries it out."
+        if self.repair is not None:
+            hint = self.repair.sentence()
+            if self.repair.fixable:
+                hint += " Run it on the same paths (and dataset options); --dry-run shows the plan."
+        else:
+            fixes = ", ".join(f"{n} to {fix}" for fix, n in self.by_fix().items() if fix != "none")
+            hint = f"Files to fix: {fixes}." if fixes else ""
+            if fixes:
+                hint += " `cachedoctor repair` on the same paths (and dataset options) shows the plan (--dry-run) and carries it out."
         if not self.scan.deep:
             hint += f" {deep_hint}"
         return hint.strip()
@@ -121,6 +130,7 @@ class ScanReport:
             "fail_on": self.fail_on.value,
             "exit_code": int(self.exit_code),
             "elapsed_s": round(self.scan.elapsed, 3),
+            "repair": self.repair.to_json() if self.repair is not None else None,
         }
 
     def document(self) -> dict[str, Any]:

@@ -60,8 +60,18 @@ class RepairReport:
         )
 
     @property
+    def worse(self) -> dict[str, tuple[int, int]]:
+        """Finding kinds with more files after the repair than before: ``kind -> (before, after)``.
+        Never expected (each write is judged first); reported, and not clean, if it happens."""
+        if self.outcome is None or self.outcome.after is None or self.dry_run:
+            return {}
+        before = Counter(k for k, _p in {(f.kind, f.path) for f in self.outcome.before.findings})
+        after = Counter(k for k, _p in {(f.kind, f.path) for f in self.outcome.after.findings})
+        return {k: (before[k], n) for k, n in sorted(after.items()) if n > before[k]}
+
+    @property
     def exit_code(self) -> ExitStatus:
-        return ExitStatus.CLEAN if self.clean else ExitStatus.FINDINGS
+        return ExitStatus.CLEAN if self.clean and not self.worse else ExitStatus.FINDINGS
 
 
 def print_plan(outcome: RepairOutcome, out: TextIO) -> None:
@@ -143,7 +153,9 @@ def print_result(report: RepairReport, out: TextIO, env: Environment) -> ExitSta
         )
         changes = [f"{k} {before.get(k, 0)} -> {after.get(k, 0)}" for k in sorted(set(before) | set(after))]
         print("before -> after: " + (", ".join(changes) if changes else "clean"), file=out)
-    if report.clean:
+    for kind, (was, now) in report.worse.items():
+        print(f"worse: {kind} in {now} file(s), {was} before the repair; please report this", file=out)
+    if report.clean and not report.worse:
         print("repaired: the rescan is clean of what was repaired", file=out)
     else:
         left = len(

@@ -82,7 +82,10 @@ def test_table_groups_by_kind_and_says_what_next(cache: Path) -> None:
     assert "batch-leak (1)" in out and "device-tagged (1)" in out
     assert "  leak.pt: " in out  # paths relative to the working directory
     assert out.index("Worst files") < out.index("leak.pt  [batch-leak]") < out.index("gpu.pt  [device-tagged]")
-    assert "1 error(s), 1 warning(s) in 2 file(s). Files to fix: 1 to clone-storage, 1 to rewrite-cpu." in out
+    assert (
+        "1 error(s), 1 warning(s) in 2 file(s). `cachedoctor repair` can fix 2 file(s): 1 to clone-storage, 1 to rewrite-cpu."
+        in out
+    )
 
 
 def test_output_file_written_and_stdout_quiet(cache: Path, tmp_path: Path) -> None:
@@ -220,3 +223,24 @@ def test_help_names_values_not_python_types(capsys: pytest.CaptureFixture[str]) 
     for option, metavar in (("--config", "FILE"), ("--encoder", "SPEC"), ("-j, --workers", "N"), ("--only", "KINDS")):
         assert f"{option} {metavar}" in out
     assert "<str>" not in out and "<int range>" not in out
+
+
+def test_closing_line_counts_what_repair_would_block_and_why(tmp_path: Path) -> None:
+    """A truncated latent outside any dataset: the scan's last line says repair cannot make it
+    again and will quarantine it, as the planner decides (issue 14: it promised a fix)."""
+    peers(tmp_path)
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "peer0.pt").read_bytes()[:200])
+    code, out, _ = cli("scan", str(tmp_path), "--layout", "none")
+    assert code == 1
+    assert "`cachedoctor repair` can fix 1 file(s): 1 to quarantine." in out, out
+
+
+def test_closing_line_says_what_repair_would_leave_and_why(tmp_path: Path) -> None:
+    peers(tmp_path)
+    save_pt(tmp_path / "nan.pt", torch.full((4, 8, 8), float("nan")))
+    code, out, _ = cli("scan", "--deep", str(tmp_path), "--layout", "none")
+    assert code == 1
+    assert (
+        "It would leave 1 file(s) as they are (1: its source is unknown: repair with the dataset "
+        "(--config, --layout or --manifest))." in out
+    ), out

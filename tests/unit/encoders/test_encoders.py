@@ -93,7 +93,7 @@ def test_vae_latents_equal_diffusers_posterior_mode(vae_dir: Path) -> None:
     encoder.load("cpu")
     x = images()
     out = encoder.encode(x)
-    assert list(out) == ["latent"]
+    assert list(out) == ["latent", "latent_std"] and out["latent_std"].shape == out["latent"].shape
     latent = out["latent"]
     assert latent.shape == (2, 4, 8, 12) and latent.dtype == torch.float32 and latent.device.type == "cpu"
     assert torch.equal(latent, direct_vae_latent(vae_dir, x))
