@@ -79,8 +79,8 @@ def audit(
 
     settings = settings if settings is not None else load()
     given = list(settings.paths.value if targets is None else targets)
-    if not given and not settings.config.value and not settings.manifest.value:
-        raise UsageError("nothing to scan: name a cache folder, or set config or manifest")
+    if not given and not settings.config.value and not settings.kohya_config.value and not settings.manifest.value:
+        raise UsageError("nothing to scan: name a cache folder, or set config, kohya-config or manifest")
     if baseline and write_baseline:
         raise UsageError("pass baseline or write_baseline, not both")
     options = scan_options(settings)

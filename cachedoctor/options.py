@@ -16,7 +16,7 @@ show``) must not pay for them.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from cachedoctor.layouts import LayoutName, LayoutOptions
@@ -75,9 +75,20 @@ def layout_options(
 
     return LayoutOptions(
         config=settings.config.value,
+        kohya_config=settings.kohya_config.value,
+        kohya_args=kohya_args(settings),
         manifest=settings.manifest.value if manifest else None,
         model_family=model_family,
         output_dir=output_dir,
+    )
+
+
+def kohya_args(settings: Settings) -> tuple[tuple[str, Any], ...]:
+    """sd-scripts' bucket options that are set (the command line's, the environment's, the file's)."""
+    from cachedoctor.settings import KOHYA_BUCKET_OPTIONS
+
+    return tuple(
+        (n, getattr(settings, n).value) for n in KOHYA_BUCKET_OPTIONS if getattr(settings, n).value is not None
     )
 
 
@@ -86,4 +97,4 @@ def targets(settings: Settings) -> list[str]:
     return [os.path.abspath(p) for p in settings.paths.value]
 
 
-__all__ = ["layout_name", "layout_options", "scan_options", "state_choice", "targets"]
+__all__ = ["kohya_args", "layout_name", "layout_options", "scan_options", "state_choice", "targets"]

@@ -50,12 +50,30 @@ class Setting:
     source: str
 
 
+#: sd-scripts' bucket options, named as its training scripts' options (``--min_bucket_reso``...).
+KOHYA_BUCKET_OPTIONS = (
+    "resolution",
+    "enable_bucket",
+    "min_bucket_reso",
+    "max_bucket_reso",
+    "bucket_reso_steps",
+    "bucket_no_upscale",
+)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting the config file can hold, each with its source."""
 
     paths: Setting
     config: Setting
+    kohya_config: Setting  # sd-scripts dataset TOML
+    resolution: Setting  # sd-scripts' bucket options (below the TOML's own values): "W,H"
+    enable_bucket: Setting
+    min_bucket_reso: Setting
+    max_bucket_reso: Setting
+    bucket_reso_steps: Setting
+    bucket_no_upscale: Setting
     layout: Setting
     manifest: Setting
     fail_on: Setting
@@ -71,6 +89,8 @@ class Settings:
     NAMES = (
         "paths",
         "config",
+        "kohya_config",
+        *KOHYA_BUCKET_OPTIONS,
         "layout",
         "manifest",
         "fail_on",
@@ -169,6 +189,21 @@ def _workers(value: Any) -> int:
     return value
 
 
+def _resolution(value: Any) -> str:
+    """sd-scripts' resolution: ``512``, ``"512"``, ``"512,768"`` or ``[512, 768]``, as ``"W,H"``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value, value]
+    elif isinstance(value, str):
+        value = [p.strip() for p in value.split(",")]
+        value = value * 2 if len(value) == 1 else value
+    if not isinstance(value, list) or len(value) != 2:
+        raise ValueError("expected a size in pixels: 1024 or 1024,768 (width,height)")
+    if any(isinstance(v, bool) for v in value):
+        raise ValueError("expected a size in pixels: 1024 or 1024,768 (width,height)")
+    sides = [_workers(v) for v in value]
+    return f"{sides[0]},{sides[1]}"
+
+
 def _bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -235,6 +270,13 @@ def _sample(value: Any) -> str:
 _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "paths": ("paths", _str_list, None),
     "config": ("config", _str, "CONFIG"),
+    "kohya_config": ("kohya-config", _str, "KOHYA_CONFIG"),
+    "resolution": ("resolution", lambda v: _resolution(v), "RESOLUTION"),
+    "enable_bucket": ("enable-bucket", _bool, "ENABLE_BUCKET"),
+    "min_bucket_reso": ("min-bucket-reso", _workers, "MIN_BUCKET_RESO"),
+    "max_bucket_reso": ("max-bucket-reso", _workers, "MAX_BUCKET_RESO"),
+    "bucket_reso_steps": ("bucket-reso-steps", _workers, "BUCKET_RESO_STEPS"),
+    "bucket_no_upscale": ("bucket-no-upscale", _bool, "BUCKET_NO_UPSCALE"),
     "layout": ("layout", lambda v: _choice(_layouts())(v), "LAYOUT"),
     "manifest": ("manifest", _str, "MANIFEST"),
     "fail_on": ("fail-on", _choice(FAIL_ON_VALUES), "FAIL_ON"),
@@ -249,6 +291,8 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
 _DEFAULTS: dict[str, Any] = {
     "paths": (),
     "config": None,
+    "kohya_config": None,
+    **dict.fromkeys(KOHYA_BUCKET_OPTIONS),
     "layout": "auto",
     "manifest": None,
     "fail_on": "error",
@@ -260,7 +304,7 @@ _DEFAULTS: dict[str, Any] = {
     "sample": None,
     "file_timeout": 10.0,
 }
-_RELATIVE = ("config", "manifest", "state")  # file paths, relative to the config file's folder
+_RELATIVE = ("config", "kohya_config", "manifest", "state")  # file paths, relative to the config file's folder
 
 
 def _from_file(file: ConfigFile) -> dict[str, Any]:

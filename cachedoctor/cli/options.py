@@ -46,6 +46,43 @@ ConfigOption = Annotated[
         "--config", metavar="FILE", help="SimpleTuner multidatabackend.json: the datasets and caches it names."
     ),
 ]
+KohyaConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--kohya-config",
+        metavar="FILE",
+        help="kohya sd-scripts dataset config (TOML): its image folders, and each image's bucket to check and recompute.",
+    ),
+]
+_BUCKETS = "kohya (without --kohya-config, or below its values): "
+ResolutionOption = Annotated[
+    str | None,
+    typer.Option("--resolution", metavar="W[,H]", help=_BUCKETS + "sd-scripts' --resolution (the bucket area)."),
+]
+EnableBucketOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--enable-bucket/--no-enable-bucket", help=_BUCKETS + "sd-scripts' --enable_bucket.", show_default=False
+    ),
+]
+MinBucketResoOption = Annotated[
+    int | None,
+    typer.Option("--min-bucket-reso", metavar="PX", min=1, help=_BUCKETS + "sd-scripts' --min_bucket_reso (256)."),
+]
+MaxBucketResoOption = Annotated[
+    int | None,
+    typer.Option("--max-bucket-reso", metavar="PX", min=1, help=_BUCKETS + "sd-scripts' --max_bucket_reso (1024)."),
+]
+BucketResoStepsOption = Annotated[
+    int | None,
+    typer.Option("--bucket-reso-steps", metavar="PX", min=1, help=_BUCKETS + "sd-scripts' --bucket_reso_steps (64)."),
+]
+BucketNoUpscaleOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--bucket-no-upscale/--bucket-upscale", help=_BUCKETS + "sd-scripts' --bucket_no_upscale.", show_default=False
+    ),
+]
 ManifestOption = Annotated[
     str | None,
     typer.Option("--manifest", metavar="FILE", help="A manifest (.jsonl or .csv) naming each cache file's source."),
@@ -133,25 +170,35 @@ RepairManifestOption = Annotated[
 ]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing anything.")]
 
-NO_PATH = "no PATH given; name a cache folder, or pass --config multidatabackend.json or --manifest FILE"
+NO_PATH = (
+    "no PATH given; name a cache folder, or pass --config multidatabackend.json, --kohya-config dataset.toml "
+    "or --manifest FILE"
+)
 
 __all__ = [
     "NO_PATH",
+    "BucketNoUpscaleOption",
+    "BucketResoStepsOption",
     "ConfigOption",
     "DeepOption",
+    "EnableBucketOption",
     "ExcludeOption",
     "FailOnOption",
     "FileTimeoutOption",
     "FormatOption",
+    "KohyaConfigOption",
     "LayoutChoice",
     "LayoutOption",
     "ManifestOption",
+    "MaxBucketResoOption",
+    "MinBucketResoOption",
     "ModelFamilyOption",
     "NoStateOption",
     "OutputDirOption",
     "PathsArgument",
     "RepairManifestOption",
     "RepairPathsArgument",
+    "ResolutionOption",
     "SampleOption",
     "StateOption",
     "WorkersOption",

@@ -21,16 +21,23 @@ import typer
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     NO_PATH,
+    BucketNoUpscaleOption,
+    BucketResoStepsOption,
     ConfigOption,
+    EnableBucketOption,
     ExcludeOption,
     FileTimeoutOption,
+    KohyaConfigOption,
     LayoutChoice,
     LayoutOption,
+    MaxBucketResoOption,
+    MinBucketResoOption,
     ModelFamilyOption,
     NoStateOption,
     OutputDirOption,
     RepairManifestOption,
     RepairPathsArgument,
+    ResolutionOption,
     StateOption,
     YesOption,
 )
@@ -117,6 +124,13 @@ def repair(
     ] = 0,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,
+    kohya_config: KohyaConfigOption = None,
+    resolution: ResolutionOption = None,
+    enable_bucket: EnableBucketOption = None,
+    min_bucket_reso: MinBucketResoOption = None,
+    max_bucket_reso: MaxBucketResoOption = None,
+    bucket_reso_steps: BucketResoStepsOption = None,
+    bucket_no_upscale: BucketNoUpscaleOption = None,
     manifest: RepairManifestOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
@@ -137,6 +151,13 @@ def repair(
         paths=paths,
         layout=layout,
         config=config,
+        kohya_config=kohya_config,
+        resolution=resolution,
+        enable_bucket=enable_bucket,
+        min_bucket_reso=min_bucket_reso,
+        max_bucket_reso=max_bucket_reso,
+        bucket_reso_steps=bucket_reso_steps,
+        bucket_no_upscale=bucket_no_upscale,
         manifest=manifest,
         file_timeout=file_timeout,
         deep=deep,
@@ -184,7 +205,12 @@ def resolve_targets(ctx: typer.Context, **cli: Any) -> tuple[Any, list[str]]:
     from cachedoctor.cli.settings import resolve
 
     settings = resolve(ctx, **cli)
-    if not settings.paths.value and not settings.config.value and not settings.manifest.value:
+    if (
+        not settings.paths.value
+        and not settings.config.value
+        and not settings.kohya_config.value
+        and not settings.manifest.value
+    ):
         raise UsageError(NO_PATH)
     return settings, require_existing(settings.paths.value)
 

@@ -14,19 +14,26 @@ import typer
 from cachedoctor.cli.environment import Environment, current
 from cachedoctor.cli.options import (
     NO_PATH,
+    BucketNoUpscaleOption,
+    BucketResoStepsOption,
     ConfigOption,
     DeepOption,
+    EnableBucketOption,
     ExcludeOption,
     FailOnOption,
     FileTimeoutOption,
     FormatOption,
+    KohyaConfigOption,
     LayoutChoice,
     LayoutOption,
     ManifestOption,
+    MaxBucketResoOption,
+    MinBucketResoOption,
     ModelFamilyOption,
     NoStateOption,
     OutputDirOption,
     PathsArgument,
+    ResolutionOption,
     SampleOption,
     StateOption,
     WorkersOption,
@@ -53,6 +60,13 @@ def scan(
     workers: WorkersOption = None,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,
+    kohya_config: KohyaConfigOption = None,
+    resolution: ResolutionOption = None,
+    enable_bucket: EnableBucketOption = None,
+    min_bucket_reso: MinBucketResoOption = None,
+    max_bucket_reso: MaxBucketResoOption = None,
+    bucket_reso_steps: BucketResoStepsOption = None,
+    bucket_no_upscale: BucketNoUpscaleOption = None,
     manifest: ManifestOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
@@ -87,6 +101,13 @@ def scan(
         workers=workers,
         layout=layout,
         config=config,
+        kohya_config=kohya_config,
+        resolution=resolution,
+        enable_bucket=enable_bucket,
+        min_bucket_reso=min_bucket_reso,
+        max_bucket_reso=max_bucket_reso,
+        bucket_reso_steps=bucket_reso_steps,
+        bucket_no_upscale=bucket_no_upscale,
         manifest=manifest,
         exclude=exclude,
         state=state,
@@ -100,7 +121,12 @@ def scan(
         )
     if baseline and write_baseline:
         raise UsageError("pass --baseline or --write-baseline, not both")
-    if not settings.paths.value and not settings.config.value and not settings.manifest.value:
+    if (
+        not settings.paths.value
+        and not settings.config.value
+        and not settings.kohya_config.value
+        and not settings.manifest.value
+    ):
         raise UsageError(NO_PATH)
     with _progress(env) as progress:
         report = audit(

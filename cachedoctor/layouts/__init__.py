@@ -50,6 +50,8 @@ def choose(name: LayoutName, targets: list[str], options: LayoutOptions) -> tupl
         return LAYOUTS[LayoutName.MANIFEST.value], "--manifest"
     if name is LayoutName.AUTO and options.config:
         return LAYOUTS[LayoutName.SIMPLETUNER.value], "--config"
+    if name is LayoutName.AUTO and options.kohya_config:
+        return LAYOUTS[LayoutName.KOHYA.value], "--kohya-config"
     if name is LayoutName.NONE:
         return None, "--layout none: cache files compared with each other only"
     if name is not LayoutName.AUTO:

@@ -40,6 +40,10 @@ class LayoutOptions:
     manifest: str | None = None  # cachedoctor / generic manifest (.jsonl or .csv)
     model_family: str | None = None  # SimpleTuner embed suffix, kohya arch suffix
     output_dir: str | None = None  # SimpleTuner {output_dir}
+    kohya_config: str | None = None  # sd-scripts dataset config TOML (--dataset_config)
+    #: sd-scripts' bucket options from the command line (resolution, enable_bucket, min_bucket_reso,
+    #: max_bucket_reso, bucket_reso_steps, bucket_no_upscale), as (name, value) pairs; below the TOML
+    kohya_args: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,7 @@ class Expected:
     crop: tuple[int, int, int, int] | None = None  # recorded preprocessing: resize (W, H), then crop at (top, left)
     pre_resize: tuple[int, int] | None = None  # (W, H) an earlier resize the trainer applies first (SimpleTuner)
     text: str | None = None  # the caption a text entry encodes (repair recomputes from it)
+    hints: tuple[tuple[str, Any], ...] = ()  # what the layout's recompute_spec needs beyond these (kohya: resize, flip)
 
 
 @dataclass(slots=True)
@@ -155,6 +160,7 @@ class RecomputeSpec:
     template: str | None = None  # a healthy peer whose container, keys and dtypes the new file copies
     prepare: str = "cover"  # the trainer's image preparation (``layouts/prepare/``): resize, crop, records
     peers: tuple[str, ...] = ()  # healthy neighbours the written file is checked against, as the scan would
+    interpolation: str | None = None  # kohya: the dataset's resize_interpolation (None: sd-scripts' default)
 
     def cost(self) -> int:
         """Work units for balancing workers: pixels for images, characters for captions."""

@@ -139,8 +139,9 @@ def test_kohya_without_peer_writes_the_three_standard_keys(tmp_path: Path) -> No
 
 def test_kohya_entry_that_is_missing_cannot_be_sized(tmp_path: Path) -> None:
     path = str(tmp_path / "a_0096x0128_sdxl.npz")
-    spec, why = LAYOUTS["kohya"].recompute_spec(path, Expected(path, source(tmp_path), latent_hw=(16, 12)), None)
+    spec, why = LAYOUTS["kohya"].recompute_spec(path, Expected(path, source(tmp_path)), None)
     assert spec is None and why is not None and why.startswith("kohya records an entry's bucket only inside the entry")
+    assert "--kohya-config dataset.toml" in why
 
 
 def test_onetrainer_latent_uses_latent_image_in_the_peers_dtype(tmp_path: Path) -> None:
@@ -211,13 +212,15 @@ def test_text_caption_is_read_from_its_caption_file(tmp_path: Path) -> None:
     caption = tmp_path / "img.txt"
     caption.write_text("  a dog on a sofa \n")
     entry = Expected(str(tmp_path / "img_te_outputs.npz"), str(caption), "text")
-    spec, _ = LAYOUTS["kohya"].recompute_spec(entry.path, entry, None)
+    spec, _ = LAYOUTS["manifest"].recompute_spec(entry.path, entry, None)
     assert spec is not None and (spec.text, spec.container_format) == ("a dog on a sofa", "npz")
     no_caption = Expected(entry.path, source(tmp_path), "text")
-    assert LAYOUTS["kohya"].recompute_spec(entry.path, no_caption, None) == (
+    assert LAYOUTS["manifest"].recompute_spec(entry.path, no_caption, None) == (
         None,
         "no caption is recorded for it (the layout keeps captions this repair cannot read)",
     )
+    blocked, why = LAYOUTS["kohya"].recompute_spec(entry.path, entry, None)  # two encoders' outputs in one file
+    assert blocked is None and why is not None and "one-encoder text adapter cannot make" in why
 
 
 def test_dispatch_finds_a_healthy_template_of_the_same_role_skipping_bad_files(tmp_path: Path) -> None:
