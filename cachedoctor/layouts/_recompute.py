@@ -120,13 +120,17 @@ def caption(expected: Expected) -> str | None:
 
 
 def own_meta(path: str) -> FileMeta | None:
-    """The broken entry's own quick read, when it still has one (kohya keeps the bucket in it)."""
+    """The broken entry's own quick read, when it still has one (kohya keeps the bucket in it).
+    A file with a pickle outside the allow-list is untrusted: nothing of it is believed."""
     from cachedoctor.formats import ReadError, read_file
 
     try:
-        return read_file(path, deep=False)
+        meta = read_file(path, deep=False)
     except (ReadError, OSError):
         return None
+    if meta is None or meta.foreign_globals or meta.unreadable_reason:
+        return None
+    return meta
 
 
 def precondition(expected: Expected | None) -> str | None:

@@ -18,7 +18,6 @@ Facts checked against SimpleTuner's code: ``fixtures/datasets/FACTS.md``.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections import Counter
 from dataclasses import replace
@@ -27,6 +26,7 @@ from typing import Any
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
+from cachedoctor.layouts._simpletuner_buckets import bucket_sizes
 from cachedoctor.layouts.interface import (
     DatasetPlan,
     Expected,
@@ -184,7 +184,7 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
     else:
         _add_root(plan, vae)
     suffix = str(backend.raw.get("cache_file_suffix") or backend.id)
-    buckets = _bucket_sizes(os.path.join(data, f"aspect_ratio_bucket_metadata_{suffix}.json"), data, plan)
+    buckets = bucket_sizes(os.path.join(data, f"aspect_ratio_bucket_metadata_{suffix}.json"), data, plan)
     strategy = str(backend.raw.get("caption_strategy") or "filename")
     if text_dir and strategy not in ("textfile", "filename", "instanceprompt"):
         plan.notes.append(f"dataset {backend.id!r}: caption_strategy {strategy!r} is not compared")
@@ -262,86 +262,6 @@ def _captions(
     if strategy == "instanceprompt" and isinstance(raw.get("instance_prompt"), str):
         return [raw["instance_prompt"]], image, None
     return None, image, None
-
-
-_Bucket = tuple[tuple[int, int], "tuple[int, int, int, int] | None", "tuple[int, int] | None"]
-
-
-def _bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, _Bucket]:
-    """Image path relative to the dataset -> expected latent ``(h, w)`` and the recorded
-    preprocessing ``(resize W, resize H, crop top, crop left)``, from bucket metadata.
-
-    Keys are absolute paths of the machine that built the cache; they are matched by the path
-    below ``instance_data_dir``, so a cache built on a rented GPU box is checked locally.
-    """
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path, encoding="utf-8") as handle:
-            metadata = json.load(handle)
-    except (OSError, ValueError) as exc:
-        plan.notes.append(f"{path}: unreadable bucket metadata ({exc}); latent sizes were not compared")
-        return {}
-    if not isinstance(metadata, dict):
-        return {}
-    root = data.rstrip(os.sep) + os.sep
-    sizes: dict[str, _Bucket] = {}
-    unmatched: list[tuple[list[str], _Bucket]] = []
-    squashed = _squashed(metadata)
-    for key, value in metadata.items():
-        target = value.get("target_size") if isinstance(value, dict) else None
-        if not (isinstance(target, list) and len(target) == 2 and all(isinstance(x, int) for x in target)):
-            continue
-        hw = ((target[1] // 8, target[0] // 8), _crop(value), (target[0], target[1]) if key in squashed else None)
-        if key.startswith(root):
-            sizes[key[len(root) :]] = hw
-        else:
-            unmatched.append((key.replace("\\", "/").split("/"), hw))
-    if unmatched:
-        sizes.update(_match_by_suffix(unmatched, data))
-    return sizes
-
-
-def _squashed(metadata: dict) -> set[str]:
-    """Images SimpleTuner's VAE caching first resizes straight to ``target_size``
-    (``BatchedTrainingSamples.process_aspect_grouped_images``): those of an aspect bucket in which
-    two or more images are not already at ``target_size``. (It groups per processing batch of
-    ``process_queue_size`` images, 16 by default; a bucket larger than that can leave one image
-    alone in a batch, which then skips this step: not modelled.)"""
-    needing: dict[Any, list[str]] = {}
-    for key, value in metadata.items():
-        if not isinstance(value, dict):
-            continue
-        target, original = value.get("target_size"), value.get("original_size")
-        if isinstance(target, list) and isinstance(original, list) and list(original) != list(target):
-            needing.setdefault(value.get("aspect_ratio"), []).append(key)
-    return {key for keys in needing.values() if len(keys) > 1 for key in keys}
-
-
-def _crop(value: dict) -> tuple[int, int, int, int] | None:
-    """SimpleTuner resizes to ``intermediary_size`` [W, H], then crops at ``crop_coordinates``
-    (top, left) to ``target_size``."""
-    size, at = value.get("intermediary_size"), value.get("crop_coordinates")
-    if not (isinstance(size, list) and len(size) == 2 and isinstance(at, list) and len(at) == 2):
-        return None
-    try:
-        return (int(size[0]), int(size[1]), int(at[0]), int(at[1]))
-    except (TypeError, ValueError):
-        return None
-
-
-def _match_by_suffix(keys: list[tuple[list[str], _Bucket]], data: str) -> dict[str, _Bucket]:
-    """Find the prefix the foreign keys share with the dataset: where the dataset's own folder
-    name appears in them (``.../datasets/photos/a/b.png`` -> ``a/b.png``)."""
-    name = os.path.basename(data.rstrip(os.sep))
-    out: dict[str, _Bucket] = {}
-    for parts, hw in keys:
-        if name in parts[:-1]:
-            at = len(parts) - 1 - parts[:-1][::-1].index(name)
-            out[os.path.join(*parts[at:])] = hw
-        else:
-            out[parts[-1]] = hw
-    return out
 
 
 def _family_from_files(texts: Any) -> str | None:

@@ -13,9 +13,10 @@ import pytest
 from PIL import Image
 
 from cachedoctor.layouts import LAYOUTS
+from cachedoctor.layouts._simpletuner_buckets import _squashed
 from cachedoctor.layouts.interface import Expected, LayoutOptions, RecomputeSpec
 from cachedoctor.layouts.prepare.simpletuner import prepare, resize_linear
-from cachedoctor.layouts.simpletuner import MULTI_ENCODER_EMBEDS, _squashed
+from cachedoctor.layouts.simpletuner import MULTI_ENCODER_EMBEDS
 
 RESIZES = Path(__file__).resolve().parents[3] / "fixtures" / "trainers" / "simpletuner" / "trainingsample_resize.npz"
 
