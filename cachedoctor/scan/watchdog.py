@@ -3,11 +3,13 @@
 Every reader is bounded, so a file that still takes seconds was built to defeat the bounds or
 sits on storage that stalls. Two layers stop it:
 
-* inside the process reading it, ``SIGALRM`` interrupts Python code after ``seconds``
-  (:func:`file_timer`): the file is reported as ``read-timeout`` and the worker goes on;
+* inside the process reading it, ``SIGALRM`` interrupts Python code after ``seconds`` of a
+  read that keeps the CPU busy, or after ``STARVED * seconds`` of one that waits (on storage,
+  or on a CPU other processes hold) (:func:`file_timer`): the file is reported as
+  ``read-timeout`` and the worker goes on;
 * a C call that ignores signals (a decompressor, a huge allocation) is caught by the parent: each
   worker notes in a shared slot which file of its chunk it is on and since when, and the parent
-  kills a worker whose file has run past ``seconds`` plus a grace period (:class:`Slots`). The
+  kills a worker whose file has run past ``STARVED * seconds`` plus a grace period (:class:`Slots`). The
   pool is then replaced, the file reported, and the rest of the chunks read again.
 """
 
@@ -24,6 +26,18 @@ from typing import Any
 #: How much longer than ``--file-timeout`` the parent waits before it kills a worker: the
 #: worker's own alarm should have fired by then.
 GRACE = 2.0
+
+
+#: A file whose reader is not working (waiting on storage, or starved of the CPU by a machine
+#: under load) gets this many times ``--file-timeout`` of wall time before it is given up on:
+#: a healthy 2 KB file once timed out while another process hammered the disk.
+STARVED = 3
+
+
+def overdue(wall: float, cpu: float, limit: float) -> bool:
+    """Whether a read that took ``wall`` seconds, ``cpu`` of them on the CPU, is out of time: past
+    ``limit`` while working (a bomb burns CPU), or past ``STARVED * limit`` whatever it did."""
+    return wall >= STARVED * limit or (wall >= limit and cpu >= limit / 4)
 
 
 class FileTimeout(BaseException):
@@ -45,16 +59,16 @@ def file_timer(seconds: float | None) -> Iterator[Callable[[bool], None]]:
         yield lambda on: None
         return
     limit = seconds
-    started = [0.0]
-    clock = time.monotonic
+    started = [0.0, 0.0]  # wall clock, this process's CPU time
+    clock, cpu = time.monotonic, time.process_time
 
     def expire(signum: int, frame: Any) -> None:
-        if started[0] and clock() - started[0] >= limit:
+        if started[0] and overdue(clock() - started[0], cpu() - started[1], limit):
             started[0] = 0.0
             raise FileTimeout
 
     def arm(on: bool) -> None:
-        started[0] = clock() if on else 0.0
+        started[0], started[1] = (clock(), cpu()) if on else (0.0, 0.0)
 
     tick = min(1.0, seconds / 4)
     previous = signal.signal(signal.SIGALRM, expire)
@@ -84,7 +98,7 @@ class Slots:
     def stuck(self, slot: int, seconds: float) -> tuple[int, int] | None:
         """``(pid, file index)`` when the chunk in ``slot`` has been on one file for too long."""
         pid, index, started = self.array[slot * 3 : slot * 3 + 3]
-        if pid and index >= 0 and time.monotonic() - started > seconds + GRACE:
+        if pid and index >= 0 and time.monotonic() - started > STARVED * seconds + GRACE:
             return int(pid), int(index)
         return None
 

@@ -89,3 +89,23 @@ def test_file_timeout_comes_from_the_config_file_too(tmp_path: Path) -> None:
     settings = resolve({}, {}, str(tmp_path))
     assert settings.file_timeout.value == 2.5 and settings.file_timeout.source.endswith("cachedoctor.toml")
     assert resolve({}, {"CACHEDOCTOR_FILE_TIMEOUT": "4"}, str(tmp_path)).file_timeout.value == 4.0
+
+
+def test_a_waiting_read_gets_three_times_the_limit_a_busy_one_does_not() -> None:
+    """A healthy file on a loaded machine once timed out after 10 s of waiting: a read that
+    waits (no CPU) is given ``STARVED`` times the limit, one that burns CPU only the limit."""
+    import time
+
+    from cachedoctor.scan.watchdog import STARVED, FileTimeout, file_timer, overdue
+
+    assert overdue(1.0, 0.5, 1.0) and not overdue(1.0, 0.1, 1.0) and overdue(STARVED * 1.0, 0.0, 1.0)
+    with file_timer(0.4) as arm:
+        arm(True)
+        time.sleep(0.6)  # waiting: past the limit, within STARVED times it
+        arm(False)
+    with pytest.raises(FileTimeout), file_timer(0.4) as arm:
+        arm(True)
+        end = time.monotonic() + 5
+        while time.monotonic() < end:  # busy: stopped soon after 0.4 s
+            pass
+        arm(False)
