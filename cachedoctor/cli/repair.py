@@ -7,8 +7,8 @@ scan's readers come from the settings (``CACHEDOCTOR_WORKERS``, ``workers =``). 
 deep unless ``--quick`` (a plain repair must not leave CRC and NaN damage it could fix); a
 configured ``sample`` is not used: repair reads everything it may act on. The per-folder state
 database is used where ``scan`` made one (so unchanged files' deep results are taken from it and
-``scan`` and ``repair`` agree on what is wrong), never created: ``--dry-run`` creates nothing in
-the cache folder.
+``scan`` and ``repair`` agree on what is wrong), never created; ``--dry-run`` reads without it
+and changes nothing in the cache folder.
 """
 
 from __future__ import annotations
@@ -174,7 +174,8 @@ def repair(
             f"--only: unknown kind(s) {', '.join(sorted(kinds - known))}; choose from {', '.join(sorted(known))}"
         )
     options = RepairOptions(
-        scan=scan_options(settings, deep=not quick, sample=False, default_state=EXISTING),
+        # a dry run reads without the state database: it changes nothing in the cache folder
+        scan=scan_options(settings, deep=not quick, sample=False, default_state=False if dry_run else EXISTING),
         encoders=tuple(encoder or ()),
         gpus=gpus,
         device=device,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import replace
 
+from cachedoctor.errors import UsageError
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._recompute import TemplateFinder
 from cachedoctor.layouts.interface import (
@@ -45,7 +46,19 @@ LAYOUTS: dict[str, Layout] = {
 
 
 def choose(name: LayoutName, targets: list[str], options: LayoutOptions) -> tuple[Layout | None, str]:
-    """The layout to use and why. A ``--manifest`` or ``--config`` names its layout outright."""
+    """The layout to use and why. A ``--manifest``, ``--config`` or ``--kohya-config`` names its
+    layout outright; two of them, or one with another ``--layout``, contradict each other."""
+    described = {
+        "--manifest": (options.manifest, LayoutName.MANIFEST),
+        "--config": (options.config, LayoutName.SIMPLETUNER),
+        "--kohya-config": (options.kohya_config, LayoutName.KOHYA),
+    }
+    given = [(flag, named) for flag, (value, named) in described.items() if value]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(f for f, _ in given)} describe different trainers' datasets; pass one")
+    if given and name not in (LayoutName.AUTO, given[0][1]):
+        flag, named = given[0]
+        raise UsageError(f"{flag} is for --layout {named.value}, not --layout {name.value}; drop one of them")
     if name is LayoutName.AUTO and options.manifest:
         return LAYOUTS[LayoutName.MANIFEST.value], "--manifest"
     if name is LayoutName.AUTO and options.config:

@@ -122,7 +122,10 @@ class KohyaLayout(Layout):
         if config is not None:
             plan.skipped.extend(config.skipped)
             if not config.subsets and not config.skipped:
-                plan.notes.append(f"{options.kohya_config} names no image folder ([[datasets.subsets]] image_dir)")
+                raise LayoutError(
+                    str(options.kohya_config),
+                    "names no image folder ([[datasets]] with [[datasets.subsets]] image_dir = ...): nothing to check",
+                )
         unreadable = 0
         for root in folders:
             for folder, images, names in walk_images(root):
@@ -176,6 +179,8 @@ class KohyaLayout(Layout):
                 None,
                 f"its healthy peers hold no 'latents_<h>x<w>' key ({', '.join(keys)}); let sd-scripts re-cache it",
             )
+        if hints.get("flip_aug") and not any(k.startswith("latents_flipped") for k in keys):
+            keys += ("latents_flipped" + suffix,)  # sd-scripts treats an entry without it as not cached
         resize = hints.get("resized")
         return RecomputeSpec(
             "latent",

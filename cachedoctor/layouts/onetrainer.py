@@ -58,7 +58,8 @@ class OneTrainerLayout(Layout):
         variations = [v for root in roots for v in _variations(root)]
         if not variations:
             raise LayoutError(
-                roots[0], "no variation-<n>/aggregate.pt below this folder; is it a OneTrainer cache folder?"
+                roots[0] if roots else "--layout onetrainer",
+                "no variation-<n>/aggregate.pt below this folder; is it a OneTrainer cache folder?",
             )
         plan = DatasetPlan("onetrainer", roots, entry_suffixes=(".pt",), owned=variations)
         first_of_group: set[str] = set()

@@ -78,6 +78,7 @@ class Interrupted:
     verified: frozenset[str]
     unfinished: tuple[Action, ...]
     last_update: float = 0.0  # when the journal last heard from it: files newer than this are suspects
+    recomputed: bool = False  # it wrote at least one recompute: a resume must use the same model
 
     @property
     def encoders(self) -> tuple[str, ...]:
@@ -214,7 +215,10 @@ class Journal:
             unfinished = tuple(
                 Action.from_json(a) for _p, a, s in items if s in (ItemState.PLANNED.value, ItemState.DONE.value)
             )
-            return Interrupted(run_id, encoder, fingerprint, verified, unfinished, float(last or 0.0))
+            recomputed = any(
+                s == ItemState.VERIFIED.value and '"kind": "recompute"' in a for _p, a, s in items
+            )  # the action JSON is written with sort_keys: "kind": "recompute" when it was one
+            return Interrupted(run_id, encoder, fingerprint, verified, unfinished, float(last or 0.0), recomputed)
         return None
 
     def start(self, run_id: str, argv: list[str], encoder: str | None, fingerprint: str | None, resumed: bool) -> None:

@@ -43,7 +43,10 @@ def build_file(
             raise NotRewritable("a bare-tensor entry needs a latent")
         _fits("<root>", latent, shape, spec, encoder)
         return serialize(latent.to(torch_dtype(spec.dtype)).contiguous().clone(), fmt)
-    keys = list(shape) if isinstance(shape, dict) else (list(spec.keys) or list(texts or {}))
+    if isinstance(shape, dict):  # the template's keys in its order, then any the layout adds (kohya's flip_aug)
+        keys = list(shape) + [k for k in spec.keys if k not in shape and _for_bucket(k, spec) not in shape]
+    else:
+        keys = list(spec.keys) or list(texts or {})
     out: dict[str, Any] = {}
     for key in keys:
         like = shape.get(key) if isinstance(shape, dict) else None

@@ -98,6 +98,11 @@ def repair(
 
     encoders = [load_encoder(spec) for spec in options.encoders]  # cheap: validates paths, loads nothing
     modalities = {e.modality.value for e in encoders}
+    for spec, encoder in zip(options.encoders, encoders, strict=True):
+        if options.posterior == "sample" and encoder.modality.value == "image" and not encoder.posterior_std:
+            raise RepairError(
+                spec, "--posterior sample needs an encoder that reports its posterior's std; use --posterior mode"
+            )
     rank = distributed.from_env()
     if options.device.startswith("cuda") and not options.gpus and visible_gpus() == 0:
         raise RepairError(f"--device {options.device}", "no GPU is visible here; use --device cpu")
@@ -124,13 +129,15 @@ def repair(
     roots_seen = sorted(set(roots_acted) | {r if os.path.isdir(r) else os.path.dirname(r) for r in roots})
     interrupted = _interrupted(roots_seen, journal_rank, options, outcome.notes)
     fingerprints = ",".join(e.fingerprint() for e in encoders) or None
-    if interrupted is not None and options.fresh and not options.dry_run:
-        for root in roots_acted:
-            abandon(root, journal_rank, interrupted.run_id)
+    if interrupted is not None and options.fresh:
+        if not options.dry_run:
+            for root in roots_acted:
+                abandon(root, journal_rank, interrupted.run_id)
         interrupted = None
     if (
         interrupted is not None
         and interrupted.fingerprint
+        and interrupted.recomputed  # one that stopped before its first recompute mixes no models
         and fingerprints != interrupted.fingerprint
         and any(a.kind is ActionKind.RECOMPUTE and not a.blocked for a in plan.actions)
     ):
