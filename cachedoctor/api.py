@@ -26,6 +26,7 @@ from cachedoctor.errors import PathError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     from cachedoctor.findings import Finding
+    from cachedoctor.layouts.interface import Expected
     from cachedoctor.report import ScanReport
     from cachedoctor.settings import Settings
 
@@ -86,12 +87,8 @@ def audit(
     options = scan_options(settings)
     if options.sample is not None and options.state is None:
         raise UsageError("a sample chooses its files through the state database; it needs state")
-    plan, layout_line = plan_for(
-        layout_name(settings), require_existing(given), layout_options(settings, model_family, output_dir)
-    )
-    expected = {
-        p: list(e) for f in (plan.expected.values() if plan else ()) for p, e in f.items()
-    }  # the scan consumes them
+    existing = require_existing(given)
+    plan, layout_line = plan_for(layout_name(settings), existing, layout_options(settings, model_family, output_dir))
     result = scan(plan.roots if plan is not None else given, options, progress=progress, dataset=plan)
     summary = ScanSummary.of(result)
     summary.findings = apply_severity(summary.findings, settings.severity.value)
@@ -108,8 +105,26 @@ def audit(
         suppressed=suppressed,
         baseline=baseline,
         baseline_written=bool(write_baseline),
-        repair=preview(summary.findings, result.targets, expected, plan.layout if plan else None),
+        repair=preview(
+            summary.findings,
+            result.targets,
+            lambda paths: _expected_again(settings, existing, paths, model_family, output_dir),
+            plan.layout if plan else None,
+        ),
     )
+
+
+def _expected_again(
+    settings: Settings, given: list[str], paths: set[str], model_family: str | None, output_dir: str | None
+) -> dict[str, list[Expected]]:
+    """The dataset's entries for ``paths``, planned again: the scan consumed its plan folder by
+    folder (so a clean scan of millions of items keeps flat memory), and only a scan with
+    findings pays for a second plan, to say what repair would do with them."""
+    from cachedoctor.layouts import plan_for
+    from cachedoctor.options import layout_name, layout_options
+
+    plan, _line = plan_for(layout_name(settings), given, layout_options(settings, model_family, output_dir))
+    return plan.by_path(paths) if plan is not None else {}
 
 
 __all__ = ["MISSING", "apply_severity", "audit", "require_existing"]

@@ -109,6 +109,13 @@ class DatasetPlan:
             return  # one embed for many images with one caption; or the same item named twice
         found[0] = replace(first, also=first.also + (entry.source,))
 
+    def by_path(self, paths: set[str] | None = None) -> dict[str, list[Expected]]:
+        """Cache path -> its expected entries (only ``paths``, when given): what repair plans
+        from. A copy, taken before a scan consumes the plan."""
+        return {
+            p: list(e) for folder in self.expected.values() for p, e in folder.items() if paths is None or p in paths
+        }
+
     def count(self) -> int:
         """Expected entries still in the plan (all of them before a scan consumes it)."""
         return sum(len(v) for f in self.expected.values() for v in f.values())

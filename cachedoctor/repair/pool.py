@@ -127,10 +127,6 @@ def _work(batches: list[Batch], models: Models, device: str, run_id: str, on_res
                 "nothing was recomputed. Check the model and the device, then run again",
             ) from None
         encoders["latent" if encoder.modality.value == "image" else "text"] = encoder
-        if models.posterior == "sample" and encoder.modality.value == "image" and not encoder.posterior_std:
-            raise RepairError(
-                spec, "--posterior sample needs an encoder that reports its posterior's std; use --posterior mode"
-            )
     image = encoders.get("latent")
     texts_first = [b for b in batches if b[0].recompute.role == "text"]
     images = [b for b in batches if b[0].recompute.role == "latent"]

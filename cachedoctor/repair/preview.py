@@ -10,7 +10,7 @@ few healthy peers' metadata per folder (the templates), never tensor data; past
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,15 +53,21 @@ class RepairPreview:
 
 
 def preview(
-    findings: Iterable[Finding], roots: list[str], expected: dict[str, list[Expected]], layout: str | None
+    findings: Iterable[Finding],
+    roots: list[str],
+    expected_for: Callable[[set[str]], dict[str, list[Expected]]],
+    layout: str | None,
 ) -> RepairPreview | None:
-    """The repair plan's counts for these findings (``None`` past :data:`PREVIEW_LIMIT` files)."""
+    """The repair plan's counts for these findings (``None`` past :data:`PREVIEW_LIMIT` files).
+    ``expected_for(paths)`` gives the dataset's entries for those paths; it is called only when
+    there is something to plan."""
     from cachedoctor.repair.planner import plan_repair
 
     findings = list(findings)
-    if not findings or len({f.path for f in findings}) > PREVIEW_LIMIT:
+    paths = {f.path for f in findings}
+    if not findings or len(paths) > PREVIEW_LIMIT:
         return None
-    plan = plan_repair(findings, roots, expected, layout, {"image", "text"})
+    plan = plan_repair(findings, roots, expected_for(paths) if layout else {}, layout, {"image", "text"})
     fixable: Counter[str] = Counter()
     blocked: Counter[str] = Counter()
     roles: set[str] = set()

@@ -78,7 +78,7 @@ def _scan(
     options: RepairOptions,
 ) -> tuple[ScanResult, dict[str, list[Expected]], str | None, str | None]:
     plan, line = plan_for(layout, targets, layout_options)
-    expected = {p: list(e) for folder in (plan.expected.values() if plan else ()) for p, e in folder.items()}
+    expected = plan.by_path() if plan is not None else {}
     roots = plan.roots if plan is not None else targets
     result = scan(roots, options.scan, dataset=plan)
     return result, expected, line, (plan.layout if plan else None)
