@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import contextvars
 import os
+import shutil
 import sys
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+#: Verbosity levels (``-q`` / default / ``-v``).
+QUIET, NORMAL, VERBOSE = -1, 0, 1
 
 
 @dataclass
@@ -29,6 +37,12 @@ class Environment:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     #: What Ctrl-C means for the running command (repair: resumable, not "nothing changed").
     interrupted: str = "interrupted; nothing was changed"
+    #: ``--color``: ``auto`` (a terminal, unless ``NO_COLOR``; ``FORCE_COLOR`` forces it), ``always``, ``never``.
+    color_mode: str = "auto"
+    #: ``-q`` (:data:`QUIET`: findings and errors only, no progress), :data:`NORMAL`, ``-v`` (:data:`VERBOSE`: every file).
+    verbosity: int = NORMAL
+    #: The terminal's width in columns (``None``: ask the terminal, or ``$COLUMNS``, when needed).
+    columns: int | None = None
 
     def __post_init__(self) -> None:
         if self.stdout_isatty is None:
@@ -37,6 +51,84 @@ class Environment:
             self.stderr_isatty = _isatty(self.stderr)
         if self.stdin_isatty is None:
             self.stdin_isatty = _isatty(self.stdin)
+
+    def configure(self, *, color: str | None = None, quiet: bool = False, verbose: bool = False) -> None:
+        """Apply the terminal options every command shares (``--color``, ``-q``, ``-v``)."""
+        if color is not None:
+            self.color_mode = str(getattr(color, "value", color))
+        if quiet and verbose:
+            from cachedoctor.errors import UsageError
+
+            raise UsageError("pass -q/--quiet or -v/--verbose, not both")
+        self.verbosity = QUIET if quiet else VERBOSE if verbose else NORMAL
+
+    def color(self, stream_isatty: bool | None) -> bool:
+        """Whether output to a stream that is (or is not) a terminal gets colour and styles.
+
+        ``--color always|never`` decides; ``auto`` follows https://no-color.org (``NO_COLOR``
+        set and not empty: never) and ``FORCE_COLOR`` (set and not empty: always), else the terminal.
+        """
+        if self.color_mode == "always":
+            return True
+        if self.color_mode == "never":
+            return False
+        if self.environ.get("NO_COLOR"):
+            return False
+        if self.environ.get("FORCE_COLOR"):
+            return True
+        return bool(stream_isatty)
+
+    @property
+    def width(self) -> int:
+        """Columns to wrap human output at: ``$COLUMNS``, else the terminal's width, else 80."""
+        if self.columns is not None:
+            return self.columns
+        value = self.environ.get("COLUMNS", "")
+        if value.isdigit() and int(value) >= 20:
+            return int(value)
+        if self.stdout_isatty or self.stderr_isatty:
+            return max(20, shutil.get_terminal_size((80, 24)).columns)
+        return 80
+
+    def wrap(self, line: str, indent: str | None = None) -> str:
+        """``line`` wrapped at word boundaries to :attr:`width`; continuation lines keep its own
+        indentation (plus ``indent``, default two spaces), and no word is ever broken."""
+        if len(line) <= self.width:
+            return line
+        lead = line[: len(line) - len(line.lstrip())]
+        return textwrap.fill(
+            line.strip(),
+            width=self.width,
+            initial_indent=lead,
+            subsequent_indent=lead + ("  " if indent is None else indent),
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+
+    def console(self, stream: TextIO | None = None, *, isatty: bool | None = None) -> Console:
+        """A rich console on ``stream`` (stdout by default) that honours ``--color``,
+        ``NO_COLOR``/``FORCE_COLOR`` and the width."""
+        from rich.console import Console
+
+        stream = self.stdout if stream is None else stream
+        if isatty is None:
+            isatty = (
+                self.stdout_isatty if stream is self.stdout else self.stderr_isatty if stream is self.stderr else False
+            )
+        color = self.color(isatty)
+        return Console(
+            file=stream,
+            force_terminal=color,
+            no_color=not color,
+            highlight=False,
+            width=self.width,
+            emoji=False,
+        )
+
+    @property
+    def show_progress(self) -> bool:
+        """Progress bars go to stderr, only when it is a terminal and ``-q`` was not given."""
+        return bool(self.stderr_isatty) and self.verbosity > QUIET
 
     def error(self, message: str) -> None:
         """One line on stderr, the way every could-not-run problem is reported."""
@@ -71,4 +163,4 @@ def release(token: contextvars.Token[Environment]) -> None:
     _CURRENT.reset(token)
 
 
-__all__ = ["Environment", "current", "release", "use"]
+__all__ = ["NORMAL", "QUIET", "VERBOSE", "Environment", "current", "release", "use"]

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from cachedoctor.cli.environment import current
+from cachedoctor.cli.options import ColorChoice, ColorOption
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 
@@ -22,12 +23,14 @@ def explain(
             help="A finding kind (batch-leak or batch_leak); none lists them all.", show_default=False, metavar="KIND"
         ),
     ] = None,
+    color: ColorOption = ColorChoice.AUTO,
 ) -> int:
     """What a finding kind means, why it breaks training, what repair does and how to find it."""
     from cachedoctor.explain import UnknownKind, listing
     from cachedoctor.explain import explain as render
 
     env = current()
+    env.configure(color=color)
     if kind is None:
         print(listing(), file=env.stdout)
         return ExitStatus.CLEAN

@@ -35,6 +35,27 @@ class LayoutChoice(str, enum.Enum):
 
 assert tuple(c.value for c in LayoutChoice) == LAYOUT_NAMES  # settings' list (a test holds LayoutName equal too)
 
+
+# --- the terminal options (scan, repair, recover, explain, quarantine) ---
+class ColorChoice(str, enum.Enum):
+    AUTO = "auto"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+ColorOption = Annotated[
+    ColorChoice,
+    typer.Option(
+        "--color",
+        help="Colour and styles: auto (a terminal, unless NO_COLOR is set; FORCE_COLOR forces them), always, never.",
+        case_sensitive=False,
+    ),
+]
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Print only the findings and errors: no progress, no notes.")
+]
+VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Name every file, not only the first few.")]
+
 # --- the dataset options (scan, repair, recover, manifest build, settings show) ---
 LayoutOption = Annotated[
     LayoutChoice,
@@ -179,6 +200,8 @@ __all__ = [
     "NO_PATH",
     "BucketNoUpscaleOption",
     "BucketResoStepsOption",
+    "ColorChoice",
+    "ColorOption",
     "ConfigOption",
     "DeepOption",
     "EnableBucketOption",
@@ -196,11 +219,13 @@ __all__ = [
     "NoStateOption",
     "OutputDirOption",
     "PathsArgument",
+    "QuietOption",
     "RepairManifestOption",
     "RepairPathsArgument",
     "ResolutionOption",
     "SampleOption",
     "StateOption",
+    "VerboseOption",
     "WorkersOption",
     "YesOption",
 ]

@@ -11,6 +11,8 @@ from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     BucketNoUpscaleOption,
     BucketResoStepsOption,
+    ColorChoice,
+    ColorOption,
     ConfigOption,
     EnableBucketOption,
     ExcludeOption,
@@ -23,10 +25,12 @@ from cachedoctor.cli.options import (
     ModelFamilyOption,
     NoStateOption,
     OutputDirOption,
+    QuietOption,
     RepairManifestOption,
     RepairPathsArgument,
     ResolutionOption,
     StateOption,
+    VerboseOption,
     YesOption,
 )
 from cachedoctor.cli.repair import resolve_targets, run_repair
@@ -60,6 +64,9 @@ def recover(
     exclude: ExcludeOption = None,
     state: StateOption = None,
     no_state: NoStateOption = False,
+    color: ColorOption = ColorChoice.AUTO,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = False,
 ) -> int:
     """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
     from dataclasses import replace
@@ -70,6 +77,7 @@ def recover(
     from cachedoctor.report.repair_text import RepairReport, print_result, print_survey
 
     env = current()
+    env.configure(color=color, quiet=quiet, verbose=verbose)
     out = env.stdout
     settings, targets = resolve_targets(
         ctx,

@@ -23,6 +23,8 @@ from cachedoctor.cli.options import (
     NO_PATH,
     BucketNoUpscaleOption,
     BucketResoStepsOption,
+    ColorChoice,
+    ColorOption,
     ConfigOption,
     EnableBucketOption,
     ExcludeOption,
@@ -35,10 +37,12 @@ from cachedoctor.cli.options import (
     ModelFamilyOption,
     NoStateOption,
     OutputDirOption,
+    QuietOption,
     RepairManifestOption,
     RepairPathsArgument,
     ResolutionOption,
     StateOption,
+    VerboseOption,
     YesOption,
 )
 from cachedoctor.errors import UsageError
@@ -138,6 +142,9 @@ def repair(
     exclude: ExcludeOption = None,
     state: StateOption = None,
     no_state: NoStateOption = False,
+    color: ColorOption = ColorChoice.AUTO,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = False,
 ) -> int:
     """Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder."""
     from cachedoctor.explain import kinds as known_kinds
@@ -146,6 +153,7 @@ def repair(
     from cachedoctor.report.repair_text import RepairReport, print_result
 
     env = current()
+    env.configure(color=color, quiet=quiet, verbose=verbose)
     settings, targets = resolve_targets(
         ctx,
         paths=paths,

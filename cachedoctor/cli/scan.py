@@ -16,6 +16,8 @@ from cachedoctor.cli.options import (
     NO_PATH,
     BucketNoUpscaleOption,
     BucketResoStepsOption,
+    ColorChoice,
+    ColorOption,
     ConfigOption,
     DeepOption,
     EnableBucketOption,
@@ -33,9 +35,11 @@ from cachedoctor.cli.options import (
     NoStateOption,
     OutputDirOption,
     PathsArgument,
+    QuietOption,
     ResolutionOption,
     SampleOption,
     StateOption,
+    VerboseOption,
     WorkersOption,
 )
 from cachedoctor.cli.settings import resolve
@@ -87,12 +91,16 @@ def scan(
             metavar="FILE",
         ),
     ] = None,
+    color: ColorOption = ColorChoice.AUTO,
+    quiet: QuietOption = False,
+    verbose: VerboseOption = False,
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit
     from cachedoctor.report import renderer_for
 
     env = current()
+    env.configure(color=color, quiet=quiet, verbose=verbose)
     settings = resolve(
         ctx,
         paths=paths,
