@@ -18,7 +18,7 @@ Problems that stop the audit (a missing target, a broken config or baseline) rai
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -27,6 +27,7 @@ from cachedoctor.errors import PathError, UsageError
 if TYPE_CHECKING:  # pragma: no cover
     from cachedoctor.findings import Finding
     from cachedoctor.layouts.interface import Expected
+    from cachedoctor.progress import Progress
     from cachedoctor.report import ScanReport
     from cachedoctor.settings import Settings
 
@@ -62,13 +63,14 @@ def audit(
     output_dir: str | None = None,
     baseline: str | None = None,
     write_baseline: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
 ) -> ScanReport:
     """Scan ``targets`` (default: the settings' ``paths``) as ``cachedoctor scan`` does.
 
     ``settings`` default to :func:`cachedoctor.settings.load` (the environment and the config file
     of the current folder). ``write_baseline`` records today's findings there and then reports
     none of them, as ``--write-baseline`` does; ``baseline`` leaves out those recorded in it.
+    ``progress(stage, done, total)`` is told how far the scan has got (:mod:`cachedoctor.progress`).
     """
     from cachedoctor import baseline as baselines
     from cachedoctor.layouts import plan_for

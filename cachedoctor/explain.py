@@ -2,7 +2,8 @@
 
 The texts live on the checks themselves (``summary``, ``why``, ``repair``); how a kind is found
 is read off the check (``deep_only``, which of ``check_file``/``check_peers``/``check_entry`` it
-implements). Plain text wrapped at 88 columns.
+implements). Plain text, wrapped at word boundaries to the terminal's width (80 columns when
+there is no terminal; the CLI passes ``Environment.width``).
 
 The checks import the format and layout types only for type checking, so importing them here
 loads no reader, layout or scan module: ``explain`` starts as fast as ``--version``.
@@ -18,7 +19,7 @@ from typing import Any
 
 from cachedoctor.findings import Fix
 
-WIDTH = 88
+WIDTH = 80  #: the width when none is given (no terminal)
 _INDENT = "  "
 _METHODS = ("check_file", "check_peers", "check_entry")
 
@@ -170,10 +171,10 @@ def _can_recompute(check: KindInfo) -> bool:
     return check.fix == Fix.RECOMPUTE.value or check.kind in SOMETIMES_RECOMPUTED
 
 
-def _wrap(text: str, indent: str = _INDENT) -> str:
+def _wrap(text: str, width: int, indent: str = _INDENT) -> str:
     return textwrap.fill(
         " ".join(text.split()),
-        width=WIDTH,
+        width=width,
         initial_indent=indent,
         subsequent_indent=indent,
         break_on_hyphens=False,
@@ -181,31 +182,36 @@ def _wrap(text: str, indent: str = _INDENT) -> str:
     )
 
 
-def explain(kind: str) -> str:
-    """Everything about one kind, as plain text (no trailing newline)."""
+def explain(kind: str, width: int = WIDTH) -> str:
+    """Everything about one kind, as plain text wrapped to ``width`` (no trailing newline)."""
     check = check_for(kind)
-    repair = [_wrap(check.repair)] + ([_wrap(RECOMPUTE_NOTE)] if _can_recompute(check) else [])
+    repair = [_wrap(check.repair, width)] + ([_wrap(RECOMPUTE_NOTE, width)] if _can_recompute(check) else [])
     sections = [
         "\n".join([check.kind, f"{_INDENT}default severity: {check.severity}", f"{_INDENT}fix: {check.fix}"]),
-        "What it means\n" + _wrap(check.summary),
-        "Why it breaks training\n" + _wrap(check.why),
+        "What it means\n" + _wrap(check.summary, width),
+        "Why it breaks training\n" + _wrap(check.why, width),
         "What repair does\n" + "\n\n".join(repair),
-        "How to find it\n" + _wrap(how_found(check)),
+        "How to find it\n" + _wrap(how_found(check), width),
     ]
     return "\n\n".join(sections)
 
 
-def listing() -> str:
-    """Every kind with its one-line summary, in the scan's order (no trailing newline)."""
+def listing(width: int = WIDTH) -> str:
+    """Every kind with its one-line summary, in the scan's order, wrapped to ``width`` (no
+    trailing newline). Below 60 columns the summaries go under the names, not beside them."""
     every = catalogue()
-    width = max(len(c.kind) for c in every) + 2
-    lines = [f"{len(every)} finding kinds; `cachedoctor explain KIND` says more about one:", ""]
+    name = max(len(c.kind) for c in every) + 2
+    intro = f"{len(every)} finding kinds; `cachedoctor explain KIND` says more about one:"
+    lines = [_wrap(intro, width, ""), ""]
     for check in every:
-        head = f"{_INDENT}{check.kind:<{width}}"
+        head = f"{_INDENT}{check.kind:<{name}}"
+        if width - len(head) < 30:
+            lines.append(f"{_INDENT}{check.kind}\n{_wrap(check.summary, width, _INDENT * 2)}")
+            continue
         lines.append(
             textwrap.fill(
                 check.summary,
-                width=WIDTH,
+                width=width,
                 initial_indent=head,
                 subsequent_indent=" " * len(head),
                 break_on_hyphens=False,

@@ -13,6 +13,7 @@ rich are imported inside the commands that need them, so ``--version``, ``explai
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -30,19 +31,21 @@ from cachedoctor import __version__
 from cachedoctor.cli import environment
 from cachedoctor.cli.environment import Environment
 from cachedoctor.cli.explain import explain
+from cachedoctor.cli.help import plain
 from cachedoctor.cli.manifest import manifest_app
 from cachedoctor.cli.quarantine import quarantine_app
 from cachedoctor.cli.recover import recover
 from cachedoctor.cli.repair import repair
 from cachedoctor.cli.scan import scan
 from cachedoctor.cli.settings import config_app, settings_app
+from cachedoctor.cli.usage import sentence
 from cachedoctor.errors import PathError, UsageError
 from cachedoctor.exit_status import ExitStatus
 
 app = typer.Typer(
     name="cachedoctor",
     help="Audit and repair the on-disk latent and text-embed caches of diffusion-model trainers.",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -81,9 +84,10 @@ def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
 
 def _run(argv: list[str], env: Environment) -> int:
     token = environment.use(env)
-    command = typer.main.get_command(app)
+    command = plain(typer.main.get_command(app))
     try:
-        rv = command.main(args=argv, prog_name="cachedoctor", standalone_mode=False)
+        with contextlib.redirect_stdout(env.stdout):  # --help and --show-completion: click writes to sys.stdout
+            rv = command.main(args=argv, prog_name="cachedoctor", standalone_mode=False)
         code = int(rv) if isinstance(rv, int) else ExitStatus.CLEAN
     except typer.Exit as exc:
         code = exc.exit_code
@@ -99,11 +103,10 @@ def _run(argv: list[str], env: Environment) -> int:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `cachedoctor`: show the help
             print(exc.format_message(), file=env.stdout)
             return ExitStatus.CLEAN
-        ctx = getattr(exc, "ctx", None)
-        where = f"cachedoctor {ctx.info_name}" if ctx is not None and ctx.info_name != "cachedoctor" else "cachedoctor"
-        message = exc.format_message().replace("Value error, ", "")  # typer's pydantic wording
-        env.error(f"{message} (see `{where} --help`)")
+        env.error(sentence(exc, argv, command))
         return ExitStatus.ERROR
+    except SystemExit as exc:  # shell completion (its script, a completion, --install-completion) ends so
+        code = exc.code if isinstance(exc.code, int) else ExitStatus.CLEAN if exc.code is None else ExitStatus.ERROR
     except KeyboardInterrupt:
         code = ExitStatus.INTERRUPTED
     except Exception as exc:  # the safety net of the fault model (faults.py): OSError, SQLite

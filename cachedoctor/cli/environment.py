@@ -10,7 +10,6 @@ import contextvars
 import os
 import shutil
 import sys
-import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
@@ -93,21 +92,18 @@ class Environment:
     def wrap(self, line: str, indent: str | None = None) -> str:
         """``line`` wrapped at word boundaries to :attr:`width`; continuation lines keep its own
         indentation (plus ``indent``, default two spaces), and no word is ever broken."""
-        if len(line) <= self.width:
-            return line
-        lead = line[: len(line) - len(line.lstrip())]
-        return textwrap.fill(
-            line.strip(),
-            width=self.width,
-            initial_indent=lead,
-            subsequent_indent=lead + ("  " if indent is None else indent),
-            break_long_words=False,
-            break_on_hyphens=False,
-        )
+        from cachedoctor.report.text import wrap_line
 
-    def console(self, stream: TextIO | None = None, *, isatty: bool | None = None) -> Console:
+        return wrap_line(line, self.width, indent)
+
+    def console(self, stream: TextIO | None = None, *, isatty: bool | None = None, live: bool = False) -> Console:
         """A rich console on ``stream`` (stdout by default) that honours ``--color``,
-        ``NO_COLOR``/``FORCE_COLOR`` and the width."""
+        ``NO_COLOR``/``FORCE_COLOR`` and the width.
+
+        Everything is settled here, from this environment, never by rich from ``os.environ``
+        (``TERM=dumb`` would otherwise silence ``FORCE_COLOR``). ``live``: the stream is a
+        terminal that gets cursor movement (a progress display) even when colour is off.
+        """
         from rich.console import Console
 
         stream = self.stdout if stream is None else stream
@@ -118,11 +114,13 @@ class Environment:
         color = self.color(isatty)
         return Console(
             file=stream,
-            force_terminal=color,
+            force_terminal=color or (live and bool(isatty)),
             no_color=not color,
+            color_system="standard" if color else None,
             highlight=False,
             width=self.width,
             emoji=False,
+            markup=False,
         )
 
     @property

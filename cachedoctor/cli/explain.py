@@ -32,10 +32,10 @@ def explain(
     env = current()
     env.configure(color=color)
     if kind is None:
-        print(listing(), file=env.stdout)
+        print(listing(env.width), file=env.stdout)
         return ExitStatus.CLEAN
     try:
-        text = render(kind)
+        text = render(kind, env.width)
     except UnknownKind as exc:
         raise UsageError(str(exc)) from None
     print(text, file=env.stdout)

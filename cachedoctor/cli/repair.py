@@ -234,6 +234,7 @@ def run_repair(
 ) -> Any:
     """Run the repair machinery with the plan printed and the question asked: the outcome, or a
     declined :class:`RepairReport` when the user said no."""
+    from cachedoctor.cli.progress import ProgressLine
     from cachedoctor.options import layout_name, layout_options
     from cachedoctor.repair.model import Declined
     from cachedoctor.repair.run import repair as core_repair
@@ -241,8 +242,14 @@ def run_repair(
 
     env = current()
     out = env.stdout
+    line = ProgressLine(env)
+
+    def show_plan(outcome: Any) -> None:
+        line.pause()  # the plan and the question go to the terminal without the progress line
+        print_plan(outcome, out)
 
     def confirm(outcome: Any) -> bool:
+        line.pause()
         go = yes or not env.stdin_isatty or env.ask("Go ahead? [y/N] ")
         if go:  # from here on Ctrl-C leaves a journal the next run finishes
             env.interrupted = (
@@ -251,15 +258,17 @@ def run_repair(
         return go
 
     try:
-        return core_repair(
-            targets,
-            layout_name(settings),
-            layout_options(settings, model_family, output_dir),
-            options,
-            list(env.argv),
-            confirm,
-            lambda outcome: print_plan(outcome, out),
-        )
+        with line as progress:
+            return core_repair(
+                targets,
+                layout_name(settings),
+                layout_options(settings, model_family, output_dir),
+                options,
+                list(env.argv),
+                confirm,
+                show_plan,
+                progress,
+            )
     except Declined:
         print("nothing was changed", file=out)
         return RepairReport(declined=True)

@@ -7,11 +7,11 @@ Everything that decides the verdict (severity overrides, the baseline, ``--fail-
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, TextIO
+from typing import Annotated, TextIO
 
 import typer
 
-from cachedoctor.cli.environment import Environment, current
+from cachedoctor.cli.environment import NORMAL, current
 from cachedoctor.cli.options import (
     NO_PATH,
     BucketNoUpscaleOption,
@@ -47,9 +47,6 @@ from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.interface import OutputFormat
 from cachedoctor.report.outcome import FailOn
-
-if TYPE_CHECKING:
-    from rich.progress import Progress
 
 
 def scan(
@@ -97,6 +94,7 @@ def scan(
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit
+    from cachedoctor.cli.progress import ProgressLine
     from cachedoctor.report import renderer_for
 
     env = current()
@@ -136,7 +134,7 @@ def scan(
         and not settings.manifest.value
     ):
         raise UsageError(NO_PATH)
-    with _progress(env) as progress:
+    with ProgressLine(env) as progress:
         report = audit(
             None,
             settings,
@@ -146,19 +144,21 @@ def scan(
             write_baseline=write_baseline,
             progress=progress,
         )
-    renderer = renderer_for(fmt, env.cwd)
+    quiet, verbose = env.verbosity < NORMAL, env.verbosity > NORMAL
+    renderer = renderer_for(fmt, env.cwd, width=env.width, quiet=quiet, verbose=verbose)
     if output is None:
-        if report.suppressed is not None and fmt is OutputFormat.TABLE:
+        if report.suppressed is not None and fmt is OutputFormat.TABLE and env.verbosity >= NORMAL:
             verb = "recorded in" if report.baseline_written else "left out by"
-            print(f"{report.suppressed} finding(s) {verb} the baseline {report.baseline}", file=env.stdout)
-        renderer.render(report, env.stdout, color=bool(env.stdout_isatty))
+            print(env.wrap(f"{report.suppressed} finding(s) {verb} the baseline {report.baseline}"), file=env.stdout)
+        renderer.render(report, env.stdout, color=env.color(env.stdout_isatty))
     else:
         error = _write_report(output, lambda out: renderer.render(report, out, color=False))
         if error:
             env.error(error)
             return ExitStatus.ERROR
         if fmt is not OutputFormat.TABLE and env.stdout_isatty:
-            renderer_for(OutputFormat.TABLE, env.cwd).render(report, env.stdout, color=True)
+            table = renderer_for(OutputFormat.TABLE, env.cwd, width=env.width, quiet=quiet, verbose=verbose)
+            table.render(report, env.stdout, color=env.color(env.stdout_isatty))
     for problem in report.scan.errors:
         env.error(
             f"{problem.path}: {problem.message}; fix its permissions or move it out of the cache, then scan again"
@@ -176,39 +176,6 @@ def _write_report(path: str, write: Callable[[TextIO], None]) -> str | None:
     except OSError as exc:
         return f"{path}: cannot write the report ({exc.strerror or exc}); choose another --output"
     return None
-
-
-class _progress:
-    """A rich progress line on stderr, only when stderr is a terminal."""
-
-    def __init__(self, env: Environment) -> None:
-        self.env = env
-        self.bar: Progress | None = None
-
-    def __enter__(self) -> Callable[[int, int], None] | None:
-        if not self.env.stderr_isatty:
-            return None
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        bar = self.bar = Progress(
-            SpinnerColumn(),
-            TextColumn("scanning: {task.completed} files, {task.fields[mb]:.1f} MB"),
-            TimeElapsedColumn(),
-            console=Console(file=self.env.stderr),
-            transient=True,
-        )
-        bar.start()
-        task = bar.add_task("scan", total=None, mb=0.0)
-
-        def update(files: int, nbytes: int) -> None:
-            bar.update(task, completed=files, mb=nbytes / 1e6)
-
-        return update
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 __all__ = ["scan"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
+from cachedoctor.progress import LOSSLESS, PLAN, RECOMPUTE, RESCAN, Progress, Stages
 from cachedoctor.repair import distributed
 from cachedoctor.repair.journal import (
     Interrupted,
@@ -76,11 +77,12 @@ def _scan(
     layout: LayoutName,
     layout_options: LayoutOptions,
     options: RepairOptions,
+    progress: Progress | None = None,
 ) -> tuple[ScanResult, dict[str, list[Expected]], str | None, str | None]:
     plan, line = plan_for(layout, targets, layout_options)
     expected = plan.by_path() if plan is not None else {}
     roots = plan.roots if plan is not None else targets
-    result = scan(roots, options.scan, dataset=plan)
+    result = scan(roots, options.scan, progress, dataset=plan)
     return result, expected, line, (plan.layout if plan else None)
 
 
@@ -92,7 +94,10 @@ def repair(
     argv: list[str],
     confirm: Callable[[RepairOutcome], bool],
     show_plan: Callable[[RepairOutcome], None],
+    progress: Progress | None = None,
 ) -> RepairOutcome:
+    """``progress(stage, done, total)`` follows it stage by stage (:mod:`cachedoctor.progress`):
+    scan, plan, lossless, recompute, rescan; on the leader rank only."""
     from cachedoctor.encoders import load_encoder
     from cachedoctor.repair.pool import devices_for, visible_gpus
 
@@ -115,12 +120,15 @@ def repair(
             )
     if not options.dry_run:
         distributed.init(rank)
-    before, expected, line, layout_name = _scan(targets, layout, layout_options, options)
+    stages = Stages(progress if rank.leader else None)
+    before, expected, line, layout_name = _scan(targets, layout, layout_options, options, stages.progress)
     if before.errors:
         first = before.errors[0]
         raise RepairError(first.path, f"{first.message}; repair only runs on a cache it can read completely")
     roots = before.targets
+    stages.start(PLAN, len(before.findings))
     plan = plan_repair(before.findings, roots, expected, layout_name, modalities, options.only, options.keep_blocked)
+    stages.finish(PLAN)
     outcome = RepairOutcome(before, plan, line, leader=rank.leader)
     journal_rank = rank.rank if rank.distributed else None
     roots_acted = sorted({a.root for a in plan.actions})
@@ -188,6 +196,8 @@ def repair(
             action = by_path.get(result.path)
             if action is not None:
                 journals[action.root].record(result)
+        if action is not None and not action.blocked:
+            stages.step(RECOMPUTE if action.kind is ActionKind.RECOMPUTE else LOSSLESS)
 
     by_path = {a.path: a for a in plan.actions}
     for action in plan.actions:
@@ -195,10 +205,12 @@ def repair(
             record(ItemResult(action.path, action.kind, ItemState.BLOCKED, action.blocked))
     mine = _share(plan.runnable(), rank)
     try:
-        _run_lossless([a for a in mine if a.kind is not ActionKind.RECOMPUTE], outcome.run_id or "", record)
+        lossless = [a for a in mine if a.kind is not ActionKind.RECOMPUTE]
+        stages.start(LOSSLESS, len(lossless))
+        _run_lossless(lossless, outcome.run_id or "", record)
         recompute = [a for a in mine if a.kind is ActionKind.RECOMPUTE]
         if recompute:
-            _recompute(recompute, options, outcome, record, rank, devices_for)
+            _recompute(recompute, options, outcome, record, rank, devices_for, stages)
     except RepairError:
         for journal in journals.values():
             journal.finish("interrupted")
@@ -215,7 +227,7 @@ def repair(
         outcome.results = [r for part in gathered for r in (part or [])]
     distributed.finish(rank)
     if rank.leader:
-        outcome.after = _scan(targets, layout, layout_options, options)[0]
+        outcome.after = _scan(targets, layout, layout_options, options, stages.renamed(RESCAN))[0]
     return outcome
 
 
@@ -274,6 +286,7 @@ def _recompute(
     record: Callable[[ItemResult], None],
     rank: distributed.Rank,
     devices_for: Callable[[int | None, str, int], list[str]],
+    stages: Stages,
 ) -> None:
     from cachedoctor.repair.pool import make_batches, run_pool, split, work
     from cachedoctor.repair.posterior import Models
@@ -282,6 +295,8 @@ def _recompute(
     batches = make_batches(actions, options.batch_size)
     if rank.distributed:
         batches = split(batches, rank.world)[rank.rank]
+    stages.start(RECOMPUTE, sum(len(b) for b in batches))
+    if rank.distributed:
         device = f"cuda:{rank.local}" if options.gpus or options.device == "cuda" else options.device
         work(batches, models, device, outcome.run_id or "", record)
         return

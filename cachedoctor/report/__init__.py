@@ -10,7 +10,11 @@ from cachedoctor.report.outcome import SCHEMA, FailOn, ScanReport
 from cachedoctor.report.summary import ScanSummary
 
 
-def renderer_for(fmt: OutputFormat, cwd: str | None = None) -> Renderer:
+def renderer_for(
+    fmt: OutputFormat, cwd: str | None = None, *, width: int | None = None, quiet: bool = False, verbose: bool = False
+) -> Renderer:
+    """The renderer of ``fmt``; ``width``, ``quiet`` and ``verbose`` shape the human table only
+    (the machine formats are the same whatever the terminal)."""
     if fmt is OutputFormat.JSON:
         from cachedoctor.report.json_format import JsonRenderer
 
@@ -30,7 +34,7 @@ def renderer_for(fmt: OutputFormat, cwd: str | None = None) -> Renderer:
         return GithubRenderer(cwd)
     from cachedoctor.report.table import TableRenderer
 
-    return TableRenderer(cwd)
+    return TableRenderer(cwd, width=width, quiet=quiet, verbose=verbose)
 
 
 __all__ = ["SCHEMA", "FailOn", "OutputFormat", "Renderer", "ScanReport", "ScanSummary", "renderer_for"]

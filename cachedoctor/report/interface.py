@@ -20,4 +20,5 @@ class OutputFormat(str, enum.Enum):
 class Renderer(abc.ABC):
     @abc.abstractmethod
     def render(self, report: ScanReport, out: TextIO, *, color: bool) -> None:
-        """Write the report to ``out``; ``color`` only when ``out`` is a terminal."""
+        """Write the report to ``out``. ``color``: styles and colour, as the environment settled
+        them (``--color``, ``NO_COLOR``, ``FORCE_COLOR``, a terminal); the machine formats ignore it."""

@@ -9,16 +9,25 @@ from typing import TextIO
 from cachedoctor.findings import Finding
 from cachedoctor.report.interface import Renderer
 from cachedoctor.report.outcome import ScanReport
-from cachedoctor.report.text import human_size
+from cachedoctor.report.text import human_size, wrap_line
 
-_PER_KIND = 8
+_PER_KIND = 8  # files listed per kind, and the worst files, unless --verbose (then all)
 _WORST = 10
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 class TableRenderer(Renderer):
-    def __init__(self, cwd: str | None = None) -> None:
+    """The human report. ``width``: the columns every line is wrapped to, at word boundaries (a
+    path longer than that stands alone on its line, never cut); ``quiet`` (``-q``): only the
+    findings, the errors and the verdict; ``verbose`` (``-v``): every file, not the first few."""
+
+    def __init__(
+        self, cwd: str | None = None, *, width: int | None = None, quiet: bool = False, verbose: bool = False
+    ) -> None:
         self.cwd = cwd or os.getcwd()
+        self.width = width or 80
+        self.quiet = quiet
+        self.verbose = verbose
 
     def render(self, report: ScanReport, out: TextIO, *, color: bool) -> None:
         from rich.console import Console
@@ -29,10 +38,18 @@ class TableRenderer(Renderer):
             file=out,
             force_terminal=color,
             no_color=not color,
+            color_system="standard" if color else None,
             highlight=False,
-            width=None if color else 120,
-            soft_wrap=not color,
+            markup=False,
+            emoji=False,
+            width=self.width,
         )
+        per_kind = None if self.verbose else _PER_KIND
+        worst = None if self.verbose else _WORST
+
+        def line(text: str, style: str = "", indent: str | None = None) -> None:
+            console.print(Text(wrap_line(text, self.width, indent), style=style), soft_wrap=True)
+
         stats = report.scan.counts
         files = f"{_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}"
         if stats.files_reused:  # the state database vouched for these: their stat is as recorded
@@ -40,22 +57,23 @@ class TableRenderer(Renderer):
                 f"{_n(stats.files_seen, 'file')} in {_n(stats.folders, 'folder')} ({stats.files_reused} unchanged "
                 f"since the last scan, {stats.files_seen - stats.files_reused} read)"
             )
-        console.print(
-            Text(
+        if not self.quiet:
+            line(
                 f"cachedoctor scan ({report.scan.mode}): {files}, {human_size(stats.bytes_read)}, "
                 f"{stats.files_skipped} skipped, {report.scan.elapsed:.2f}s",
-                style="bold",
+                "bold",
             )
-        )
-        if report.layout_line:
-            console.print(Text(report.layout_line))
-        for note in report.notes:
-            console.print(Text(f"  note: {note}", style="dim"))
+            if report.layout_line:
+                line(report.layout_line)
+            for note in report.notes:
+                line(f"  note: {note}", "dim", "      ")
 
         if report.findings:
-            kinds = Table(title="Findings by kind", title_justify="left", show_edge=False, pad_edge=False)
-            for column in ("kind", "severity", "files", "fix"):
-                kinds.add_column(column)
+            kinds = Table(show_edge=False, pad_edge=False)
+            for column in ("kind", "severity", "files"):
+                kinds.add_column(column, no_wrap=True)
+            widest = max(len(f.fix.value) for f in report.findings) + 1  # and its comma
+            kinds.add_column("fix", min_width=widest)  # wraps after a comma, never inside a name
             grouped: dict[str, list[Finding]] = defaultdict(list)
             for f in report.findings:
                 grouped[f.kind].append(f)
@@ -63,33 +81,40 @@ class TableRenderer(Renderer):
                 sev = items[0].severity.value
                 fixes = ", ".join(sorted({f.fix.value for f in items}))
                 kinds.add_row(kind, Text(sev, style=_STYLE[sev]), str(len({f.path for f in items})), fixes)
-            console.print()
-            console.print(kinds)
+            if not self.quiet:
+                console.print()
+            line("Findings by kind", "italic")
+            with console.capture() as table:
+                console.print(kinds)
+            out.write("".join(row.rstrip() + "\n" for row in table.get().splitlines()))  # no trailing blanks
             for kind, items in grouped.items():
                 console.print()
-                console.print(Text(f"{kind} ({len(items)})", style=_STYLE[items[0].severity.value]))
-                for f in items[:_PER_KIND]:
+                line(f"{kind} ({len(items)})", _STYLE[items[0].severity.value])
+                for f in items[:per_kind]:
                     source = f" (item: {self._rel(f.source)})" if f.source else ""
-                    console.print(Text(f"  {self._rel(f.path)}: {f.message}{source}"))
-                if len(items) > _PER_KIND:
-                    console.print(Text(f"  ... and {len(items) - _PER_KIND} more (--format json lists all)"))
-            console.print()
-            console.print(Text("Worst files", style="bold"))
-            for path, items in self._worst(report.findings)[:_WORST]:
-                kinds_here = ", ".join(sorted({f.kind for f in items}))
-                console.print(Text(f"  {self._rel(path)}  [{kinds_here}]"))
+                    line(f"  {self._rel(f.path)}: {f.message}{source}")
+                if per_kind is not None and len(items) > per_kind:
+                    line(f"  ... and {len(items) - per_kind} more (-v or --format json lists all)")
+            if not self.quiet:
+                console.print()
+                line("Worst files", "bold")
+                for path, items in self._worst(report.findings)[:worst]:
+                    kinds_here = ", ".join(sorted({f.kind for f in items}))
+                    line(f"  {self._rel(path)}  [{kinds_here}]")
 
         for error in report.scan.errors:
-            console.print(Text(f"could not check {self._rel(error.path)}: {error.message}", style="bold red"))
+            line(f"could not check {self._rel(error.path)}: {error.message}", "bold red")
         counts = report.by_severity()
-        console.print()
+        if not self.quiet or report.findings or report.scan.errors:
+            console.print()
         verdict = (
             f"{counts['error']} error(s), {counts['warning']} warning(s) in "
             f"{len({f.path for f in report.findings})} file(s)."
             if report.findings
             else "No findings."
         )
-        console.print(Text(f"{verdict} {report.next_step(self._rel)}".strip(), style="bold"))
+        hint = "" if self.quiet else report.next_step(self._rel)
+        line(f"{verdict} {hint}".strip(), "bold")
 
     def _rel(self, path: str) -> str:
         rel = os.path.relpath(path, self.cwd)

@@ -35,3 +35,22 @@ def human_size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+def wrap_line(line: str, width: int, indent: str | None = None) -> str:
+    """``line`` wrapped at word boundaries to ``width`` columns; continuation lines keep its own
+    indentation (plus ``indent``, default two spaces). A word is never broken: a path longer
+    than the width stands alone on its line (it can still be copied whole)."""
+    import textwrap
+
+    if len(line) <= width:
+        return line
+    lead = line[: len(line) - len(line.lstrip())]
+    return textwrap.fill(
+        line.strip(),
+        width=width,
+        initial_indent=lead,
+        subsequent_indent=lead + ("  " if indent is None else indent),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )

@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING
 
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
+from cachedoctor.progress import LIST, SCAN
 from cachedoctor.scan.dataset import DatasetMatcher
-from cachedoctor.scan.folders import Collector, Progress, Record, ScanError, ScanStats
+from cachedoctor.scan.folders import Collector, Record, ScanError, ScanStats
 from cachedoctor.scan.state.plan import StateSet, plan_folder
 from cachedoctor.scan.state.sample import Sample, choose
 from cachedoctor.scan.walk import Folder, WalkError, check_targets, drop_excluded, walk
 
 if TYPE_CHECKING:
+    from cachedoctor.progress import Progress
     from cachedoctor.scan.pool import Chunk
 
 
@@ -72,6 +74,7 @@ def scan(
     With a ``dataset`` plan the scan also pairs each cache folder's files with the entries the
     dataset expects there, and skips the dataset's own files (images, captions) unread. With
     ``options.state`` it reads only what changed since the state database's record.
+    ``progress`` gets ``("scan", files judged, total)`` calls (see :mod:`cachedoctor.progress`).
     """
     options = options if options is not None else ScanOptions()
     started = time.perf_counter()
@@ -104,8 +107,10 @@ def _scan(
     if dataset is not None and options.exclude:  # what the walk leaves out is not expected either
         drop_excluded(dataset, roots, options.exclude)
     matcher = DatasetMatcher(dataset) if dataset is not None else None
-    collector = Collector(progress, matcher)
-    chunks = _chunks(walk(roots, walk_errors, options.exclude), options, collector, keep, states)
+    count = _Count(progress, roots, options.exclude, states) if progress is not None else None
+    collector = Collector(count, matcher)
+    folders = walk(roots, walk_errors, options.exclude)
+    chunks = _chunks(count.listing(folders) if count is not None else folders, options, collector, keep, states)
     workers = options.workers or os.cpu_count() or 1
     first = next(chunks, None)  # None: every file was taken from the state database (a rescan)
     if first is None:
@@ -124,6 +129,8 @@ def _scan(
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
     findings = sorted(collector.findings, key=Finding.sort_key)
     stats = collector.stats
+    if progress is not None:
+        progress(SCAN, stats.files_seen, stats.files_seen)
     for store in states.stores:
         store.finish(
             [r for r in roots if os.path.isdir(r) and store.covers(r)],
@@ -134,6 +141,40 @@ def _scan(
             len(findings),
         )
     return ScanResult(roots, options, findings, stats, errors, 0.0, dataset)
+
+
+class _Count:
+    """The scan's progress: files judged so far, and the total as well as it is known.
+
+    The total is the state database's record of the last scan when every root has one (a
+    rescan pays one row for it), else a listing of the names first (a first scan: no file is
+    opened or stat'ed twice, and only a caller that shows progress pays for it). Once the walk
+    that feeds the readers has listed everything, its own count replaces the estimate.
+    """
+
+    def __init__(self, progress: Progress, roots: list[str], exclude: tuple[str, ...], states: StateSet) -> None:
+        self.progress = progress
+        self.listed = 0
+        self.walked = False
+        self.estimate = states.recorded_files(roots)
+        if self.estimate is None:
+            self.estimate = 0
+            for folder in walk(roots, [], exclude):
+                self.estimate += len(folder.files)
+                progress(LIST, self.estimate, None)
+        progress(SCAN, 0, self.estimate)
+
+    def listing(self, folders: Iterator[Folder]) -> Iterator[Folder]:
+        for folder in folders:
+            self.listed += len(folder.files)
+            yield folder
+        self.walked = True
+
+    def __call__(self, files: int, _bytes: int) -> None:
+        total: int | None = self.listed if self.walked else self.estimate
+        if total is not None and total < max(files, self.listed):
+            total = None  # the cache grew since the record: unknown until the walk ends
+        self.progress(SCAN, files, total)
 
 
 def _chunks(

@@ -82,9 +82,9 @@ def test_table_groups_by_kind_and_says_what_next(cache: Path) -> None:
     assert "batch-leak (1)" in out and "device-tagged (1)" in out
     assert "  leak.pt: " in out  # paths relative to the working directory
     assert out.index("Worst files") < out.index("leak.pt  [batch-leak]") < out.index("gpu.pt  [device-tagged]")
-    assert (
+    assert (  # wrapped to the width at word boundaries
         "1 error(s), 1 warning(s) in 2 file(s). `cachedoctor repair` can fix 2 file(s): 1 to clone-storage, 1 to rewrite-cpu."
-        in out
+        in " ".join(out.split())
     )
 
 
@@ -212,13 +212,12 @@ def test_ctrl_c_wrapped_by_a_lazy_import_is_still_ctrl_c(tmp_path: Path, monkeyp
 def test_a_bad_choice_reads_as_a_plain_sentence(tmp_path: Path) -> None:
     code, out, err = cli("scan", "--fail-on", "bogus", str(tmp_path))
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert "Invalid value for '--fail-on': 'bogus' is not one of 'error', 'warning', 'never'." in err
+    assert "--fail-on: 'bogus' is not a choice; choose error, warning or never (see `cachedoctor scan --help`)" in err
     assert "Value error" not in err
 
 
-def test_help_names_values_not_python_types(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, _ = cli("repair", "--help")  # click writes help to the process's stdout
-    out = capsys.readouterr().out
+def test_help_names_values_not_python_types() -> None:
+    code, out, _ = cli("repair", "--help")
     assert code == 0
     for option, metavar in (("--config", "FILE"), ("--encoder", "SPEC"), ("-j, --workers", "N"), ("--only", "KINDS")):
         assert f"{option} {metavar}" in out
@@ -232,7 +231,7 @@ def test_closing_line_counts_what_repair_would_block_and_why(tmp_path: Path) -> 
     (tmp_path / "cut.pt").write_bytes((tmp_path / "peer0.pt").read_bytes()[:200])
     code, out, _ = cli("scan", str(tmp_path), "--layout", "none")
     assert code == 1
-    assert "`cachedoctor repair` can fix 1 file(s): 1 to quarantine." in out, out
+    assert "`cachedoctor repair` can fix 1 file(s): 1 to quarantine." in " ".join(out.split()), out
 
 
 def test_closing_line_says_what_repair_would_leave_and_why(tmp_path: Path) -> None:
@@ -242,5 +241,5 @@ def test_closing_line_says_what_repair_would_leave_and_why(tmp_path: Path) -> No
     assert code == 1
     assert (
         "It would leave 1 file(s) as they are (1: its source is unknown: repair with the dataset "
-        "(--config, --layout or --manifest))." in out
+        "(--config, --layout or --manifest))." in " ".join(out.split())
     ), out

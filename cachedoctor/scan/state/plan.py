@@ -67,6 +67,18 @@ class StateSet:
         store = next((s for s in self.stores if s.covers(folder)), None)
         return store if store is not None and store.alive else None
 
+    def recorded_files(self, roots: list[str]) -> int | None:
+        """The files the last scans recorded under ``roots``, when every root is a folder with a
+        store that has a record (else ``None``: the count is not known)."""
+        total = 0
+        for root in roots:
+            store = self.store_for(root) if os.path.isdir(root) else None
+            count = store.recorded_files() if store is not None and store.base == root else None
+            if count is None:
+                return None
+            total += count
+        return total
+
     def close(self) -> None:
         for store in self.stores:
             store.close()

@@ -307,6 +307,13 @@ class StateStore:
                 (self.scan_id, self._started, time.time(), int(deep), sample, files, reread, findings),
             )
 
+    @guarded(lambda: None)
+    def recorded_files(self) -> int | None:
+        """How many files the last recorded scan saw (a progress total: one row, no walk)."""
+        assert self.db is not None
+        row = self.db.execute("SELECT files FROM scans ORDER BY id DESC LIMIT 1").fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
     def _recorded_folders(self) -> list[bytes]:
         """Every folder with rows, by a skip scan of the primary key (not a read of every row)."""
         assert self.db is not None
