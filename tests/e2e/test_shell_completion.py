@@ -1,0 +1,48 @@
+"""Shell completion is on: ``--show-completion`` and ``--install-completion`` (Typer's), and the
+completions themselves come from the CLI's own commands and choices."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cachedoctor.cli import run
+from cachedoctor.cli.environment import Environment
+
+
+def complete(words: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:
+    """What bash would offer after ``words`` (the shell sets these variables, then runs us)."""
+    monkeypatch.setenv("_CACHEDOCTOR_COMPLETE", "complete_bash")
+    monkeypatch.setenv("COMP_WORDS", words)
+    monkeypatch.setenv("COMP_CWORD", str(len(words.split()) - (0 if words.endswith(" ") else 1)))
+    out = io.StringIO()
+    code = run([], Environment(stdout=out, stderr=io.StringIO(), stdout_isatty=False, stderr_isatty=False))
+    return code, out.getvalue().split()
+
+
+def test_commands_options_and_choices_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert complete("cachedoctor sc", monkeypatch) == (0, ["scan"])
+    assert complete("cachedoctor quarantine ", monkeypatch) == (0, ["list", "restore", "purge"])
+    assert complete("cachedoctor scan --form", monkeypatch) == (0, ["--format"])
+    assert complete("cachedoctor scan --format j", monkeypatch) == (0, ["json", "jsonl", "junit"])
+    assert complete("cachedoctor scan --layout ko", monkeypatch) == (0, ["kohya"])
+
+
+@pytest.mark.slow
+def test_show_and_install_completion_for_bash(tmp_path: Path) -> None:
+    """Through a real bash (Typer finds the shell from the parent process), HOME in ``tmp_path``."""
+    env = {**os.environ, "HOME": str(tmp_path)}
+    command = f"{sys.executable} -m cachedoctor"
+    shown = subprocess.run(["bash", "-c", f"{command} --show-completion"], capture_output=True, text=True, env=env)
+    assert shown.returncode == 0 and shown.stderr == ""
+    assert "_CACHEDOCTOR_COMPLETE=complete_bash" in shown.stdout and "complete -o default" in shown.stdout
+    done = subprocess.run(["bash", "-c", f"{command} --install-completion"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    script = tmp_path / ".bash_completions" / "cachedoctor.sh"
+    assert "_CACHEDOCTOR_COMPLETE=complete_bash" in script.read_text()
+    assert f"source '{script}'" in (tmp_path / ".bashrc").read_text()
