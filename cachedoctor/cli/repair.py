@@ -267,7 +267,7 @@ def run_repair(
                 list(env.argv),
                 confirm,
                 show_plan,
-                progress,
+                progress=progress,
             )
     except Declined:
         print("nothing was changed", file=out)

@@ -88,7 +88,7 @@ def _captured(monkeypatch: pytest.MonkeyPatch) -> list:  # type: ignore[type-arg
 
     seen: list = []  # type: ignore[type-arg]
 
-    def fake(targets, layout, layout_options, options, argv, confirm, show_plan):  # type: ignore[no-untyped-def]
+    def fake(targets, layout, layout_options, options, argv, confirm, show_plan, progress=None):  # type: ignore[no-untyped-def]
         seen.append(options)
         raise core.Declined()
 
