@@ -78,18 +78,13 @@ class PlainContext(typer.Context):
     formatter_class = PlainFormatter
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("terminal_width") is None and kwargs.get("parent") is None:
-            width = environment.current().width if _has_environment() else MAX_WIDTH
-            kwargs["terminal_width"] = kwargs["max_content_width"] = min(width, MAX_WIDTH)
+        if kwargs.get("terminal_width") is None and kwargs.get("parent") is None:  # a sub-command's inherits it
+            try:
+                width = min(environment.current().width, MAX_WIDTH)
+            except LookupError:  # the app used without run() (a test, a docs tool)
+                width = MAX_WIDTH
+            kwargs["terminal_width"] = kwargs["max_content_width"] = width
         super().__init__(*args, **kwargs)
-
-
-def _has_environment() -> bool:
-    try:
-        environment.current()
-    except LookupError:
-        return False
-    return True
 
 
 def summary(help_text: str | None) -> str:
