@@ -24,6 +24,7 @@ from cli_run import cli
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from cachedoctor import __version__
 from cachedoctor.extras import torch_floor
 
 pytestmark = pytest.mark.slow
@@ -172,10 +173,16 @@ def test_scan_without_torch_finds_what_the_dev_install_finds(plain: Path, caches
     ids=lambda argv: argv[0],
 )
 def test_other_commands_without_torch_print_what_the_dev_install_prints(
-    plain: Path, caches: Path, argv: list[str]
+    plain: Path, tmp_path: Path, argv: list[str]
 ) -> None:
+    """Each install on a fresh copy of the caches at the same path (recover keeps a state
+    database even with --no-state, so a second run would read less)."""
+    caches = tmp_path / "caches"
     argv = [a.format(caches=caches) for a in argv]
+    shutil.copytree(ROOT / "fixtures" / "caches", caches)
     done = _run(plain / "bin" / "cachedoctor", *argv, cwd=caches)
+    shutil.rmtree(caches)
+    shutil.copytree(ROOT / "fixtures" / "caches", caches)
     assert (done.returncode, done.stdout, done.stderr) == cli(*argv, cwd=str(caches))
 
 
@@ -208,23 +215,22 @@ def with_torch(wheels: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 
 def _would_install(venv: Path, wheels: Path, extra: str, report: Path) -> dict[str, str]:
     newer = _fake_torch_wheel(report.parent)
-    _pip(venv, "install", "-q", "--dry-run", "--report", report, "--no-index", "--find-links", wheels,
-         "--find-links", newer, f"{_wheel(wheels)}{extra}")  # fmt: skip
+    offline = ["--no-index", "--find-links", wheels, "--find-links", newer]
+    _pip(venv, "install", "-q", "--dry-run", "--report", report, *offline, f"{_wheel(wheels)}{extra}")
     return {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
 
 
-@pytest.mark.parametrize("extra", ["", "[repair]"])
-def test_a_torch_at_the_floor_is_left_alone(
-    with_torch: dict[str, Path], wheels: Path, tmp_path: Path, extra: str
+def test_the_repair_extra_leaves_a_torch_at_the_floor_alone(
+    with_torch: dict[str, Path], wheels: Path, tmp_path: Path
 ) -> None:
     venv = with_torch[f"{torch_floor()}.0"]
-    assert _would_install(venv, wheels, extra, tmp_path / "report.json") == {"cachedoctor": "0.1.0"}
+    assert _would_install(venv, wheels, "[repair]", tmp_path / "report.json") == {"cachedoctor": __version__}
 
 
 def test_the_plain_install_leaves_an_older_torch_alone(
     with_torch: dict[str, Path], wheels: Path, tmp_path: Path
 ) -> None:
-    assert _would_install(with_torch["2.0.1"], wheels, "", tmp_path / "report.json") == {"cachedoctor": "0.1.0"}
+    assert _would_install(with_torch["2.0.1"], wheels, "", tmp_path / "report.json") == {"cachedoctor": __version__}
 
 
 @pytest.mark.parametrize("extra", ["[repair]", "[encoders]"])
@@ -233,4 +239,4 @@ def test_the_repair_extra_upgrades_only_a_torch_below_the_floor(
 ) -> None:
     """What the test above would see if the plain install wanted torch: the older one replaced."""
     would = _would_install(with_torch["2.0.1"], wheels, extra, tmp_path / "report.json")
-    assert would == {"cachedoctor": "0.1.0", "torch": NEWER_TORCH}
+    assert would == {"cachedoctor": __version__, "torch": NEWER_TORCH}
