@@ -72,17 +72,21 @@ def scout(target: str, layouts: Sequence[Layout]) -> Scouting:
         if listed >= _images.DETECT_ENTRIES:
             found.exhausted = True
             break
+        names: set[str] = set()
+        subdirs: list[str] = []
         try:
             st = os.stat(folder)
             if (st.st_dev, st.st_ino) in seen:
                 continue
             seen.add((st.st_dev, st.st_ino))
             with os.scandir(folder) as it:
-                entries = list(it)
+                for entry in it:  # names only: a cache folder may hold a million files
+                    names.add(entry.name)
+                    if _is_dir(entry) and _walked(entry.name, layouts):
+                        subdirs.append(entry.path)
         except OSError:
             continue
-        listed += len(entries)
-        names = {e.name for e in entries}
+        listed += len(names)
         claim = next(((lay, c) for lay in layouts if (c := lay.claim(folder, names)) is not None), None)
         if claim is not None:
             layout, sign = claim
@@ -94,20 +98,20 @@ def scout(target: str, layouts: Sequence[Layout]) -> Scouting:
             continue
         if any(n.endswith(_CACHE_SUFFIXES) for n in names):
             found.foreign.append((folder, frozenset(lay.name for lay in layouts if lay.resembles(names))))
-        subdirs = []
-        for entry in entries:
-            try:
-                if (
-                    not entry.name.startswith(".")
-                    and entry.name != "__pycache__"
-                    and not any(lay.opaque(entry.name) for lay in layouts)
-                    and entry.is_dir()
-                ):
-                    subdirs.append(entry.path)
-            except OSError:
-                continue
         stack.extend(sorted(subdirs, reverse=True))
     return found
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # follows symlinks; a loop stops at ``seen``
+    except OSError:
+        return False
+
+
+def _walked(name: str, layouts: Sequence[Layout]) -> bool:
+    """A subfolder the walk goes into: not hidden, not ``__pycache__``, not opaque to a layout."""
+    return not (name.startswith(".") or name == "__pycache__" or any(lay.opaque(name) for lay in layouts))
 
 
 def split(scouting: Scouting) -> list[Subtree]:

@@ -86,14 +86,14 @@ class KohyaLayout(Layout):
         stems = {stem(n) for n in names if is_image(n)}
         if not stems:
             return None
-        for name in sorted(names):  # the first match by name, not by directory order: same line on every copy
+        for name in sorted(n for n in names if n.endswith(".npz")):  # the first by name: same line on every copy
             m = _LATENT_NAME.match(name) or _TE_NAME.match(name)
             if m is not None and m.group("stem") in stems:
                 return Claim(folder, os.path.join(folder, name), "sits next to its image")
         return None
 
     def resembles(self, names: set[str]) -> bool:
-        return any(_LATENT_NAME.match(n) or _TE_NAME.match(n) for n in names)
+        return any(n.endswith(".npz") and (_LATENT_NAME.match(n) or _TE_NAME.match(n)) for n in names)
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
         args = dict(options.kohya_args)

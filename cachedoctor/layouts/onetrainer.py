@@ -53,10 +53,8 @@ class OneTrainerLayout(Layout):
         if _VARIATION.match(os.path.basename(folder)) and AGGREGATE in names:
             variation = folder
         else:
-            found = (
-                n for n in sorted(names) if _VARIATION.match(n) and os.path.isfile(os.path.join(folder, n, AGGREGATE))
-            )
-            name = next(found, None)
+            candidates = sorted(n for n in names if n.startswith("variation-") and _VARIATION.match(n))
+            name = next((n for n in candidates if os.path.isfile(os.path.join(folder, n, AGGREGATE))), None)
             if name is None:
                 return None
             variation = os.path.join(folder, name)
