@@ -45,26 +45,41 @@ def _search(
     output_dir: str | None,
 ) -> Search:
     """Where to look: ``paths`` (default: here, without a dataset option) and the cache folders
-    the dataset description names. A path that does not exist is a :class:`PathError`."""
-    from cachedoctor.repair.quarantine_search import Search
+    the dataset description names; a SimpleTuner checkout among ``paths`` names its own, as in
+    ``scan``. A path that does not exist is a :class:`PathError`."""
+    from cachedoctor.repair.quarantine_search import SIMPLETUNER_CONFIGS, Search
 
-    described: list[str] = []
-    if config or kohya_config or manifest:
-        from cachedoctor.layouts import LayoutOptions, described_roots
+    described = (config, kohya_config, manifest)
+    for given in described:
+        if given and not os.path.isfile(given):
+            raise PathError(os.path.abspath(given), "no such file; check the path of the dataset description")
+    targets = paths or ([] if any(described) else ["."])
+    roots = _described(config, kohya_config, manifest, model_family, output_dir) if any(described) else []
+    for path in targets if not config else ():
+        found = (os.path.join(path, name) for name in SIMPLETUNER_CONFIGS)
+        checkout = next((f for f in found if os.path.isfile(f)), None)
+        if checkout is not None:
+            try:
+                roots += _described(checkout, None, None, model_family, output_dir)
+            except PathError:
+                pass  # a config nobody named that cannot be read (a template): the walk below still runs
+    return Search.of(targets, roots)
 
-        for given in (config, kohya_config, manifest):
-            if given and not os.path.isfile(given):
-                raise PathError(os.path.abspath(given), "no such file; check the path of the dataset description")
-        described = described_roots(
-            LayoutOptions(
-                config=config and os.path.abspath(config),
-                kohya_config=kohya_config and os.path.abspath(kohya_config),
-                manifest=manifest and os.path.abspath(manifest),
-                model_family=model_family,
-                output_dir=output_dir,
-            )
+
+def _described(
+    config: str | None, kohya_config: str | None, manifest: str | None, model_family: str | None, output_dir: str | None
+) -> list[str]:
+    from cachedoctor.layouts import LayoutOptions, described_roots
+
+    return described_roots(
+        LayoutOptions(
+            config=config and os.path.abspath(config),
+            kohya_config=kohya_config and os.path.abspath(kohya_config),
+            manifest=manifest and os.path.abspath(manifest),
+            model_family=model_family,
+            output_dir=output_dir,
         )
-    return Search.of(paths or ([] if described or config or kohya_config or manifest else ["."]), described)
+    )
 
 
 def _where(search: Search) -> str:
@@ -87,7 +102,7 @@ def quarantine_list(
     if not found:
         print(f"no quarantine at or below {_where(search)}", file=out)
         return ExitStatus.CLEAN
-    alone = len(found) == 1 and found[0][0] in search.named  # the folder named: as it always printed
+    alone = len(found) == 1 and found[0][0] in search.given  # the cache root given: as it always printed
     for root, runs in found:
         if not alone:
             print(f"{root}:", file=out)

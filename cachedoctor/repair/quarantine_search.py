@@ -23,6 +23,9 @@ from cachedoctor.repair.quarantine import QuarantineRun, find_run, list_runs
 from cachedoctor.statedir import STATE_DIR, quarantine_root
 
 MISSING = "no such file or folder; check the path (and that its disk is mounted)"
+#: Where a SimpleTuner checkout keeps the config naming its cache folders (``layouts/simpletuner.py``'s
+#: ``CONFIG_NAMES``, a test holds them equal): named here so that ``list`` imports no layout.
+SIMPLETUNER_CONFIGS = ("multidatabackend.json", os.path.join("config", "multidatabackend.json"))
 _SKIPPED = frozenset({"__pycache__", "node_modules"})
 
 
@@ -33,7 +36,8 @@ class Search:
 
     below: list[str] = field(default_factory=list)
     here: list[str] = field(default_factory=list)
-    named: set[str] = field(default_factory=set)  # folders the user named (a target, or a dataset's cache folder)
+    given: set[str] = field(default_factory=set)  # the folders of the paths given
+    named: set[str] = field(default_factory=set)  # and the cache folders a dataset description names
 
     @classmethod
     def of(cls, targets: Sequence[str], described: Sequence[str] = ()) -> Search:
@@ -48,6 +52,7 @@ class Search:
                 search.here.append(os.path.dirname(path))
             else:
                 raise PathError(path, MISSING)
+        search.given = {os.path.normpath(p) for p in search.below + search.here}
         search.below += [os.path.abspath(d) for d in described if os.path.isdir(d)]
         search.named = {os.path.normpath(p) for p in search.below + search.here}
         return search
@@ -139,4 +144,4 @@ def _is_dir(entry: os.DirEntry, followed: set[tuple[int, int]]) -> bool:
     return True
 
 
-__all__ = ["MISSING", "AmbiguousRun", "Search"]
+__all__ = ["MISSING", "SIMPLETUNER_CONFIGS", "AmbiguousRun", "Search"]

@@ -77,9 +77,26 @@ def test_list_and_restore_by_the_dataset_description(tmp_path: Path) -> None:
     )
     path = _moved(tmp_path / "text", "e-sdxl.pt")
     code, out, _ = cli("quarantine", "list", "--config", str(config))
-    assert (code, out.splitlines()[0]) == (0, f"{RUN}: 1 file(s), 3 B")  # the config names the root: printed as before
+    assert (code, out.splitlines()[:2]) == (0, [f"{tmp_path / 'text'}:", f"  {RUN}: 1 file(s), 3 B"])
     code, out, err = cli("quarantine", "restore", RUN, "--config", str(config))
     assert (code, err, path.read_bytes()) == (0, "", b"old")
+
+
+def test_list_of_a_simpletuner_checkout_finds_the_caches_its_config_names(tmp_path: Path) -> None:
+    checkout = tmp_path / "SimpleTuner"
+    (checkout / "config").mkdir(parents=True)
+    text = {"id": "txt", "type": "local", "dataset_type": "text_embeds", "cache_dir": str(tmp_path / "elsewhere")}
+    (checkout / "config" / "multidatabackend.json").write_text(json.dumps([text]))
+    _moved(tmp_path / "elsewhere", "e-sdxl.pt")
+    code, out, _ = cli("quarantine", "list", str(checkout))  # as `scan SimpleTuner` finds its config
+    assert (code, out.splitlines()[:2]) == (0, [f"{tmp_path / 'elsewhere'}:", f"  {RUN}: 1 file(s), 3 B"])
+
+
+def test_the_config_names_are_simpletuners() -> None:
+    from cachedoctor.layouts.simpletuner import CONFIG_NAMES
+    from cachedoctor.repair.quarantine_search import SIMPLETUNER_CONFIGS
+
+    assert SIMPLETUNER_CONFIGS == CONFIG_NAMES
 
 
 def test_list_by_a_manifest(tmp_path: Path) -> None:
@@ -87,7 +104,7 @@ def test_list_by_a_manifest(tmp_path: Path) -> None:
     manifest = tmp_path / "items.jsonl"
     manifest.write_text(json.dumps({"source": "images/a.png", "cache": "cache/a.pt"}) + "\n")
     code, out, _ = cli("quarantine", "list", "--manifest", str(manifest))
-    assert code == 0 and out.startswith(f"{RUN}: 1 file(s)")
+    assert code == 0 and out.startswith(f"{tmp_path / 'cache'}:\n  {RUN}: 1 file(s)")
 
 
 def test_restore_finds_the_run_below_the_paths(tmp_path: Path) -> None:
