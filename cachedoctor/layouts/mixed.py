@@ -43,7 +43,7 @@ class MixedPlan(DatasetPlan):
                     into.setdefault(path, []).extend(found)
             plan.expected.clear()  # moved, not copied: a scan consumes them folder by folder
             mixed.items += plan.items
-            mixed.notes.extend(plan.notes)
+            mixed.notes.extend(f"{part.root}: {note}" for note in plan.notes)  # which part it is about
             mixed.skipped.extend(plan.skipped)
             suffixes.update(plan.source_suffixes)
         mixed.source_suffixes = tuple(sorted(suffixes))
