@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
+from cachedoctor.layouts import LayoutName, LayoutOf, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair import distributed
 from cachedoctor.repair.journal import (
@@ -76,12 +76,12 @@ def _scan(
     layout: LayoutName,
     layout_options: LayoutOptions,
     options: RepairOptions,
-) -> tuple[ScanResult, dict[str, list[Expected]], str | None, str | None]:
+) -> tuple[ScanResult, dict[str, list[Expected]], str | None, LayoutOf]:
     plan, line = plan_for(layout, targets, layout_options)
     expected = plan.by_path() if plan is not None else {}
     roots = plan.roots if plan is not None else targets
     result = scan(roots, options.scan, dataset=plan)
-    return result, expected, line, (plan.layout if plan else None)
+    return result, expected, line, (plan.layout_for if plan else None)
 
 
 def repair(
