@@ -9,10 +9,13 @@ from cachedoctor.cli.app import run
 from cachedoctor.cli.environment import Environment
 
 
-def cli(*argv: str, cwd: str = "/") -> tuple[int, str, str]:
-    """``(exit code, stdout, stderr)`` of ``cachedoctor *argv``."""
+def cli(*argv: str, cwd: str = "/", columns: int | None = None) -> tuple[int, str, str]:
+    """``(exit code, stdout, stderr)`` of ``cachedoctor *argv``; ``columns``: the terminal's
+    width (human output is wrapped to it; default ``$COLUMNS`` or 80)."""
     out, err = io.StringIO(), io.StringIO()
-    env = Environment(stdout=out, stderr=err, stdout_isatty=False, stderr_isatty=False, stdin_isatty=False, cwd=cwd)
+    env = Environment(
+        stdout=out, stderr=err, stdout_isatty=False, stderr_isatty=False, stdin_isatty=False, cwd=cwd, columns=columns
+    )
     return run(list(argv), env), out.getvalue(), err.getvalue()
 
 

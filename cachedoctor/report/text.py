@@ -39,10 +39,12 @@ def human_size(n: float) -> str:
 
 def wrap_line(line: str, width: int, indent: str | None = None) -> str:
     """``line`` wrapped at word boundaries to ``width`` columns; continuation lines keep its own
-    indentation (plus ``indent``, default two spaces). A word is never broken: a path longer
+    indentation (plus ``indent``, default two spaces); a text of several lines keeps its breaks. A word is never broken: a path longer
     than the width stands alone on its line (it can still be copied whole)."""
     import textwrap
 
+    if "\n" in line:  # several lines (a layout line per part): each wrapped on its own
+        return "\n".join(wrap_line(part, width, indent) for part in line.split("\n"))
     if len(line) <= width:
         return line
     lead = line[: len(line) - len(line.lstrip())]

@@ -100,7 +100,7 @@ def test_help_wraps_to_a_narrow_terminal() -> None:
 
 def test_a_required_argument_reads_as_click_writes_it() -> None:
     _, out, _ = cli("quarantine", "restore", "--help")
-    assert "Usage: cachedoctor quarantine restore [OPTIONS] RUN [CACHE_ROOT]...\n" in out
+    assert "Usage: cachedoctor quarantine restore [OPTIONS] RUN [PATH]...\n" in out
 
 
 # --- usage errors -----------------------------------------------------------------------------

@@ -164,6 +164,10 @@ def test_the_scan_table_wraps_at_word_boundaries(width: int) -> None:
         assert flat(f"{finding['path'].lstrip('/')}: {finding['message']}") in flat(out), finding["message"]
     assert any(len(line) > width for line in out.splitlines())  # the long paths stand whole
     wide = term("scan", str(FIXTURES), "--no-state", "-j", "1", "-v", tty=False, columns=1000, cwd="/")[1]
+    whole = [line for line in wide.splitlines() if line.startswith("layout: ")]
+    begun = [line for line in out.splitlines() if line.startswith("layout: ")]
+    assert len(whole) == len(begun) == 3  # one layout line per part: each wrapped on its own
+    assert all(w.startswith(b.split(" (auto:")[0]) for w, b in zip(whole, begun, strict=True))
     for line in wide.splitlines():  # the header, the layout line, the notes, the verdict: all there, whole
         if not set(line) & set("│┃━"):
             assert flat(line) in flat(out), line

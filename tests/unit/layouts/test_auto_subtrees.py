@@ -48,7 +48,7 @@ def test_shipped_caches_get_onetrainer_for_its_caches_and_none_for_the_rest() ->
 
 
 def test_shipped_caches_table_has_one_layout_line_per_subtree() -> None:
-    code, out, _ = cli("scan", "--no-state", "--workers", "1", str(CACHES))
+    code, out, _ = cli("scan", "--no-state", "--workers", "1", str(CACHES), columns=1000)  # lines unwrapped
     lines = [line for line in out.splitlines() if line.startswith("layout: ")]
     group = "image/27f295c1c03e75e474a08db5e2d41363f4b29abe04fd40efd5e465029741ea94/variation-0"
     assert code == 1 and len(lines) == 3
@@ -89,7 +89,7 @@ def test_a_config_found_below_that_cannot_be_used_leaves_its_part_to_none(tmp_pa
     root = _copy(tmp_path, "kohya-healthy")
     (root / "st").mkdir()
     (root / "st" / "multidatabackend.json").write_text("{}")
-    code, out, err = cli("scan", "--no-state", "--workers", "1", str(root))
+    code, out, err = cli("scan", "--no-state", "--workers", "1", str(root), columns=1000)  # lines unwrapped
     assert (code, err) == (0, "")
     assert (
         f"layout: none for {root / 'st'} (auto: multidatabackend.json describes the datasets, but "
