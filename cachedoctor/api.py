@@ -96,6 +96,8 @@ def audit(
     summary = ScanSummary.of(result)
     summary.findings = apply_severity(summary.findings, settings.severity.value)
     suppressed = None
+    if summary.empty and not settings.allow_empty.value:
+        write_baseline = None  # nothing was checked: no baseline records that as the norm
     if write_baseline:
         baselines.write(write_baseline, summary.findings)
         baseline = write_baseline

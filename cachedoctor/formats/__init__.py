@@ -41,13 +41,19 @@ READERS: tuple[FormatReader, ...] = (
 
 
 class Tally:
-    """How many bytes a :func:`read_file` call took from the file: a header and a directory
-    for a quick read, the whole file for a deep one (what a scan reports as ``io_bytes``)."""
+    """How many bytes :func:`read_file` calls took from a file: a header and a directory for a
+    quick read, the whole file for a deep one (what a scan reports as ``io_bytes``)."""
 
-    __slots__ = ("bytes",)
+    __slots__ = ("bytes", "size")
 
     def __init__(self) -> None:
-        self.bytes = 0
+        self.bytes = 0  # every read counted (the head is read again by a deep read, a small file's tail twice)
+        self.size = 0  # the file's size, once it was opened
+
+    @property
+    def taken(self) -> int:
+        """How much of the file was read, at most all of it (overlapping reads counted once)."""
+        return min(self.bytes, self.size)
 
 
 def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> FileMeta | None:
@@ -73,7 +79,7 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
             os.close(fd)
             raise UnreadableFile("special-file", f"not a regular file ({kind}); not read", type=kind)
         with open(fd, "rb", buffering=0) as handle:
-            size = st.st_size
+            size = tally.size = st.st_size
             if size == 0:
                 raise ReadError("empty", "zero bytes: the write never happened or was cut off")
             head = FileSource(fd, size)

@@ -135,7 +135,7 @@ def _held_locks(folders: list[str]) -> list[str]:
 
 def _is_held(path: str) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO named like a lock must not block
     except OSError:
         return False
     try:

@@ -69,13 +69,13 @@ def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False, tem
             return _broken_link(path, mtime)
         if not os.path.lexists(path):  # removed or renamed since the listing (a writer or a repair at work)
             return Outcome(path, 0, "skipped", mtime_ns=mtime or 0)
-        return Outcome(path, 0, "error", error=exc.message, mtime_ns=mtime or 0, io_bytes=tally.bytes)
+        return Outcome(path, 0, "error", error=exc.message, mtime_ns=mtime or 0, io_bytes=tally.taken)
     except ReadError as exc:
         size = _size(path)
         if exc.problem in _FOREIGN_PROBLEMS and not claims_cache(path):
             # an empty file, a foreign zip or pickle
-            return Outcome(path, size, "skipped", mtime_ns=mtime or 0, io_bytes=tally.bytes)
-        return _judge(Inspected(path, size, error=exc), None, mtime, io=tally.bytes)
+            return Outcome(path, size, "skipped", mtime_ns=mtime or 0, io_bytes=tally.taken)
+        return _judge(Inspected(path, size, error=exc), None, mtime, io=tally.taken)
     except Exception as exc:  # a reader bug must not stop a scan of a million files
         reraise_interrupt(exc)
         return Outcome(
@@ -84,15 +84,15 @@ def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False, tem
             "error",
             mtime_ns=mtime or 0,
             error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it",
-            io_bytes=tally.bytes,
+            io_bytes=tally.taken,
         )
     if meta is None:
         size = _size(path)
         if not claims_cache(path):
-            return Outcome(path, size, "skipped", mtime_ns=mtime or 0, io_bytes=tally.bytes)
+            return Outcome(path, size, "skipped", mtime_ns=mtime or 0, io_bytes=tally.taken)
         error = ReadError("unknown-format", "not a torch.save, safetensors or npz file, though its name says so")
-        return _judge(Inspected(path, size, error=error), None, mtime, io=tally.bytes)
-    return _judge(Inspected(path, meta.size, meta=meta), meta.format, mtime, digest, io=tally.bytes)
+        return _judge(Inspected(path, size, error=error), None, mtime, io=tally.taken)
+    return _judge(Inspected(path, meta.size, meta=meta), meta.format, mtime, digest, io=tally.taken)
 
 
 def _read(path: str, deep: bool, tally: Tally) -> FileMeta | None:

@@ -151,6 +151,7 @@ def test_deep_does_not_stream_a_large_file_no_reader_claims(tmp_path: Path) -> N
     assert result.stats.files_skipped == 1  # video.mkv: foreign
     healthy = sum(p.stat().st_size for p in tmp_path.glob("peer*.pt"))
     assert healthy <= result.stats.io_bytes < healthy + (1 << 20)  # the peers whole, the sparse files a head each
+    assert result.stats.bytes_read == healthy + (2 << 30)  # the files' sizes, as before
 
 
 def test_deep_does_not_read_a_foreign_archive_a_quick_read_calls_foreign(tmp_path: Path) -> None:
@@ -171,17 +172,17 @@ def test_deep_does_not_read_a_foreign_archive_a_quick_read_calls_foreign(tmp_pat
         read_file(str(tmp_path / "images.tar"), deep=True, tally=tally)
     except ReadError as exc:
         assert exc.problem == "legacy-tar"
-    assert tally.bytes >= size  # what read_file alone does: the tar reader claims it, so it reads deep
+    assert tally.taken == size  # what read_file alone does: the tar reader claims it, so it reads deep
     result = scan([str(tmp_path)], ScanOptions(workers=1, deep=True))
     assert (result.findings, result.stats.files_skipped) == ([], 1)
     assert result.stats.io_bytes < sum(p.stat().st_size for p in tmp_path.glob("peer*.pt")) + (1 << 20)
 
 
-def test_a_deep_read_counts_the_whole_file(tmp_path: Path) -> None:
-    [one] = peers(tmp_path, n=1)
+def test_a_deep_read_counts_the_whole_file_and_a_quick_one_its_head(tmp_path: Path) -> None:
+    one = save_pt(tmp_path / "big.pt", latent(c=4, h=256, w=256))  # 1 MiB of data
     tally = Tally()
     read_file(str(one), deep=True, tally=tally)
-    assert tally.bytes >= one.stat().st_size
+    assert tally.taken == one.stat().st_size
     quick = Tally()
     read_file(str(one), deep=False, tally=quick)
-    assert 0 < quick.bytes <= tally.bytes
+    assert 0 < quick.taken < one.stat().st_size // 10
