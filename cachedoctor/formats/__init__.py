@@ -62,9 +62,10 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
     Raises :class:`ReadError` for damaged files and :class:`UnreadableFile` when the system
     refuses the read, or when ``path`` is no regular file (problem ``special-file``, with its
     ``type``): it is opened without blocking, so a FIFO that replaced a file since the listing
-    cannot hang the scan. In deep mode the whole file is read into memory once, but only when a
-    reader claims its first bytes: a file no reader knows is judged from its head as in a quick
-    read (a 50 GB foreign file is not streamed to learn nothing). ``tally`` counts the bytes read.
+    cannot hang the scan. In deep mode the whole file is read into memory once, but a large one
+    only when it is a zip or a reader claims its first bytes: a file no reader knows is judged
+    from its head as in a quick read (a 50 GB foreign file is not streamed to learn nothing).
+    ``tally`` counts the bytes read.
     """
     tally = tally if tally is not None else Tally()
     try:
@@ -82,16 +83,16 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
             size = tally.size = st.st_size
             if size == 0:
                 raise ReadError("empty", "zero bytes: the write never happened or was cut off")
+            if size < _MMAP_FROM and deep:  # small: reading it whole costs no more than sniffing it
+                data = handle.read()
+                tally.bytes += len(data)
+                return _dispatch(path, BufferSource(data), deep)
             head = FileSource(fd, size)
             try:
                 if not deep or not _claimed(head):
                     return _dispatch(path, head, False)
             finally:
                 tally.bytes += head.bytes_read
-            if size < _MMAP_FROM:
-                data = handle.read()
-                tally.bytes += len(data)
-                return _dispatch(path, BufferSource(data), deep)
             with _mapped(fd, size) as buffer:
                 tally.bytes += size  # pre-faulted: every page is read
                 return _dispatch(path, BufferSource(buffer), deep)
@@ -104,11 +105,10 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
 
 
 def _claimed(src: Source) -> bool:
-    """Whether some reader claims the file's first bytes: only then can a deep read find more
-    than a quick one (an unclaimed file, foreign zips included, is judged from its head and
-    directory alone)."""
+    """Whether a deep read of the file can find more than a quick one: it is a zip (its CRCs),
+    or some reader claims its first bytes. Anything else is judged from its head alone."""
     head = src.read_at(0, 64)
-    return any(reader.claims(head, src) for reader in READERS)
+    return is_zip(head) or any(reader.claims(head, src) for reader in READERS)
 
 
 _MMAP_FROM = 256 * 1024
