@@ -19,11 +19,11 @@ class BrokenLink(Check):
     fix = Fix.QUARANTINE
     summary = "a symlink named like a cache file whose target does not exist (or a symlink loop)"
     why = (
-        "The trainer sees a cache entry that is not there: torch.load, np.load and "
-        'safetensors raise FileNotFoundError (or "Too many levels of symbolic links" for a '
-        "loop) when its batch comes up, possibly hours in, and SimpleTuner or kohya do not "
-        "re-cache it because the name exists. It usually means the cache was moved or copied "
-        "without what its links point to, or a disk holding the targets is not mounted."
+        "The name promises a cache entry that is not there. Anything that opens it fails: "
+        "torch.load, np.load and safetensors raise FileNotFoundError (\"Too many levels of "
+        "symbolic links\" for a loop), in a trainer that loads lazily only when the batch that "
+        "holds it comes up, possibly hours in. It usually means the cache was moved or copied "
+        "without what its links point to, or the disk that holds the targets is not mounted."
     )
     repair = (
         "quarantine: the link itself is moved into <cache root>/.cachedoctor/quarantine/<run>/ "
