@@ -20,8 +20,8 @@ class BrokenLink(Check):
     summary = "a symlink named like a cache file whose target does not exist (or a symlink loop)"
     why = (
         "The name promises a cache entry that is not there. Anything that opens it fails: "
-        "torch.load, np.load and safetensors raise FileNotFoundError (\"Too many levels of "
-        "symbolic links\" for a loop), in a trainer that loads lazily only when the batch that "
+        'torch.load, np.load and safetensors raise FileNotFoundError ("Too many levels of '
+        'symbolic links" for a loop), in a trainer that loads lazily only when the batch that '
         "holds it comes up, possibly hours in. It usually means the cache was moved or copied "
         "without what its links point to, or the disk that holds the targets is not mounted."
     )
