@@ -52,10 +52,11 @@ class TableRenderer(Renderer):
 
         stats = report.scan.counts
         files = f"{_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}"
-        if stats.files_reused:  # the state database vouched for these: their stat is as recorded
+        unchanged = stats.files_reused - stats.reused_skipped  # cache files: skipped ones are counted apart
+        if unchanged > 0:  # the state database vouched for these: their stat is as recorded
             files = (
-                f"{_n(stats.files_seen, 'file')} in {_n(stats.folders, 'folder')} ({stats.files_reused} unchanged "
-                f"since the last scan, {stats.files_seen - stats.files_reused} read)"
+                f"{_n(stats.files_read, 'file')} in {_n(stats.folders, 'folder')} ({unchanged} unchanged "
+                f"since the last scan, {stats.files_read - unchanged} read)"
             )
         if not self.quiet:
             line(
@@ -98,17 +99,21 @@ class TableRenderer(Renderer):
             if not self.quiet:
                 console.print()
                 line("Worst files", "bold")
-                for path, items in self._worst(report.findings)[:worst]:
+                ranked = self._worst(report.findings)
+                for path, items in ranked[:worst]:
                     kinds_here = ", ".join(sorted({f.kind for f in items}))
                     line(f"  {self._rel(path)}  [{kinds_here}]")
+                if worst is not None and len(ranked) > worst:
+                    line(f"  ... and {len(ranked) - worst} more file(s) (-v or --format json lists all)")
 
         for error in report.scan.errors:
             line(f"could not check {self._rel(error.path)}: {error.message}", "bold red")
         counts = report.by_severity()
         if not self.quiet or report.findings or report.scan.errors:
             console.print()
+        info = f", {counts['info']} info" if counts["info"] else ""  # kinds set to info still count
         verdict = (
-            f"{counts['error']} error(s), {counts['warning']} warning(s) in "
+            f"{counts['error']} error(s), {counts['warning']} warning(s){info} in "
             f"{len({f.path for f in report.findings})} file(s)."
             if report.findings
             else "No findings."
