@@ -34,6 +34,7 @@ from cachedoctor.cli.options import (
     YesOption,
 )
 from cachedoctor.cli.repair import resolve_targets, run_repair
+from cachedoctor.cli.repair_output import RepairFormat, RepairFormatOption, RepairOutputOption, emit, output_mode
 from cachedoctor.errors import PathError
 
 
@@ -64,6 +65,8 @@ def recover(
     exclude: ExcludeOption = None,
     state: StateOption = None,
     no_state: NoStateOption = False,
+    fmt: RepairFormatOption = RepairFormat.TEXT,
+    output: RepairOutputOption = None,
     color: ColorOption = ColorChoice.AUTO,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
@@ -74,11 +77,13 @@ def recover(
     from cachedoctor.options import layout_name, layout_options, scan_options
     from cachedoctor.repair.recover import CRASH_KINDS, survey
     from cachedoctor.repair.run import RepairOptions, still_broken
+    from cachedoctor.report.repair_lines import Lines, whole
     from cachedoctor.report.repair_text import RepairReport, print_result, print_survey
 
     env = current()
     env.configure(color=color, quiet=quiet, verbose=verbose)
-    out = env.stdout
+    human = output_mode(env, fmt, output, yes or not apply, "add --yes to apply, or leave out --apply for the survey")
+    lines = Lines(env)
     settings, targets = resolve_targets(
         ctx,
         paths=paths,
@@ -99,15 +104,16 @@ def recover(
     )
     scanning = scan_options(settings, sample=False, default_state=False)
     found = survey(targets, layout_name(settings), layout_options(settings, model_family, output_dir), scanning)
-    print_survey(found, out, env.cwd)
+    if human:
+        print_survey(found, env)
     if found.empty or not apply:
-        if not found.empty:
-            print(
-                "`cachedoctor recover --apply` with the same arguments quarantines what is partial"
-                + (" and resumes the interrupted repair" if found.interrupted else ""),
-                file=out,
+        if not found.empty and human:
+            lines.say(
+                whole("`cachedoctor recover --apply`")
+                + " with the same arguments quarantines what is partial"
+                + (" and resumes the interrupted repair" if found.interrupted else "")
             )
-        return RepairReport(survey=found).exit_code
+        return emit(RepairReport(survey=found), "recover", targets, fmt, output)
     if found.held_locks:
         raise PathError(
             found.held_locks[0],
@@ -116,11 +122,15 @@ def recover(
     resumed = found.interrupted[0][1] if found.interrupted else None
     encoders = tuple(encoder or ()) or (resumed.encoders if resumed else ())
     options = RepairOptions(scan=replace(scanning, deep=True), encoders=encoders, only=None if resumed else CRASH_KINDS)
-    print("", file=out)
-    outcome = run_repair(settings, targets, options, yes, model_family, output_dir)
+    if human:
+        lines.say()
+    outcome = run_repair(settings, targets, options, yes, model_family, output_dir, human=human)
     if isinstance(outcome, RepairReport):  # declined
         return outcome.exit_code
-    return print_result(RepairReport(outcome, tuple(still_broken(outcome))), out, env)
+    report = RepairReport(outcome, tuple(still_broken(outcome)), survey=found)
+    if human:
+        print_result(report, env)
+    return emit(report, "recover", targets, fmt, output)
 
 
 __all__ = ["recover"]

@@ -45,6 +45,7 @@ from cachedoctor.cli.options import (
     VerboseOption,
     YesOption,
 )
+from cachedoctor.cli.repair_output import RepairFormat, RepairFormatOption, RepairOutputOption, emit, output_mode
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 
@@ -142,6 +143,8 @@ def repair(
     exclude: ExcludeOption = None,
     state: StateOption = None,
     no_state: NoStateOption = False,
+    fmt: RepairFormatOption = RepairFormat.TEXT,
+    output: RepairOutputOption = None,
     color: ColorOption = ColorChoice.AUTO,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
@@ -150,10 +153,12 @@ def repair(
     from cachedoctor.explain import kinds as known_kinds
     from cachedoctor.options import scan_options
     from cachedoctor.repair.run import RepairOptions, still_broken
+    from cachedoctor.report.repair_lines import Lines
     from cachedoctor.report.repair_text import RepairReport, print_result
 
     env = current()
     env.configure(color=color, quiet=quiet, verbose=verbose)
+    human = output_mode(env, fmt, output, yes or dry_run, "add --yes to repair, or --dry-run for the plan alone")
     settings, targets = resolve_targets(
         ctx,
         paths=paths,
@@ -196,15 +201,20 @@ def repair(
         posterior=posterior.value,
         seed=seed,
     )
-    outcome = run_repair(settings, targets, options, yes, model_family, output_dir)
+    outcome = run_repair(settings, targets, options, yes, model_family, output_dir, human=human)
     if isinstance(outcome, RepairReport):  # declined
         return outcome.exit_code
     if dry_run:
-        print("dry run: nothing was changed", file=env.stdout)
-        return RepairReport(outcome, dry_run=True).exit_code
-    if not outcome.leader:
+        report = RepairReport(outcome, dry_run=True)
+        if human:
+            Lines(env).say("dry run: nothing was changed")
+    elif not outcome.leader:
         return ExitStatus.CLEAN
-    return print_result(RepairReport(outcome, tuple(still_broken(outcome))), env.stdout, env)
+    else:
+        report = RepairReport(outcome, tuple(still_broken(outcome)))
+        if human:
+            print_result(report, env)
+    return emit(report, "repair", targets, fmt, output)
 
 
 def resolve_targets(ctx: typer.Context, **cli: Any) -> tuple[Any, list[str]]:
@@ -231,16 +241,17 @@ def run_repair(
     yes: bool,
     model_family: str | None = None,
     output_dir: str | None = None,
+    *,
+    human: bool = True,
 ) -> Any:
-    """Run the repair machinery with the plan printed and the question asked: the outcome, or a
-    declined :class:`RepairReport` when the user said no."""
+    """Run the repair machinery with the plan printed (``human``: the text for people) and the
+    question asked: the outcome, or a declined :class:`RepairReport` when the user said no."""
     from cachedoctor.options import layout_name, layout_options
     from cachedoctor.repair.model import Declined
     from cachedoctor.repair.run import repair as core_repair
     from cachedoctor.report.repair_text import RepairReport, print_plan
 
     env = current()
-    out = env.stdout
 
     def confirm(outcome: Any) -> bool:
         go = yes or not env.stdin_isatty or env.ask("Go ahead? [y/N] ")
@@ -258,10 +269,10 @@ def run_repair(
             options,
             list(env.argv),
             confirm,
-            lambda outcome: print_plan(outcome, out),
+            lambda outcome: print_plan(outcome, env) if human else None,
         )
     except Declined:
-        print("nothing was changed", file=out)
+        print("nothing was changed", file=env.stdout)
         return RepairReport(declined=True)
 
 
