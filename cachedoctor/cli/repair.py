@@ -206,6 +206,8 @@ def repair(
         return outcome.exit_code
     if dry_run:
         report = RepairReport(outcome, dry_run=True)
+        if not outcome.leader:  # the leader rank shows the plan and writes the document
+            return report.exit_code
         if human:
             Lines(env).say("dry run: nothing was changed")
     elif not outcome.leader:
