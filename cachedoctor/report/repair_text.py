@@ -164,20 +164,20 @@ class RepairReport:
             steps.append("`cachedoctor explain KIND` says what else can be done about a kind still found")
         return "; ".join(steps) or None
 
-    def quarantine_dirs(self) -> list[str]:
-        """The quarantine folders this run moved files into (one per cache root)."""
+    def _moved_roots(self) -> list[str]:
+        """The cache roots this run moved files out of, into their quarantine."""
         if self.outcome is None:
             return []
         kept = {r.path for r in self.outcome.results if r.quarantined}
-        roots = sorted({a.root for a in self.outcome.plan.actions if a.path in kept})
-        return [os.path.join(quarantine_root(root), self.outcome.run_id) for root in roots]
+        return sorted({a.root for a in self.outcome.plan.actions if a.path in kept})
+
+    def quarantine_dirs(self) -> list[str]:
+        """The quarantine folders this run moved files into (one per cache root)."""
+        return [os.path.join(quarantine_root(root), self.outcome.run_id) for root in self._moved_roots()]
 
     def undo(self) -> str | None:
         """The one command that puts back everything this run moved (one run id across every root)."""
-        if self.outcome is None:
-            return None
-        kept = {r.path for r in self.outcome.results if r.quarantined}
-        roots = sorted({a.root for a in self.outcome.plan.actions if a.path in kept})
+        roots = self._moved_roots()
         if not roots:
             return None
         return f"cachedoctor quarantine restore {self.outcome.run_id} " + " ".join(shlex.quote(r) for r in roots)
