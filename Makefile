@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml constraints-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing cachedoctor and its pinned development set into $(VENV) ..."
 	@# torch first and alone, pinned to the CPU build: an unpinned torch pulls GBs of CUDA wheels.
+	@# Then the package with its [repair] extra (torch, the encoder libraries), which users opt into.
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_FLAGS) -c constraints-dev.txt torch==2.13.0
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints-dev.txt -e '.[test,lint]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints-dev.txt -e '.[repair,test,lint]'
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -109,7 +109,7 @@ def audit(
             summary.findings,
             result.targets,
             lambda paths: _expected_again(settings, existing, paths, model_family, output_dir),
-            plan.layout if plan else None,
+            plan.layout_for if plan else None,  # per path: a tree that mixes trainers has one layout per part
         ),
     )
 

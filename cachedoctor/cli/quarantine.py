@@ -1,92 +1,149 @@
 """``cachedoctor quarantine list|restore|purge``: what repair moved aside, and the way back.
 
-``list`` only reads the quarantine's folders and records: it imports no scan, layout or reader.
+Each takes what ``scan`` and ``repair`` take (cache folders, files, kohya image folders, or the
+dataset's ``--config``, ``--kohya-config`` or ``--manifest``) and finds every quarantine run at
+or below them (``repair/quarantine_search.py``). ``list`` only reads the quarantine's folders
+and records: it imports no scan, layout or reader (a dataset option reads its description).
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
 from cachedoctor.cli.environment import current
+from cachedoctor.cli.options import ConfigOption, KohyaConfigOption, ManifestOption, ModelFamilyOption, OutputDirOption
 from cachedoctor.errors import PathError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.text import human_size
 
 if TYPE_CHECKING:
     from cachedoctor.repair.quarantine import QuarantineRun
+    from cachedoctor.repair.quarantine_search import Search
 
 quarantine_app = typer.Typer(help="List, restore or purge what repair moved aside.", no_args_is_help=True)
-RootArg = Annotated[
-    str, typer.Argument(help="The cache root (the folder holding .cachedoctor/).", metavar="CACHE_ROOT")
+PathsArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="What the repair was given (cache folders, files, image folders); every quarantine at or "
+        "below them is found. Default: here, unless a dataset option names the folders.",
+        metavar="PATH...",
+        show_default=False,
+    ),
 ]
 RunArg = Annotated[str, typer.Argument(metavar="RUN")]
 
 
-@quarantine_app.command("list")
-def quarantine_list(root: RootArg = ".") -> int:
-    """Every repair run's quarantine under CACHE_ROOT: files, sizes, why."""
-    from cachedoctor.repair.quarantine import list_runs
+def _search(
+    paths: list[str] | None,
+    config: str | None,
+    kohya_config: str | None,
+    manifest: str | None,
+    model_family: str | None,
+    output_dir: str | None,
+) -> Search:
+    """Where to look: ``paths`` (default: here, without a dataset option) and the cache folders
+    the dataset description names; a SimpleTuner checkout among ``paths`` names its own, as in
+    ``scan``. A path that does not exist is a :class:`PathError`."""
+    from cachedoctor.repair.quarantine_search import SIMPLETUNER_CONFIGS, Search
 
+    described = (config, kohya_config, manifest)
+    for given in described:
+        if given and not os.path.isfile(given):
+            raise PathError(os.path.abspath(given), "no such file; check the path of the dataset description")
+    targets = paths or ([] if any(described) else ["."])
+    roots = _described(config, kohya_config, manifest, model_family, output_dir) if any(described) else []
+    for path in targets if not config else ():
+        found = (os.path.join(path, name) for name in SIMPLETUNER_CONFIGS)
+        checkout = next((f for f in found if os.path.isfile(f)), None)
+        if checkout is not None:
+            try:
+                roots += _described(checkout, None, None, model_family, output_dir)
+            except PathError:
+                pass  # a config nobody named that cannot be read (a template): the walk below still runs
+    return Search.of(targets, roots)
+
+
+def _described(
+    config: str | None, kohya_config: str | None, manifest: str | None, model_family: str | None, output_dir: str | None
+) -> list[str]:
+    from cachedoctor.layouts import LayoutOptions, described_roots
+
+    return described_roots(
+        LayoutOptions(
+            config=config and os.path.abspath(config),
+            kohya_config=kohya_config and os.path.abspath(kohya_config),
+            manifest=manifest and os.path.abspath(manifest),
+            model_family=model_family,
+            output_dir=output_dir,
+        )
+    )
+
+
+def _where(search: Search) -> str:
+    return " ".join(search.below + search.here) or "the dataset's cache folders"
+
+
+@quarantine_app.command("list")
+def quarantine_list(
+    paths: PathsArg = None,
+    config: ConfigOption = None,
+    kohya_config: KohyaConfigOption = None,
+    manifest: ManifestOption = None,
+    model_family: ModelFamilyOption = None,
+    output_dir: OutputDirOption = None,
+) -> int:
+    """Every repair run's quarantine at or below PATH...: files, sizes, why."""
     out = current().stdout
-    base = os.path.abspath(root)
-    if not os.path.isdir(base):
-        what = "is a file" if os.path.exists(base) else "no such folder"
-        raise PathError(base, f"{what}; name the cache folder a repair ran on (its quarantine is in .cachedoctor/)")
-    runs = list_runs(base)
-    if not runs:
-        print(f"no quarantine under {root}", file=out)
+    search = _search(paths, config, kohya_config, manifest, model_family, output_dir)
+    found = search.runs()
+    if not found:
+        print(f"no quarantine at or below {_where(search)}", file=out)
         return ExitStatus.CLEAN
-    for run in runs:
-        print(f"{run.run_id}: {len(run.files)} file(s), {human_size(run.size)}", file=out)
-        for item in run.files:
-            why = ",".join(item.reasons) or "no record"
-            print(f"  {item.relpath}  [{item.action}: {why}]", file=out)
+    alone = len(found) == 1 and found[0][0] in search.given  # the cache root given: as it always printed
+    for root, runs in found:
+        if not alone:
+            print(f"{root}:", file=out)
+        for run in runs:
+            _print_run(run, "" if alone else "  ", out)
     return ExitStatus.CLEAN
 
 
-def _find_run(root: str, run_id: str) -> tuple[str, QuarantineRun]:
-    """``(absolute root, the run)``; a run that is not there is a :class:`PathError`."""
-    from cachedoctor.repair.quarantine import find_run
-
-    base = os.path.abspath(root)
-    run = find_run(base, run_id)
-    if run is None:
-        raise PathError(base, f"no quarantine run {run_id!r}; see `cachedoctor quarantine list {root}`")
-    return base, run
+def _print_run(run: QuarantineRun, indent: str, out: TextIO) -> None:
+    print(f"{indent}{run.run_id}: {len(run.files)} file(s), {human_size(run.size)}", file=out)
+    for item in run.files:
+        why = ",".join(item.reasons) or "no record"
+        print(f"{indent}  {item.relpath}  [{item.action}: {why}]", file=out)
 
 
-RootsArg = Annotated[
-    list[str] | None,
-    typer.Argument(help="The cache roots (folders holding .cachedoctor/); default: here.", metavar="CACHE_ROOT..."),
-]
+def _found(search: Search, run_id: str, verb: str) -> list[tuple[str, QuarantineRun]]:
+    found = search.find(run_id, verb)
+    if not found:
+        raise PathError(
+            _where(search), f"no quarantine run {run_id!r} here or below; see `cachedoctor quarantine list`"
+        )
+    return found
 
 
 @quarantine_app.command("restore")
 def quarantine_restore(
     run_id: RunArg,
-    roots: RootsArg = None,
-    config: Annotated[
-        str | None,
-        typer.Option(
-            "--config", metavar="PATH", help="A SimpleTuner config: restore RUN in each of its cache folders."
-        ),
-    ] = None,
+    paths: PathsArg = None,
+    config: ConfigOption = None,
+    kohya_config: KohyaConfigOption = None,
+    manifest: ManifestOption = None,
+    model_family: ModelFamilyOption = None,
+    output_dir: OutputDirOption = None,
 ) -> int:
-    """Put RUN's files back in every root that holds it (one repair run is one RUN across all its
-    cache roots); what is there now is quarantined first, so nothing is lost."""
+    """Put RUN's files back in every cache root at or below PATH... that holds it (one repair run
+    is one RUN across all its cache roots); what is there now is quarantined first, so nothing is
+    lost."""
     from cachedoctor.repair.journal import new_run_id
-    from cachedoctor.repair.quarantine import find_run, restore
+    from cachedoctor.repair.quarantine import restore
 
-    bases = [os.path.abspath(r) for r in (roots or ([] if config else ["."]))]
-    if config:
-        bases += _config_roots(config)
-    found = [(base, run) for base in dict.fromkeys(bases) if (run := find_run(base, run_id)) is not None]
-    if not found:
-        where = " ".join(bases)
-        raise PathError(where, f"no quarantine run {run_id!r} here; see `cachedoctor quarantine list CACHE_ROOT`")
+    found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "restore")
     aside = f"restore-{new_run_id()}"
     done = [path for base, run in found for path in restore(base, run, aside)]
     print(
@@ -97,28 +154,28 @@ def quarantine_restore(
     return ExitStatus.CLEAN
 
 
-def _config_roots(config: str) -> list[str]:
-    """The cache folders a SimpleTuner config names (where its repairs keep their quarantines)."""
-    from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
-
-    plan, _line = plan_for(LayoutName("simpletuner"), [], LayoutOptions(config=os.path.abspath(config)))
-    return [] if plan is None else [os.path.abspath(r) for r in plan.roots]
-
-
 @quarantine_app.command("purge")
 def quarantine_purge(
-    run_id: RunArg, root: RootArg = ".", yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False
+    run_id: RunArg,
+    paths: PathsArg = None,
+    config: ConfigOption = None,
+    kohya_config: KohyaConfigOption = None,
+    manifest: ManifestOption = None,
+    model_family: ModelFamilyOption = None,
+    output_dir: OutputDirOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
 ) -> int:
-    """Delete RUN's quarantine for good (the only command that deletes data)."""
+    """Delete RUN's quarantine for good, in every cache root at or below PATH... that holds it
+    (the only command that deletes data)."""
     from cachedoctor.repair.quarantine import purge
 
     env = current()
-    _base, run = _find_run(root, run_id)
-    if not yes and not (
-        env.stdin_isatty and env.ask(f"Delete {len(run.files)} file(s), {human_size(run.size)}, for good? [y/N] ")
-    ):
-        raise PathError(run.folder, "not purged; pass --yes to delete it without asking")
-    print(f"purged {run_id}: {human_size(purge(run))} freed", file=env.stdout)
+    found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "purge")
+    files, size = sum(len(run.files) for _, run in found), sum(run.size for _, run in found)
+    if not yes and not (env.stdin_isatty and env.ask(f"Delete {files} file(s), {human_size(size)}, for good? [y/N] ")):
+        raise PathError(found[0][1].folder, "not purged; pass --yes to delete it without asking")
+    freed = sum(purge(run) for _, run in found)
+    print(f"purged {run_id}: {human_size(freed)} freed", file=env.stdout)
     return ExitStatus.CLEAN
 
 

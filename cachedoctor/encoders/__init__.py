@@ -19,6 +19,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from cachedoctor.encoders.interface import API_VERSION, Encoder, EncoderError, EncoderFactory, Modality, Scaling
+from cachedoctor.extras import INSTALL_REPAIR
 from cachedoctor.lifetime import reraise_interrupt
 
 #: The entry-point group adapters register in; its version changes only when the interface breaks.
@@ -30,7 +31,7 @@ BUILTINS: dict[str, str] = {
     "transformers-text": "cachedoctor.encoders.transformers_text:factory",
 }
 
-INSTALL_HINT = "pip install 'cachedoctor[encoders]'"
+INSTALL_HINT = f"install it with: {INSTALL_REPAIR}"
 
 
 def available() -> dict[str, str]:

@@ -1,17 +1,19 @@
-"""Trainer layouts: how dataset items map to cache files. :func:`choose` picks one.
+"""Trainer layouts: how dataset items map to cache files. :func:`plan_for` plans with one.
 
-``--layout auto`` (the default) tries each layout's ``detect`` in order and says why it chose
-one; when none matches, the scan compares the cache files with each other only.
+``--layout auto`` (the default) gives each part of the targets the layout whose sign it holds
+(``auto.py``: a tree that mixes trainers gets one layout per subtree) and says why; where no
+layout matches, the scan compares the cache files with each other only.
 :func:`recompute_spec` asks a layout what a repair must write for one of its entries.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import replace
 
 from cachedoctor.errors import UsageError
-from cachedoctor.layouts import _recompute
+from cachedoctor.layouts import _recompute, auto
 from cachedoctor.layouts._recompute import TemplateFinder
 from cachedoctor.layouts.interface import (
     DatasetPlan,
@@ -19,6 +21,7 @@ from cachedoctor.layouts.interface import (
     Layout,
     LayoutError,
     LayoutOptions,
+    LayoutPart,
     RecomputeSpec,
     SpecOrWhy,
     Template,
@@ -73,24 +76,60 @@ def choose(name: LayoutName, targets: list[str], options: LayoutOptions) -> tupl
         reason = layout.detect(targets, options)
         if reason is not None:
             return layout, f"auto: {reason}"
-    return None, "auto: no trainer layout recognised; cache files compared with each other only"
+    return None, f"auto: {auto.NONE_REASON}"
 
 
 def plan_for(name: LayoutName, targets: list[str], options: LayoutOptions) -> tuple[DatasetPlan | None, str]:
-    """The dataset plan (``None``: cache only) and a line saying which layout and why."""
+    """The dataset plan (``None``: cache only) and the line(s) saying which layout and why (one
+    line per subtree when ``--layout auto`` finds a tree that mixes trainers)."""
+    if name is LayoutName.AUTO and not (options.manifest or options.config or options.kohya_config):
+        return auto.plan_auto(targets, options, list(LAYOUTS.values()))
     layout, reason = choose(name, targets, options)
     if layout is None:
         return None, f"layout: none ({reason})"
-    return layout.plan(targets, options), f"layout: {layout.name} ({reason})"
+    plan, line = layout.plan(targets, options), f"layout: {layout.name} ({reason})"
+    plan.parts = [LayoutPart(layout.name, t, line) for t in targets] or [LayoutPart(layout.name, None, line)]
+    return plan, line
 
 
-def recompute_spec(path: str, expected: Expected | None, layout: str | None, templates: TemplateFinder) -> SpecOrWhy:
+def described_roots(options: LayoutOptions) -> list[str]:
+    """The folders a dataset description (``--config``, ``--kohya-config``, ``--manifest``) names
+    for its caches, read from the description alone (no dataset walked, no image opened): where
+    the repairs of that dataset keep their quarantines. Outermost first, each once."""
+    import os
+
+    from cachedoctor.layouts import _kohya_config, _simpletuner_config
+    from cachedoctor.layouts.manifest import read_rows
+
+    folders: list[str] = []
+    if options.config:
+        backends = _simpletuner_config.load(options).backends
+        folders += [d for b in backends for d in (b.cache_dir_vae, b.cache_dir) if d]
+    if options.kohya_config:  # kohya caches sit beside the images
+        folders += [s.image_dir for s in _kohya_config.load(options.kohya_config, dict(options.kohya_args)).subsets]
+    if options.manifest:
+        base = os.path.dirname(os.path.abspath(options.manifest))
+        folders += {os.path.dirname(os.path.join(base, str(row["cache"]))) for _, row in read_rows(options.manifest)}
+    out: list[str] = []
+    for folder in sorted({os.path.normpath(os.path.abspath(f)) for f in folders}):
+        if not any(folder == o or folder.startswith(o.rstrip(os.sep) + os.sep) for o in out):
+            out.append(folder)
+    return out
+
+
+#: The layout that planned an entry: a name, or (a plan that mixes layouts) ``path -> name``.
+LayoutOf = str | Callable[[str], str | None] | None
+
+
+def recompute_spec(path: str, expected: Expected | None, layout: LayoutOf, templates: TemplateFinder) -> SpecOrWhy:
     """What a recompute of the entry at ``path`` must produce (``layout``: the plan's layout
-    name), or ``(None, why it cannot be recomputed here)``."""
+    name, or ``DatasetPlan.layout_for``), or ``(None, why it cannot be recomputed here)``."""
     why = _recompute.precondition(expected)
     if why is not None or expected is None:
         return None, why
     template = templates.for_entry(path, expected)
+    if callable(layout):
+        layout = layout(path)
     owner = LAYOUTS.get(layout) if layout else None
     if owner is not None:
         spec, why = owner.recompute_spec(path, expected, template)
@@ -110,12 +149,15 @@ __all__ = [
     "Layout",
     "LayoutError",
     "LayoutName",
+    "LayoutOf",
     "LayoutOptions",
+    "LayoutPart",
     "RecomputeSpec",
     "SpecOrWhy",
     "Template",
     "TemplateFinder",
     "choose",
+    "described_roots",
     "plan_for",
     "recompute_spec",
 ]

@@ -95,6 +95,7 @@ class DatasetPlan:
     items: int = 0  # dataset items (images) seen
     entry_suffixes: tuple[str, ...] = (".pt", ".npz", ".safetensors", ".npy")
     source_suffixes: tuple[str, ...] = ()  # files in walked folders that are dataset items, not cache
+    parts: list[LayoutPart] = field(default_factory=list)  # which layout each part of the targets got, and why
 
     def add(self, entry: Expected, folder_path: str | None = None) -> None:
         """Expect ``entry`` (in ``folder_path``, its folder, when the caller knows it); a second
@@ -136,6 +137,34 @@ class DatasetPlan:
 
     def is_source_name(self, path: str) -> bool:
         return path.lower().endswith(self.source_suffixes) if self.source_suffixes else False
+
+    def layout_for(self, path: str) -> str | None:
+        """The layout that planned the entry at ``path`` (a plan of mixed subtrees: its part's)."""
+        return self.layout
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutPart:
+    """One part of the targets and the layout it got: ``root`` is the folder (``None``: the
+    dataset description named the folders), ``line`` the layout line the report prints for it."""
+
+    layout: str  # a layout name, or "none": cache files compared with each other only
+    root: str | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A layout's sign in one folder (``--layout auto``): ``marker`` is the file that shows it,
+    ``sign`` what it shows, ``root`` the folder the layout's plan is given for it."""
+
+    root: str
+    marker: str
+    sign: str  # "sits next to its image", "indexes the cache", "describes the datasets"
+
+    @property
+    def reason(self) -> str:
+        return f"{self.marker} {self.sign}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +229,37 @@ class Layout(abc.ABC):
 
     name: ClassVar[str]
     summary: ClassVar[str]
+    #: Whether the plan of a folder finds every sign below it, so that ``--layout auto`` may give
+    #: it a parent of its signs that holds nothing else (kohya, OneTrainer). SimpleTuner's plan
+    #: reads the config in the folder it is given, so it gets exactly the folder of its sign.
+    plans_below: ClassVar[bool] = True
 
-    @abc.abstractmethod
     def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
-        """Why these targets look like this layout (a short reason), or ``None``."""
+        """Why these targets look like this layout (a short reason), or ``None``: the first
+        :meth:`claim` within the first ``DETECT_ENTRIES`` directory entries below them."""
+        from cachedoctor.layouts.auto import scout
+
+        for target in targets:
+            found = scout(target, [self]).claims
+            if found:
+                return found[0][1].reason
+        return None
+
+    def claim(self, folder: str, names: set[str]) -> Claim | None:
+        """This layout's sign in ``folder`` (which holds ``names``), or ``None``. It may look at
+        the file system (a stat), never read a file's content."""
+        return None
+
+    def resembles(self, names: set[str]) -> bool:
+        """Whether ``names`` (one folder's) hold files this layout writes, without its sign (a
+        kohya cache whose images are gone): such a folder does not stop ``--layout auto`` from
+        giving this layout the tree around it."""
+        return False
+
+    def opaque(self, name: str) -> bool:
+        """A folder name ``--layout auto`` never lists: it holds only entries (OneTrainer's
+        ``variation-<n>``), and its parent's :meth:`claim` sees it by name."""
+        return False
 
     @abc.abstractmethod
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:

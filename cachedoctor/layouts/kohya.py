@@ -31,9 +31,10 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from cachedoctor.layouts import _kohya_config, _recompute
-from cachedoctor.layouts._images import DETECT_ENTRIES, SOURCE_SUFFIXES, image_size, stem, walk_images
+from cachedoctor.layouts._images import SOURCE_SUFFIXES, image_size, is_image, stem, walk_images
 from cachedoctor.layouts._kohya_buckets import latent_hw
 from cachedoctor.layouts.interface import (
+    Claim,
     DatasetPlan,
     Expected,
     Layout,
@@ -81,21 +82,18 @@ class KohyaLayout(Layout):
     name = "kohya"
     summary = "kohya-ss sd-scripts: <stem>_<W>x<H>_<arch>.npz and <stem>_te_outputs.npz next to each image"
 
-    def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
-        for target in targets:
-            if not os.path.isdir(target):
-                continue
-            for n, (folder, images, names) in enumerate(walk_images(target, DETECT_ENTRIES)):
-                if n >= _DETECT_FOLDERS:
-                    break
-                stems = {stem(e.name) for e in images}
-                if not stems:
-                    continue
-                for name in sorted(names):  # the first match by name, not by directory order: same line on every copy
-                    m = _LATENT_NAME.match(name) or _TE_NAME.match(name)
-                    if m is not None and m.group("stem") in stems:
-                        return f"{os.path.join(folder, name)} sits next to its image"
+    def claim(self, folder: str, names: set[str]) -> Claim | None:
+        stems = {stem(n) for n in names if is_image(n)}
+        if not stems:
+            return None
+        for name in sorted(n for n in names if n.endswith(".npz")):  # the first by name: same line on every copy
+            m = _LATENT_NAME.match(name) or _TE_NAME.match(name)
+            if m is not None and m.group("stem") in stems:
+                return Claim(folder, os.path.join(folder, name), "sits next to its image")
         return None
+
+    def resembles(self, names: set[str]) -> bool:
+        return any(n.endswith(".npz") and (_LATENT_NAME.match(n) or _TE_NAME.match(n)) for n in names)
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
         args = dict(options.kohya_args)

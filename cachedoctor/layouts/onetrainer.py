@@ -23,8 +23,9 @@ import re
 from typing import Any
 
 from cachedoctor.layouts import _recompute
-from cachedoctor.layouts._images import DETECT_ENTRIES, is_image, names_in
+from cachedoctor.layouts._images import is_image, names_in
 from cachedoctor.layouts.interface import (
+    Claim,
     DatasetPlan,
     Expected,
     Layout,
@@ -46,12 +47,22 @@ class OneTrainerLayout(Layout):
     name = "onetrainer"
     summary = "OneTrainer/mgds: image|text/<group>/variation-<n>/<i>.pt with aggregate.pt"
 
-    def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
-        for target in targets:
-            variation = _first_variation(target)
-            if variation is not None:
-                return f"{os.path.join(variation, AGGREGATE)} indexes the cache"
-        return None
+    def claim(self, folder: str, names: set[str]) -> Claim | None:
+        """A ``variation-<n>`` holding ``aggregate.pt`` (checked, never listed); it claims the
+        cache folder above ``image|text/<group>/``."""
+        if _VARIATION.match(os.path.basename(folder)) and AGGREGATE in names:
+            variation = folder
+        else:
+            candidates = sorted(n for n in names if n.startswith("variation-") and _VARIATION.match(n))
+            name = next((n for n in candidates if os.path.isfile(os.path.join(folder, n, AGGREGATE))), None)
+            if name is None:
+                return None
+            variation = os.path.join(folder, name)
+        cache = os.path.dirname(os.path.dirname(os.path.dirname(variation)))
+        return Claim(cache, os.path.join(variation, AGGREGATE), "indexes the cache")
+
+    def opaque(self, name: str) -> bool:
+        return _VARIATION.match(name) is not None
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
         roots = [os.path.abspath(t) for t in targets]
@@ -188,33 +199,6 @@ def _variations(root: str, limit: int | None = None) -> list[str]:
             if limit is not None and len(found) >= limit:
                 break
     return found
-
-
-def _first_variation(root: str) -> str | None:
-    """The first ``variation-<n>`` folder holding ``aggregate.pt`` (detection): a variation folder
-    is checked, never listed (it holds only entries), and the listing stops at ``DETECT_ENTRIES``."""
-    stack, listed = [root], 0
-    while stack and listed < DETECT_ENTRIES:
-        folder = stack.pop()
-        if _VARIATION.match(os.path.basename(folder)):
-            if os.path.isfile(os.path.join(folder, AGGREGATE)):
-                return folder
-            continue
-        try:
-            with os.scandir(folder) as it:
-                entries = list(it)
-        except OSError:
-            continue
-        listed += len(entries)
-        subdirs = []
-        for entry in entries:
-            try:
-                if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):  # as os.walk: no loops
-                    subdirs.append(entry.path)
-            except OSError:
-                continue
-        stack.extend(sorted(subdirs, reverse=True))
-    return None
 
 
 def _kind_of(variation: str) -> str:

@@ -28,6 +28,7 @@ from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
 from cachedoctor.layouts._simpletuner_buckets import bucket_sizes
 from cachedoctor.layouts.interface import (
+    Claim,
     DatasetPlan,
     Expected,
     Layout,
@@ -56,6 +57,7 @@ class SimpleTunerLayout(Layout):
     summary = (
         "SimpleTuner: <sha256(stem)>.pt latents and <md5(caption)>-<family>.pt text embeds, from multidatabackend.json"
     )
+    plans_below = False  # its plan reads the config in the folder it is given
 
     def __init__(self) -> None:
         # cache folder -> (dtype, container) SimpleTuner writes there (from config.json), for recompute_spec
@@ -66,6 +68,12 @@ class SimpleTunerLayout(Layout):
             return f"--config {options.config}"
         found = find_config(targets)
         return f"{found} describes the datasets" if found else None
+
+    def claim(self, folder: str, names: set[str]) -> Claim | None:
+        for name in CONFIG_NAMES:
+            if name.split(os.sep)[0] in names and os.path.isfile(os.path.join(folder, name)):
+                return Claim(folder, os.path.join(folder, name), "describes the datasets")
+        return None
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
         if not options.config:

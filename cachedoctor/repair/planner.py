@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterable
 
 from cachedoctor.atomic import is_own_temp
 from cachedoctor.findings import Finding, Fix
-from cachedoctor.layouts import TemplateFinder, recompute_spec
+from cachedoctor.layouts import LayoutOf, TemplateFinder, recompute_spec
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair.model import Action, ActionKind, RecomputeSpec, RepairPlan, Stat
 
@@ -53,12 +53,13 @@ def plan_repair(
     findings: Iterable[Finding],
     roots: list[str],
     expected: dict[str, list[Expected]],
-    layout: str | None,
+    layout: LayoutOf,
     modalities: set[str],
     only: Collection[str] | None = None,
     keep_blocked: bool = False,
 ) -> RepairPlan:
-    """``expected`` maps cache path -> the dataset's entries for it (empty without a layout);
+    """``expected`` maps cache path -> the dataset's entries for it (empty without a layout),
+    ``layout`` names the layout that planned them (``DatasetPlan.layout_for``: per path);
     ``modalities`` says which encoders were given (``image``, ``text``)."""
     by_path: dict[str, list[Finding]] = defaultdict(list)
     for finding in findings:

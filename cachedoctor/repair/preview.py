@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import Expected
+
+if TYPE_CHECKING:
+    from cachedoctor.layouts import LayoutOf
 
 PREVIEW_LIMIT = 20_000
 _ROLE = {"latent": "images", "text": "captions"}
@@ -56,7 +59,7 @@ def preview(
     findings: Iterable[Finding],
     roots: list[str],
     expected_for: Callable[[set[str]], dict[str, list[Expected]]],
-    layout: str | None,
+    layout: LayoutOf,
 ) -> RepairPreview | None:
     """The repair plan's counts for these findings (``None`` past :data:`PREVIEW_LIMIT` files).
     ``expected_for(paths)`` gives the dataset's entries for those paths; it is called only when

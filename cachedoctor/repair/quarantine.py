@@ -44,6 +44,9 @@ class QuarantineRun:
     run_id: str
     folder: str
     files: tuple[QuarantinedFile, ...]
+    #: Its records name originals outside its cache root: the cache was moved, or copied (then
+    #: another root may hold the same run, and only the user can say which one to restore).
+    moved: bool = False
 
     @property
     def size(self) -> int:
@@ -153,10 +156,12 @@ def list_runs(root: str) -> list[QuarantineRun]:
             continue
         records = _records(folder)
         files = []
+        moved = False
         for rel in sorted(_files(folder)):
             record = records.get(rel, {})
             original = record.get("original")
             if not isinstance(original, str) or not _inside(original, root):  # a cache moved since: restore into it
+                moved = moved or isinstance(original, str)
                 original = os.path.join(root, _original_rel(rel))
             files.append(
                 QuarantinedFile(
@@ -167,7 +172,7 @@ def list_runs(root: str) -> list[QuarantineRun]:
                     str(record.get("action") or "unknown"),
                 )
             )
-        runs.append(QuarantineRun(run_id, folder, tuple(files)))
+        runs.append(QuarantineRun(run_id, folder, tuple(files), moved))
     return runs
 
 

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
+from cachedoctor.layouts import LayoutName, LayoutOf, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair import distributed
 from cachedoctor.repair.journal import (
@@ -76,12 +76,12 @@ def _scan(
     layout: LayoutName,
     layout_options: LayoutOptions,
     options: RepairOptions,
-) -> tuple[ScanResult, dict[str, list[Expected]], str | None, str | None]:
+) -> tuple[ScanResult, dict[str, list[Expected]], str | None, LayoutOf]:
     plan, line = plan_for(layout, targets, layout_options)
     expected = plan.by_path() if plan is not None else {}
     roots = plan.roots if plan is not None else targets
     result = scan(roots, options.scan, dataset=plan)
-    return result, expected, line, (plan.layout if plan else None)
+    return result, expected, line, (plan.layout_for if plan else None)
 
 
 def repair(
@@ -94,8 +94,11 @@ def repair(
     show_plan: Callable[[RepairOutcome], None],
 ) -> RepairOutcome:
     from cachedoctor.encoders import load_encoder
+    from cachedoctor.extras import require_torch
     from cachedoctor.repair.pool import devices_for, visible_gpus
 
+    if options.encoders or options.gpus or options.device != "cpu":  # a recompute, or GPUs to count
+        require_torch("repair")
     encoders = [load_encoder(spec) for spec in options.encoders]  # cheap: validates paths, loads nothing
     modalities = {e.modality.value for e in encoders}
     for spec, encoder in zip(options.encoders, encoders, strict=True):
@@ -121,6 +124,8 @@ def repair(
         raise RepairError(first.path, f"{first.message}; repair only runs on a cache it can read completely")
     roots = before.targets
     plan = plan_repair(before.findings, roots, expected, layout_name, modalities, options.only, options.keep_blocked)
+    if not options.dry_run and any(a.kind.lossless or a.kind is ActionKind.RECOMPUTE for a in plan.runnable()):
+        require_torch("repair")  # torch.load/torch.save; a quarantine-only plan runs without it
     outcome = RepairOutcome(before, plan, line, leader=rank.leader)
     journal_rank = rank.rank if rank.distributed else None
     roots_acted = sorted({a.root for a in plan.actions})

@@ -43,7 +43,7 @@ class ScanReport:
 
     scan: ScanSummary
     fail_on: FailOn = FailOn.ERROR
-    layout_line: str | None = None  # which layout the scan used and why
+    layout_line: str | None = None  # which layout the scan used and why (a line per subtree when they differ)
     suppressed: int | None = None  # findings the baseline left out (None: no baseline)
     baseline: str | None = None  # the baseline file read (or written), if any
     baseline_written: bool = False
@@ -155,6 +155,7 @@ class ScanReport:
             "items": plan.items,
             "skipped": list(plan.skipped),
             "notes": list(plan.notes),
+            "parts": [{"layout": layout, "root": root, "reason": line} for layout, root, line in plan.parts],
         }
 
 

@@ -39,10 +39,11 @@ class Counts:
 class DatasetSummary:
     """What the scan compared the cache with (a layout's plan of the dataset)."""
 
-    layout: str
+    layout: str  # a layout name, or "mixed": ``parts`` says which part of the targets got which
     items: int
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    parts: tuple[tuple[str, str | None, str], ...] = ()  # (layout or "none", folder, its layout line)
 
 
 @dataclass
@@ -75,7 +76,13 @@ class ScanSummary:
             stats.files_deep,
         )
         dataset = (
-            DatasetSummary(plan.layout, plan.items, tuple(plan.skipped), tuple(plan.notes))
+            DatasetSummary(
+                plan.layout,
+                plan.items,
+                tuple(plan.skipped),
+                tuple(plan.notes),
+                tuple((p.layout, p.root, p.line) for p in getattr(plan, "parts", ())),
+            )
             if plan is not None
             else None
         )

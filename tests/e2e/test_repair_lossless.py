@@ -233,11 +233,12 @@ def test_a_file_gone_between_listing_and_reading_is_skipped_not_an_error(tmp_pat
     assert result.state is ItemState.SKIPPED and not (tmp_path / ".cachedoctor").exists()
 
 
-def test_quarantine_list_of_a_missing_folder_or_a_file_is_exit_2(tmp_path: Path) -> None:
+def test_quarantine_list_of_a_missing_path_is_exit_2(tmp_path: Path) -> None:
     code, out, err = cli("quarantine", "list", str(tmp_path / "nope"))
-    assert code == 2 and out == "" and f"{tmp_path / 'nope'}: no such folder; name the cache folder" in err
+    assert code == 2 and out == "" and f"{tmp_path / 'nope'}: no such file or folder; check the path" in err
+    # a file is a target as in scan and repair (issue 15): its quarantine is in its folder
     (tmp_path / "f.pt").write_bytes(b"x")
-    code, _, err = cli("quarantine", "list", str(tmp_path / "f.pt"))
-    assert code == 2 and "f.pt: is a file; name the cache folder" in err
+    code, out, _ = cli("quarantine", "list", str(tmp_path / "f.pt"))
+    assert code == 0 and out == f"no quarantine at or below {tmp_path}\n"
     code, out, _ = cli("quarantine", "list", str(tmp_path))  # a folder no repair ran on: nothing, exit 0
-    assert code == 0 and out.startswith("no quarantine under")
+    assert code == 0 and out == f"no quarantine at or below {tmp_path}\n"

@@ -472,7 +472,9 @@ def test_bad_specs_say_what_to_do(toy_module: str, tmp_path: Path, spec: str, sa
 
 def test_builtin_without_its_library_says_how_to_install(monkeypatch: pytest.MonkeyPatch, vae_dir: Path) -> None:
     monkeypatch.setitem(sys.modules, "diffusers", None)  # Python's own way to make an import fail
-    with pytest.raises(EncoderError, match=r"'diffusers' is not installed; pip install 'cachedoctor\[encoders\]'"):
+    with pytest.raises(
+        EncoderError, match=r"'diffusers' is not installed; install it with: pip install \"cachedoctor\[repair\]\"$"
+    ):
         load_encoder(f"diffusers-vae:{vae_dir}")
 
 

@@ -1,5 +1,6 @@
 """``--layout auto`` guesses the layout from a bounded number of directory entries, so guessing
-never lists a million-file cache (once per layout) before the scan lists it again."""
+never lists a million-file cache before the scan lists it again. One walk asks every layout
+(``layouts/auto.py``), so the budget is ``_images.DETECT_ENTRIES`` for all of them."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def test_kohya_detection_stops_at_the_entry_budget(tmp_path: Path, monkeypatch: 
     _kohya_pair_after_filler(tmp_path, filler=30)
     layout = kohya.KohyaLayout()
     assert layout.detect([str(tmp_path)], LayoutOptions()) is not None  # within the real budget: found
-    monkeypatch.setattr(kohya, "DETECT_ENTRIES", 10)
+    monkeypatch.setattr(_images, "DETECT_ENTRIES", 10)
     assert layout.detect([str(tmp_path)], LayoutOptions()) is None  # "a" alone spends the budget
 
 
@@ -53,5 +54,5 @@ def test_onetrainer_detection_gives_up_at_the_entry_budget(tmp_path: Path, monke
     (tmp_path / "b" / "variation-0").mkdir(parents=True)
     (tmp_path / "b" / "variation-0" / "aggregate.pt").write_bytes(b"")
     assert onetrainer.OneTrainerLayout().detect([str(tmp_path)], LayoutOptions()) is not None
-    monkeypatch.setattr(onetrainer, "DETECT_ENTRIES", 10)
+    monkeypatch.setattr(_images, "DETECT_ENTRIES", 10)
     assert onetrainer.OneTrainerLayout().detect([str(tmp_path)], LayoutOptions()) is None

@@ -1,0 +1,152 @@
+"""``quarantine list|restore|purge`` take what scan and repair take and find every run at or below
+it (issue 15: ``quarantine list .`` from a project did not find the runs kept under its cache
+roots). The runs are made by the quarantine itself (``Quarantine.move``), as repair makes them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from cli_run import cli
+
+from cachedoctor.repair.quarantine import Quarantine
+
+RUN = "20260101-000000-aaaaaa"
+
+
+def _moved(root: Path, name: str, run_id: str = RUN, data: bytes = b"old") -> Path:
+    """``root/name`` holding ``data``, moved into ``run_id``'s quarantine of the cache root ``root``."""
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    Quarantine(str(root), run_id).move(str(path), ("orphan-entry",), "quarantine")
+    return path
+
+
+def test_list_from_a_project_finds_the_runs_of_every_cache_root_below(tmp_path: Path) -> None:
+    _moved(tmp_path / "cache", "a.pt")
+    _moved(tmp_path / "deep" / "er" / "cache", "vae/b.pt", run_id="20260101-000000-bbbbbb")
+    code, out, err = cli("quarantine", "list", str(tmp_path))
+    assert (code, err) == (0, "")
+    assert out == (
+        f"{tmp_path / 'cache'}:\n"
+        f"  {RUN}: 1 file(s), 3 B\n"
+        "    a.pt  [quarantine: orphan-entry]\n"
+        f"{tmp_path / 'deep' / 'er' / 'cache'}:\n"
+        "  20260101-000000-bbbbbb: 1 file(s), 3 B\n"
+        "    vae/b.pt  [quarantine: orphan-entry]\n"
+    )
+
+
+def test_list_of_the_cache_root_itself_prints_as_before(tmp_path: Path) -> None:
+    _moved(tmp_path, "a.pt")
+    code, out, _ = cli("quarantine", "list", str(tmp_path))
+    assert (code, out) == (0, f"{RUN}: 1 file(s), 3 B\n  a.pt  [quarantine: orphan-entry]\n")
+
+
+def test_list_takes_a_file_and_several_paths(tmp_path: Path) -> None:
+    _moved(tmp_path / "one", "a.pt")
+    _moved(tmp_path / "two", "b.pt")
+    (tmp_path / "one" / "c.pt").write_bytes(b"x")
+    code, out, _ = cli("quarantine", "list", str(tmp_path / "one" / "c.pt"), str(tmp_path / "two"))
+    assert code == 0 and [line for line in out.splitlines() if line.endswith(":")] == [
+        f"{tmp_path / 'one'}:",
+        f"{tmp_path / 'two'}:",
+    ]
+
+
+def test_list_does_not_search_hidden_folders_unless_named(tmp_path: Path) -> None:
+    _moved(tmp_path / ".hidden" / "cache", "a.pt")
+    (tmp_path / "loop").symlink_to(tmp_path)  # followed once, never round and round
+    assert cli("quarantine", "list", str(tmp_path))[1] == f"no quarantine at or below {tmp_path}\n"
+    assert f"{RUN}: 1 file(s)" in cli("quarantine", "list", str(tmp_path / ".hidden"))[1]
+
+
+def test_list_and_restore_by_the_dataset_description(tmp_path: Path) -> None:
+    config = tmp_path / "project" / "multidatabackend.json"
+    config.parent.mkdir()
+    config.write_text(
+        json.dumps(
+            [
+                {"id": "img", "type": "local", "instance_data_dir": str(tmp_path / "data"), "cache_dir_vae": "/x"},
+                {"id": "txt", "type": "local", "dataset_type": "text_embeds", "cache_dir": str(tmp_path / "text")},
+            ]
+        )
+    )
+    path = _moved(tmp_path / "text", "e-sdxl.pt")
+    code, out, _ = cli("quarantine", "list", "--config", str(config))
+    assert (code, out.splitlines()[:2]) == (0, [f"{tmp_path / 'text'}:", f"  {RUN}: 1 file(s), 3 B"])
+    code, out, err = cli("quarantine", "restore", RUN, "--config", str(config))
+    assert (code, err, path.read_bytes()) == (0, "", b"old")
+
+
+def test_list_of_a_simpletuner_checkout_finds_the_caches_its_config_names(tmp_path: Path) -> None:
+    checkout = tmp_path / "SimpleTuner"
+    (checkout / "config").mkdir(parents=True)
+    text = {"id": "txt", "type": "local", "dataset_type": "text_embeds", "cache_dir": str(tmp_path / "elsewhere")}
+    (checkout / "config" / "multidatabackend.json").write_text(json.dumps([text]))
+    _moved(tmp_path / "elsewhere", "e-sdxl.pt")
+    code, out, _ = cli("quarantine", "list", str(checkout))  # as `scan SimpleTuner` finds its config
+    assert (code, out.splitlines()[:2]) == (0, [f"{tmp_path / 'elsewhere'}:", f"  {RUN}: 1 file(s), 3 B"])
+
+
+def test_the_config_names_are_simpletuners() -> None:
+    from cachedoctor.layouts.simpletuner import CONFIG_NAMES
+    from cachedoctor.repair.quarantine_search import SIMPLETUNER_CONFIGS
+
+    assert SIMPLETUNER_CONFIGS == CONFIG_NAMES
+
+
+def test_list_by_a_manifest(tmp_path: Path) -> None:
+    _moved(tmp_path / "cache", "a.pt")
+    manifest = tmp_path / "items.jsonl"
+    manifest.write_text(json.dumps({"source": "images/a.png", "cache": "cache/a.pt"}) + "\n")
+    code, out, _ = cli("quarantine", "list", "--manifest", str(manifest))
+    assert code == 0 and out.startswith(f"{tmp_path / 'cache'}:\n  {RUN}: 1 file(s)")
+
+
+def test_restore_finds_the_run_below_the_paths(tmp_path: Path) -> None:
+    path = _moved(tmp_path / "caches" / "kohya", "train/a_0064x0064_sdxl.npz")
+    code, out, err = cli("quarantine", "restore", RUN, str(tmp_path))
+    assert (code, err, path.read_bytes()) == (0, "", b"old")
+    assert out.startswith(f"restored 1 file(s) from {RUN} in 1 cache root(s)")
+
+
+def test_one_run_across_two_roots_is_restored_in_both(tmp_path: Path) -> None:
+    vae, text = _moved(tmp_path / "vae", "a.pt"), _moved(tmp_path / "text", "b.pt")
+    code, out, _ = cli("quarantine", "restore", RUN, str(tmp_path))
+    assert (code, vae.read_bytes(), text.read_bytes()) == (0, b"old", b"old")
+    assert f"from {RUN} in 2 cache root(s)" in out
+
+
+def test_a_run_copied_along_with_its_cache_is_ambiguous(tmp_path: Path) -> None:
+    path = _moved(tmp_path / "cache", "a.pt")
+    shutil.copytree(tmp_path / "cache", tmp_path / "backup")
+    code, out, err = cli("quarantine", "restore", RUN, str(tmp_path))
+    assert (code, out) == (2, "") and not path.exists()
+    assert err == (
+        f"cachedoctor: error: {RUN}: is in 2 cache roots, and some were copied or moved from elsewhere: "
+        f"{tmp_path / 'backup'}, {tmp_path / 'cache'}; name the one you mean: "
+        f"`cachedoctor quarantine restore {RUN} ROOT`\n"
+    )
+    code, _, _ = cli("quarantine", "restore", RUN, str(tmp_path / "cache"))
+    assert (code, path.read_bytes(), (tmp_path / "backup" / "a.pt").exists()) == (0, b"old", False)
+
+
+def test_purge_finds_the_run_below_the_paths(tmp_path: Path) -> None:
+    _moved(tmp_path / "cache", "a.pt")
+    code, out, _ = cli("quarantine", "purge", RUN, str(tmp_path), "--yes")
+    assert (code, out) == (0, f"purged {RUN}: 3 B freed\n")
+    assert os.listdir(tmp_path / "cache" / ".cachedoctor" / "quarantine") == []
+
+
+def test_a_missing_path_is_one_line_and_exit_2_for_every_command(tmp_path: Path) -> None:
+    for argv in (["list"], ["restore", RUN], ["purge", RUN, "--yes"]):
+        code, out, err = cli("quarantine", *argv, str(tmp_path), str(tmp_path / "nope"))
+        assert (code, out) == (2, "")
+        assert (
+            err
+            == f"cachedoctor: error: {tmp_path / 'nope'}: no such file or folder; check the path (and that its disk is mounted)\n"
+        )
