@@ -35,9 +35,11 @@ class Lines:
 
     env: Environment
 
-    def say(self, line: str = "", indent: str | None = None) -> None:
-        wrapped = self.env.wrap(line, indent) if line else line
-        print(wrapped.replace(_KEEP, " "), file=self.env.stdout)
+    def say(self, text: str = "", indent: str | None = None) -> None:
+        """``text`` wrapped; each of its own lines (a layout line per subtree) on its own."""
+        for line in text.split("\n"):
+            wrapped = self.env.wrap(line, indent) if line else line
+            print(wrapped.replace(_KEEP, " "), file=self.env.stdout)
 
     def command(self, label: str, command: str) -> None:
         """``label command`` on one line if it fits, else ``label`` and the command below it,

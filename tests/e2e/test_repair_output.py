@@ -360,3 +360,18 @@ def test_every_line_fits_the_terminal_and_no_word_or_path_is_broken(tmp_path: Pa
         piece = line.strip().replace("my cache", "my_cache")
         if len(line) > 40 and not piece.startswith("cachedoctor quarantine restore "):  # a command stays whole
             assert " " not in piece, line  # longer only as one unbreakable path
+
+
+def test_each_layout_line_of_a_mixed_tree_is_wrapped_on_its_own() -> None:
+    from cachedoctor.report.repair_lines import Lines
+
+    out = io.StringIO()
+    Lines(Environment(stdout=out, columns=40, environ={})).say(
+        "layout: kohya for /data/a (auto: its npz names)\nlayout: none for the rest of /data (auto: nothing)"
+    )
+    assert out.getvalue().splitlines() == [
+        "layout: kohya for /data/a (auto: its npz",
+        "  names)",
+        "layout: none for the rest of /data",
+        "  (auto: nothing)",
+    ]
