@@ -13,6 +13,9 @@ what this returns, so a library caller gets the same findings and the same exit 
 Problems that stop the audit (a missing target, a broken config or baseline) raise
 :class:`~cachedoctor.errors.PathError`; settings that contradict each other raise
 :class:`~cachedoctor.errors.UsageError`. Files it could not read are in the report (exit 2).
+So is a scan with nothing to check, targets that hold no cache file and no dataset entry
+(``report.nothing_to_check``, exit 2, ``report.empty_problem()`` says why) unless the settings'
+``allow_empty`` accepts it.
 """
 
 from __future__ import annotations
@@ -93,6 +96,8 @@ def audit(
     summary = ScanSummary.of(result)
     summary.findings = apply_severity(summary.findings, settings.severity.value)
     suppressed = None
+    if summary.empty and not settings.allow_empty.value:
+        write_baseline = None  # nothing was checked: no baseline records that as the norm
     if write_baseline:
         baselines.write(write_baseline, summary.findings)
         baseline = write_baseline
@@ -105,6 +110,7 @@ def audit(
         suppressed=suppressed,
         baseline=baseline,
         baseline_written=bool(write_baseline),
+        allow_empty=bool(settings.allow_empty.value),
         repair=preview(
             summary.findings,
             result.targets,

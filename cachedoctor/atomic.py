@@ -122,16 +122,21 @@ def transfer(src: str, dest: str, *, keep_source: bool = False) -> None:
     when both are on one file system, else a copy to a temp file beside ``dest`` (so on its file
     system), fsynced and renamed, and only then ``src`` removed. With ``keep_source`` a hard
     link, else the same copy. Killed at any instant, ``src`` is whole or ``dest`` is (maybe
-    both); what may be left is a ``.cachedoctor-<name>-*.tmp`` beside ``dest``."""
+    both); what may be left is a ``.cachedoctor-<name>-*.tmp`` beside ``dest``. A symlink that
+    leads nowhere is moved or kept as the link itself (there is nothing to follow)."""
+    dangling = os.path.islink(src) and not os.path.exists(src)
     try:
         if keep_source:
-            os.link(src, dest)
+            os.link(src, dest, follow_symlinks=not dangling)
         else:
             os.replace(src, dest)
     except OSError as exc:
         if exc.errno not in (_CROSS_DEVICE if keep_source else (errno.EXDEV,)):
             raise
-        _copy(src, dest)
+        if dangling:
+            _copy_link(src, dest)
+        else:
+            _copy(src, dest)
         if not keep_source:
             os.unlink(src)
     fsync_dir(os.path.dirname(dest))
@@ -150,6 +155,13 @@ def _copy(src: str, dest: str) -> None:
             if kill:
                 out.flush()  # half of it in the temp file: what a kill mid-copy leaves
                 kill_self()
+
+
+def _copy_link(src: str, dest: str) -> None:
+    """The cross-file-system :func:`transfer` of a dangling symlink: the same link at ``dest``."""
+    temp = os.path.join(os.path.dirname(dest), f"{temp_prefix_for(dest)}{os.getpid()}{TEMP_SUFFIX}")
+    os.symlink(os.readlink(src), temp)
+    os.replace(temp, dest)
 
 
 def temp_prefix_for(path: str) -> str:

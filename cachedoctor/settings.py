@@ -84,6 +84,7 @@ class Settings:
     state: Setting  # None: <target>/.cachedoctor/state.sqlite; False: none; else a path
     sample: Setting
     file_timeout: Setting  # seconds to judge one file before it is reported as read-timeout
+    allow_empty: Setting  # targets with no cache file (and no dataset entry) pass instead of exit 2
     file: str | None = None  # the config file used, if any
 
     NAMES = (
@@ -101,6 +102,7 @@ class Settings:
         "state",
         "sample",
         "file_timeout",
+        "allow_empty",
     )
 
     def items(self) -> list[tuple[str, Setting]]:
@@ -287,6 +289,7 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "state": ("state", _state, "STATE"),
     "sample": ("sample", _sample, "SAMPLE"),
     "file_timeout": ("file-timeout", _seconds, "FILE_TIMEOUT"),
+    "allow_empty": ("allow-empty", _bool, "ALLOW_EMPTY"),
 }
 _DEFAULTS: dict[str, Any] = {
     "paths": (),
@@ -303,6 +306,7 @@ _DEFAULTS: dict[str, Any] = {
     "state": None,
     "sample": None,
     "file_timeout": 10.0,
+    "allow_empty": False,
 }
 _RELATIVE = ("config", "kohya_config", "manifest", "state")  # file paths, relative to the config file's folder
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cachedoctor.checks.batch_leak import BatchLeak
+from cachedoctor.checks.broken_link import BrokenLink
 from cachedoctor.checks.corrupt_archive import CorruptArchive
 from cachedoctor.checks.device_tagged import DeviceTagged
 from cachedoctor.checks.dtype_mismatch import DtypeMismatch
@@ -20,6 +21,7 @@ from cachedoctor.checks.unsafe_pickle import UnsafePickle
 CHECKS: tuple[Check, ...] = (
     CorruptArchive(),
     PartialWrite(),
+    BrokenLink(),
     BatchLeak(),
     DeviceTagged(),
     NonFinite(),

@@ -26,13 +26,16 @@ _H = TypeVar("_H", bound=Hashable)
 
 @dataclass(frozen=True, slots=True)
 class Inspected:
-    """One file as the scan saw it: its reader metadata, or the read error, or neither (temp)."""
+    """One file as the scan saw it: its reader metadata, or the read error, or neither (a temp
+    file, or a symlink that leads nowhere: ``link_target`` is what it points to)."""
 
     path: str
     size: int
     meta: FileMeta | None = None
     error: ReadError | None = None
     temp: bool = False
+    link_target: str | None = None  # a dangling symlink (or a loop, with ``link_loop``): never opened
+    link_loop: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,6 +191,16 @@ RepairManifestOption = Annotated[
 ]
 YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before changing anything.")]
 
+# --- nothing to check (scan, repair, recover, settings show) ---
+AllowEmptyOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--allow-empty",
+        help="Accept targets that hold no cache file (and no dataset entry) instead of exit 2.",
+        show_default=False,
+    ),
+]
+
 NO_PATH = (
     "no PATH given; name a cache folder, or pass --config multidatabackend.json, --kohya-config dataset.toml "
     "or --manifest FILE"
@@ -198,6 +208,7 @@ NO_PATH = (
 
 __all__ = [
     "NO_PATH",
+    "AllowEmptyOption",
     "BucketNoUpscaleOption",
     "BucketResoStepsOption",
     "ColorChoice",

@@ -9,6 +9,7 @@ import typer
 
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
+    AllowEmptyOption,
     BucketNoUpscaleOption,
     BucketResoStepsOption,
     ColorChoice,
@@ -70,6 +71,7 @@ def recover(
     color: ColorOption = ColorChoice.AUTO,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
+    allow_empty: AllowEmptyOption = None,
 ) -> int:
     """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
     from dataclasses import replace
@@ -101,9 +103,16 @@ def recover(
         exclude=exclude,
         state=state,
         no_state=no_state,
+        allow_empty=allow_empty,
     )
     scanning = scan_options(settings, sample=False, default_state=False)
-    found = survey(targets, layout_name(settings), layout_options(settings, model_family, output_dir), scanning)
+    found = survey(
+        targets,
+        layout_name(settings),
+        layout_options(settings, model_family, output_dir),
+        scanning,
+        allow_empty=bool(settings.allow_empty.value),
+    )
     if human:
         print_survey(found, env)
     if found.empty or not apply:
@@ -121,7 +130,12 @@ def recover(
         )
     resumed = found.interrupted[0][1] if found.interrupted else None
     encoders = tuple(encoder or ()) or (resumed.encoders if resumed else ())
-    options = RepairOptions(scan=replace(scanning, deep=True), encoders=encoders, only=None if resumed else CRASH_KINDS)
+    options = RepairOptions(
+        scan=replace(scanning, deep=True),
+        encoders=encoders,
+        only=None if resumed else CRASH_KINDS,
+        allow_empty=bool(settings.allow_empty.value),
+    )
     if human:
         lines.say()
     outcome = run_repair(settings, targets, options, yes, model_family, output_dir, human=human)

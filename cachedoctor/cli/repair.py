@@ -21,6 +21,7 @@ import typer
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     NO_PATH,
+    AllowEmptyOption,
     BucketNoUpscaleOption,
     BucketResoStepsOption,
     ColorChoice,
@@ -148,6 +149,7 @@ def repair(
     color: ColorOption = ColorChoice.AUTO,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
+    allow_empty: AllowEmptyOption = None,
 ) -> int:
     """Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder."""
     from cachedoctor.explain import kinds as known_kinds
@@ -177,6 +179,7 @@ def repair(
         exclude=exclude,
         state=state,
         no_state=no_state,
+        allow_empty=allow_empty,
     )
     if quick and deep:
         raise UsageError("--quick and --deep contradict each other; repair reads deep unless --quick")
@@ -200,6 +203,7 @@ def repair(
         keep_blocked=keep_blocked,
         posterior=posterior.value,
         seed=seed,
+        allow_empty=bool(settings.allow_empty.value),
     )
     outcome = run_repair(settings, targets, options, yes, model_family, output_dir, human=human)
     if isinstance(outcome, RepairReport):  # declined

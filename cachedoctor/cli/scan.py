@@ -14,6 +14,7 @@ import typer
 from cachedoctor.cli.environment import Environment, current
 from cachedoctor.cli.options import (
     NO_PATH,
+    AllowEmptyOption,
     BucketNoUpscaleOption,
     BucketResoStepsOption,
     ColorChoice,
@@ -44,7 +45,7 @@ from cachedoctor.cli.options import (
 )
 from cachedoctor.cli.report_file import write_report
 from cachedoctor.cli.settings import resolve
-from cachedoctor.errors import UsageError
+from cachedoctor.errors import PathError, UsageError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.interface import OutputFormat
 from cachedoctor.report.outcome import FailOn
@@ -95,6 +96,7 @@ def scan(
     color: ColorOption = ColorChoice.AUTO,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
+    allow_empty: AllowEmptyOption = None,
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit
@@ -123,6 +125,7 @@ def scan(
         no_state=no_state,
         sample=sample,
         file_timeout=file_timeout,
+        allow_empty=allow_empty,
     )
     if settings.sample.value and settings.state.value is False:
         raise UsageError(
@@ -147,6 +150,8 @@ def scan(
             write_baseline=write_baseline,
             progress=progress,
         )
+    if report.nothing_to_check:  # one line, exit 2, no report: there was nothing to report on
+        raise PathError(*report.empty_problem())
     renderer = renderer_for(fmt, env.cwd)
     if output is None:
         if report.suppressed is not None and fmt is OutputFormat.TABLE:

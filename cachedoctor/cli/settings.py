@@ -14,6 +14,7 @@ import typer
 
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
+    AllowEmptyOption,
     BucketNoUpscaleOption,
     BucketResoStepsOption,
     ConfigOption,
@@ -99,6 +100,7 @@ def settings_show(
     no_state: NoStateOption = False,
     sample: SampleOption = None,
     file_timeout: FileTimeoutOption = None,
+    allow_empty: AllowEmptyOption = None,
 ) -> int:
     """Print each setting, its value and where it came from (the same options as scan)."""
     from cachedoctor.settings import show_value
@@ -125,6 +127,7 @@ def settings_show(
         no_state=no_state,
         sample=sample,
         file_timeout=file_timeout,
+        allow_empty=allow_empty,
     )
     print(f"config file: {settings.file or '(none found)'}", file=env.stdout)
     rows = [(name.replace("_", "-"), _shown(name, s.value, show_value), s.source) for name, s in settings.items()]

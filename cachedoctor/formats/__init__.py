@@ -12,6 +12,7 @@ import mmap
 import os
 from collections.abc import Iterator
 
+from cachedoctor.cachenames import CACHE_SUFFIXES, claims_cache, special_type
 from cachedoctor.formats._source import BufferSource, FileSource, Source
 from cachedoctor.formats._zip import directory_of, is_zip
 from cachedoctor.formats.interface import FileMeta, FormatReader, MemberCrc, ReadError, TensorMeta, UnreadableFile
@@ -38,31 +39,62 @@ READERS: tuple[FormatReader, ...] = (
     PlainPickleReader(),
 )
 
-#: Names that claim to be a cache file: unrecognised bytes under these names are corruption,
-#: under any other name a foreign file that a scan skips.
-CACHE_SUFFIXES = frozenset({".pt", ".pth", ".npz", ".npy", ".safetensors", ".ckpt", ".bin", ".latent"})
+
+class Tally:
+    """How many bytes :func:`read_file` calls took from a file: a header and a directory for a
+    quick read, the whole file for a deep one (what a scan reports as ``io_bytes``)."""
+
+    __slots__ = ("bytes", "size")
+
+    def __init__(self) -> None:
+        self.bytes = 0  # every read counted (the head is read again by a deep read, a small file's tail twice)
+        self.size = 0  # the file's size, once it was opened
+
+    @property
+    def taken(self) -> int:
+        """How much of the file was read, at most all of it (overlapping reads counted once)."""
+        return min(self.bytes, self.size)
 
 
-def claims_cache(path: str) -> bool:
-    return os.path.splitext(path)[1].lower() in CACHE_SUFFIXES
-
-
-def read_file(path: str, *, deep: bool = False) -> FileMeta | None:
+def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> FileMeta | None:
     """Describe ``path``; ``None`` when its bytes are no cache format at all.
 
     Raises :class:`ReadError` for damaged files and :class:`UnreadableFile` when the system
-    refuses the read. In deep mode the whole file is read into memory once.
+    refuses the read, or when ``path`` is no regular file (problem ``special-file``, with its
+    ``type``): it is opened without blocking, so a FIFO that replaced a file since the listing
+    cannot hang the scan. In deep mode the whole file is read into memory once, but a large one
+    only when it is a zip or a reader claims its first bytes: a file no reader knows is judged
+    from its head as in a quick read (a 50 GB foreign file is not streamed to learn nothing).
+    ``tally`` counts the bytes read.
     """
+    tally = tally if tally is not None else Tally()
     try:
-        with open(path, "rb", buffering=0) as handle:
-            size = os.fstat(handle.fileno()).st_size
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        kind = special_type(st.st_mode)
+        if kind is not None:
+            os.close(fd)
+            raise UnreadableFile("special-file", f"not a regular file ({kind}); not read", type=kind)
+        with open(fd, "rb", buffering=0) as handle:
+            size = tally.size = st.st_size
             if size == 0:
                 raise ReadError("empty", "zero bytes: the write never happened or was cut off")
-            if not deep:
-                return _dispatch(path, FileSource(handle.fileno(), size), deep)
-            if size < _MMAP_FROM:
-                return _dispatch(path, BufferSource(handle.read()), deep)
-            with _mapped(handle.fileno(), size) as buffer:
+            if size < _MMAP_FROM and deep:  # small: reading it whole costs no more than sniffing it
+                data = handle.read()
+                tally.bytes += len(data)
+                return _dispatch(path, BufferSource(data), deep)
+            head = FileSource(fd, size)
+            try:
+                if not deep or not _claimed(head):
+                    return _dispatch(path, head, False)
+            finally:
+                tally.bytes += head.bytes_read
+            with _mapped(fd, size) as buffer:
+                tally.bytes += size  # pre-faulted: every page is read
                 return _dispatch(path, BufferSource(buffer), deep)
     except io.UnsupportedOperation as exc:  # an OSError subclass, but a reader bug, not the disk
         raise ReadError("unparseable", f"reader failed: {exc}") from None
@@ -70,6 +102,13 @@ def read_file(path: str, *, deep: bool = False) -> FileMeta | None:
         raise UnreadableFile("unreadable", f"cannot read: {exc.strerror or exc}") from None
     except MemoryError:
         raise ReadError("too-large", "file structure asks for more memory than is available") from None
+
+
+def _claimed(src: Source) -> bool:
+    """Whether a deep read of the file can find more than a quick one: it is a zip (its CRCs),
+    or some reader claims its first bytes. Anything else is judged from its head alone."""
+    head = src.read_at(0, 64)
+    return is_zip(head) or any(reader.claims(head, src) for reader in READERS)
 
 
 _MMAP_FROM = 256 * 1024
@@ -162,8 +201,10 @@ __all__ = [
     "FormatReader",
     "MemberCrc",
     "ReadError",
+    "Tally",
     "TensorMeta",
     "UnreadableFile",
     "claims_cache",
     "read_file",
+    "special_type",
 ]

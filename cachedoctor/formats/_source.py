@@ -48,11 +48,14 @@ class FileSource(Source):
         self.fd = fd
         self.size = size
         self.head = os.pread(fd, self.HEAD, 0)
+        self.bytes_read = len(self.head)  # what was taken from the file (``io_bytes`` of a scan)
 
     def read_at(self, offset: int, length: int) -> bytes:
         if offset + length <= len(self.head):
             return self.head[offset : offset + length]
-        return os.pread(self.fd, length, offset)
+        data = os.pread(self.fd, length, offset)
+        self.bytes_read += len(data)
+        return data
 
 
 class BufferSource(Source):

@@ -63,12 +63,20 @@ class Stat:
 
     @classmethod
     def of(cls, path: str) -> Stat | None:
+        """``None`` when nothing is at ``path``; a symlink that leads nowhere (dangling, or a
+        loop) is something, the link itself: repair moves it, never what it points to."""
+        import errno
         import os
 
         try:
             st = os.stat(path)
-        except FileNotFoundError:
-            return None
+        except OSError as exc:
+            if not isinstance(exc, FileNotFoundError) and exc.errno != errno.ELOOP:
+                raise
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                return None
         return cls(st.st_size, st.st_mtime_ns, st.st_ino)
 
 

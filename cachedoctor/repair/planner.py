@@ -35,7 +35,7 @@ _ORDER = (Fix.RECOMPUTE, Fix.QUARANTINE, Fix.CLONE_STORAGE, Fix.REWRITE_CPU)
 #: or stalls the trainer.
 _DANGEROUS = frozenset({"unsafe-pickle", "read-timeout"})
 #: Kinds whose file the trainer cannot load: quarantined when not made again, unless --keep-blocked.
-_UNLOADABLE = frozenset({"corrupt-archive"})
+_UNLOADABLE = frozenset({"corrupt-archive", "broken-link"})
 
 
 def root_of(path: str, roots: list[str]) -> str:

@@ -71,8 +71,8 @@ class Quarantine:
         """Preserve ``path``'s current content (it is about to be replaced); idempotent."""
         dest = self.destination(path)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        if os.path.exists(dest):
-            if os.path.samefile(dest, path):
+        if os.path.lexists(dest):
+            if _same(dest, path):
                 return dest  # a resumed run already linked it
             dest = _free_name(dest)
         transfer(path, dest, keep_source=True)
@@ -83,7 +83,7 @@ class Quarantine:
         """Move ``path`` out of the cache into the quarantine."""
         dest = self.destination(path)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        if os.path.exists(dest):
+        if os.path.lexists(dest):
             dest = _free_name(dest)
         transfer(path, dest)
         self._record(dest, path, reasons, action)
@@ -106,7 +106,7 @@ class Quarantine:
             "original": original,
             "reasons": list(reasons),
             "action": action,
-            "size": os.path.getsize(dest),
+            "size": os.lstat(dest).st_size,  # a broken symlink is kept as the link
             "time": time.time(),
         }
         with open(os.path.join(self.folder, RECORDS), "a", encoding="utf-8") as out:
@@ -116,9 +116,18 @@ class Quarantine:
 
 def _free_name(dest: str) -> str:
     n = 1
-    while os.path.exists(f"{dest}.{n}"):
+    while os.path.lexists(f"{dest}.{n}"):
         n += 1
     return f"{dest}.{n}"
+
+
+def _same(a: str, b: str) -> bool:
+    """Whether two paths are one file (through symlinks; a link that leads nowhere as itself)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        x, y = os.lstat(a), os.lstat(b)
+        return (x.st_dev, x.st_ino) == (y.st_dev, y.st_ino)
 
 
 def _records(folder: str) -> dict[str, dict]:
@@ -166,7 +175,7 @@ def list_runs(root: str) -> list[QuarantineRun]:
             files.append(
                 QuarantinedFile(
                     rel,
-                    os.path.getsize(os.path.join(folder, rel)),
+                    os.lstat(os.path.join(folder, rel)).st_size,
                     original,
                     tuple(record.get("reasons") or ()),
                     str(record.get("action") or "unknown"),
@@ -212,7 +221,7 @@ def restore(root: str, run: QuarantineRun, new_run_id: str) -> list[tuple[str, s
             os.makedirs(os.path.dirname(target), exist_ok=True)
             with file_lock(target):
                 _drop_temps_of(target)
-                if os.path.exists(target):
+                if os.path.lexists(target):
                     aside.keep(target, ("restore",), f"replaced by restore of {run.run_id}")
                 transfer(src, target)
         except OSError as exc:

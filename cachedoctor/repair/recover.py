@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
+from cachedoctor.errors import PathError
 from cachedoctor.findings import Finding
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.repair.journal import Interrupted, interrupted_run
@@ -66,10 +67,16 @@ class Survey:
 
 
 def survey(
-    targets: list[str], layout: LayoutName, options: LayoutOptions, scan_options: ScanOptions | None = None
+    targets: list[str],
+    layout: LayoutName,
+    options: LayoutOptions,
+    scan_options: ScanOptions | None = None,
+    allow_empty: bool = False,
 ) -> Survey:
     """What a crash left under ``targets``. ``scan_options`` gives what the settings say of every
-    scan (exclude, reader workers, file timeout); the survey chooses its own depth and state use."""
+    scan (exclude, reader workers, file timeout); the survey chooses its own depth and state use.
+    Targets with nothing to check (no cache file, no dataset entry, no interrupted repair, no
+    held lock) raise :class:`PathError` unless ``allow_empty``, as ``scan`` would exit 2."""
     base = scan_options or ScanOptions()
     plan, line = plan_for(layout, targets, options)
     roots = plan.roots if plan is not None else targets
@@ -100,6 +107,10 @@ def survey(
         since = "after the interrupted repair's last record" if checkpoint else "around the crash (beside a temp file)"
         out.reads.append(DeepRead(since, deep.stats.files_deep, [f for f in deep.findings if f.kind in damaged]))
     out.held_locks = _held_locks(folders)
+    if result.empty and out.empty and not allow_empty:
+        from cachedoctor.report.outcome import nothing_to_check
+
+        raise PathError(*nothing_to_check(result.targets, dataset=plan is not None, others=result.stats.files_skipped))
     return out
 
 
@@ -163,7 +174,7 @@ def _held_locks(folders: list[str]) -> list[str]:
 
 def _is_held(path: str) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO named like a lock must not block
     except OSError:
         return False
     try:

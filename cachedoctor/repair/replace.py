@@ -63,7 +63,7 @@ def replace_file(
         if problem:
             raise Unfit(problem)
         crash_point("before-keep")
-        if os.path.exists(path):
+        if os.path.lexists(path):  # a symlink that leads nowhere is kept too, as the link
             kept.append(quarantine.keep(path, action.reasons, action.kind.value))
         crash_point("before-replace")
 

@@ -50,6 +50,7 @@ class RepairOptions:
     keep_blocked: bool = False  # leave unreadable files that cannot be recomputed in place
     posterior: str = "mode"  # "mode": the posterior's mean (reproducible); "sample": mean + std * noise(seed, path)
     seed: int = 0
+    allow_empty: bool = False  # targets with no cache file (and no dataset entry) are no error
 
 
 @dataclass
@@ -133,6 +134,12 @@ def repair(
     # its journal in a root that is clean now, and must be closed there.
     roots_seen = sorted(set(roots_acted) | {r if os.path.isdir(r) else os.path.dirname(r) for r in roots})
     interrupted = _interrupted(roots_seen, journal_rank, options, outcome.notes)
+    if before.empty and interrupted is None and not options.allow_empty:  # (an interrupted run is something)
+        from cachedoctor.report.outcome import nothing_to_check
+
+        raise RepairError(
+            *nothing_to_check(before.targets, dataset=before.dataset is not None, others=before.stats.files_skipped)
+        )
     fingerprints = ",".join(e.fingerprint() for e in encoders) or None
     if interrupted is not None and options.fresh:
         if not options.dry_run:

@@ -129,8 +129,9 @@ def _verdict(report: ScanReport, show: Callable[[str], str]) -> str:
     """The table's closing sentence: counts and what to run next."""
     sev = report.by_severity()
     files = len({f.path for f in report.findings})
+    info = f", {sev['info']} info" if sev["info"] else ""
     head = (
-        f"{sev['error']} error(s), {sev['warning']} warning(s) in {files} file(s)."
+        f"{sev['error']} error(s), {sev['warning']} warning(s){info} in {files} file(s)."
         if report.findings
         else "No findings."
     )

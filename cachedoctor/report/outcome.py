@@ -1,7 +1,10 @@
 """The scan's verdict: :class:`ScanReport` owns the scan's exit code (as black's ``Report`` does).
 
 CLEAN: nothing at or above ``--fail-on``; FINDINGS: findings at or above it; ERROR: the scan could
-not read everything (an incomplete scan certifies nothing). See :mod:`cachedoctor.exit_status`.
+not read everything (an incomplete scan certifies nothing), or there was nothing to check (no
+cache file and no dataset entry: an empty, mistyped or unmounted path must not pass a CI gate,
+as pytest fails when it collects no test) unless ``allow_empty``. See
+:mod:`cachedoctor.exit_status`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class ScanReport:
     baseline: str | None = None  # the baseline file read (or written), if any
     baseline_written: bool = False
     repair: RepairPreview | None = None  # what ``repair`` would do with these findings
+    allow_empty: bool = False  # a scan with nothing to check is clean, not an error
 
     def __post_init__(self) -> None:
         if not isinstance(self.scan, ScanSummary):
@@ -63,8 +67,19 @@ class ScanReport:
         return self.scan.findings
 
     @property
+    def nothing_to_check(self) -> bool:
+        """The targets held no cache file and the dataset expected none, and that is not allowed."""
+        return self.scan.empty and not self.allow_empty
+
+    def empty_problem(self) -> tuple[str, str]:
+        """``(targets, what to do)`` for the one line that a scan with nothing to check ends with."""
+        return nothing_to_check(
+            self.scan.targets, dataset=self.scan.dataset is not None, others=self.scan.counts.files_skipped
+        )
+
+    @property
     def exit_code(self) -> ExitStatus:
-        if self.scan.errors:
+        if self.scan.errors or self.nothing_to_check:
             return ExitStatus.ERROR
         if any(self.fail_on.trips(f.severity) for f in self.findings):
             return ExitStatus.FINDINGS
@@ -91,6 +106,8 @@ class ScanReport:
             deep_hint = "The same command with --deep also checks CRCs and NaN/Inf."
         if self.scan.errors:
             return "Fix the access problems above and scan again; the files listed were not checked."
+        if self.scan.empty:
+            return "There was no cache file to check."
         if not self.findings:
             if self.scan.deep:
                 return "The cache is healthy."
@@ -127,6 +144,9 @@ class ScanReport:
             "sample": self.scan.sample,
             "files_reused": stats.files_reused,
             "files_deep": stats.files_deep,
+            "io_bytes": stats.io_bytes,
+            "empty": self.scan.empty,
+            "notes": list(self.scan.notes),
             "fail_on": self.fail_on.value,
             "exit_code": int(self.exit_code),
             "elapsed_s": round(self.scan.elapsed, 3),
@@ -157,6 +177,21 @@ class ScanReport:
             "notes": list(plan.notes),
             "parts": [{"layout": layout, "root": root, "reason": line} for layout, root, line in plan.parts],
         }
+
+
+def nothing_to_check(targets: list[str], *, dataset: bool = False, others: int = 0) -> tuple[str, str]:
+    """``(path, message)`` of the problem "these targets hold nothing to check", as scan, repair
+    and recover report it (one line, exit 2). ``dataset``: the targets are a layout's cache
+    folders, and its dataset expected no entry in them either; ``others``: the files that were
+    there, none of them a cache file (images, a FIFO named ``.pt``)."""
+    where = ", ".join(targets) if targets else "the targets"
+    also = f" (only {others} other file{'s' if others != 1 else ''})" if others else ""
+    if dataset:
+        also += ", and the dataset expects none"
+    return where, (
+        f"no cache files (.pt, .npz, .safetensors, ...) here{also}; check the path (and that its disk is "
+        "mounted), or pass --allow-empty"
+    )
 
 
 def _quote(path: str) -> str:

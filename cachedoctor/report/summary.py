@@ -33,6 +33,8 @@ class Counts:
     formats: Mapping[str, int] = field(default_factory=dict)
     files_reused: int = 0  # unchanged since the state's record: not read again
     files_deep: int = 0  # read deep by this scan
+    io_bytes: int = 0  # what the readers took from the files (headers when quick, whole files when deep)
+    reused_skipped: int = 0  # of ``files_reused``, foreign files (not cache files)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,7 @@ class ScanSummary:
     elapsed: float = 0.0
     dataset: DatasetSummary | None = None
     notes: list[str] = field(default_factory=list)  # about the scan itself (the state database)
+    empty: bool = False  # no cache file judged and no dataset entry expected: nothing was checked
 
     @classmethod
     def of(cls, result: Any) -> ScanSummary:
@@ -74,6 +77,8 @@ class ScanSummary:
             dict(stats.formats),
             stats.files_reused,
             stats.files_deep,
+            stats.io_bytes,
+            stats.reused_skipped,
         )
         dataset = (
             DatasetSummary(
@@ -97,6 +102,7 @@ class ScanSummary:
             elapsed=result.elapsed,
             dataset=dataset,
             notes=list(result.notes),
+            empty=bool(result.empty),
         )
 
 

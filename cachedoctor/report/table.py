@@ -35,10 +35,11 @@ class TableRenderer(Renderer):
         )
         stats = report.scan.counts
         files = f"{_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}"
-        if stats.files_reused:  # the state database vouched for these: their stat is as recorded
+        unchanged = stats.files_reused - stats.reused_skipped  # cache files: skipped ones are counted apart
+        if unchanged > 0:  # the state database vouched for these: their stat is as recorded
             files = (
-                f"{_n(stats.files_seen, 'file')} in {_n(stats.folders, 'folder')} ({stats.files_reused} unchanged "
-                f"since the last scan, {stats.files_seen - stats.files_reused} read)"
+                f"{_n(stats.files_read, 'file')} in {_n(stats.folders, 'folder')} ({unchanged} unchanged "
+                f"since the last scan, {stats.files_read - unchanged} read)"
             )
         console.print(
             Text(
@@ -75,16 +76,20 @@ class TableRenderer(Renderer):
                     console.print(Text(f"  ... and {len(items) - _PER_KIND} more (--format json lists all)"))
             console.print()
             console.print(Text("Worst files", style="bold"))
-            for path, items in self._worst(report.findings)[:_WORST]:
+            worst = self._worst(report.findings)
+            for path, items in worst[:_WORST]:
                 kinds_here = ", ".join(sorted({f.kind for f in items}))
                 console.print(Text(f"  {self._rel(path)}  [{kinds_here}]"))
+            if len(worst) > _WORST:
+                console.print(Text(f"  ... and {len(worst) - _WORST} more file(s) (--format json lists all)"))
 
         for error in report.scan.errors:
             console.print(Text(f"could not check {self._rel(error.path)}: {error.message}", style="bold red"))
         counts = report.by_severity()
         console.print()
+        info = f", {counts['info']} info" if counts["info"] else ""  # kinds set to info still count
         verdict = (
-            f"{counts['error']} error(s), {counts['warning']} warning(s) in "
+            f"{counts['error']} error(s), {counts['warning']} warning(s){info} in "
             f"{len({f.path for f in report.findings})} file(s)."
             if report.findings
             else "No findings."

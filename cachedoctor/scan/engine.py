@@ -60,6 +60,15 @@ class ScanResult:
     dataset: DatasetPlan | None = None
     notes: list[str] = field(default_factory=list)  # about the scan itself (the state database)
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to check: no file was judged as a cache file (every file under a cache name
+        is, and any other whose bytes are a cache format) and the dataset expected no entry
+        (one it expected and did not find is a finding), with nothing unreadable. A CI gate
+        pointed at such targets (an unmounted disk, a mistyped folder, one of images only) must
+        not pass: see ``ScanReport.exit_code`` and ``allow_empty``."""
+        return self.stats.files_read == 0 and not self.findings and not self.errors
+
 
 def scan(
     targets: list[str],
@@ -81,6 +90,9 @@ def scan(
         result = _scan(roots, options, progress, dataset, states)
     finally:
         states.close()
+    for store in states.stores:
+        if store.created and store.cache_files == 0:
+            store.discard()  # no cache file under it: leave no .cachedoctor/ among someone's images
     result.notes[:0] = states.notes
     result.elapsed = time.perf_counter() - started
     return result
@@ -124,6 +136,7 @@ def _scan(
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
     findings = sorted(collector.findings, key=Finding.sort_key)
     stats = collector.stats
+    notes = [special_note(collector.special)] if collector.special else []
     for store in states.stores:
         store.finish(
             [r for r in roots if os.path.isdir(r) and store.covers(r)],
@@ -133,7 +146,18 @@ def _scan(
             stats.files_seen - stats.files_reused,
             len(findings),
         )
-    return ScanResult(roots, options, findings, stats, errors, 0.0, dataset)
+    return ScanResult(roots, options, findings, stats, errors, 0.0, dataset, notes)
+
+
+def special_note(entries: list[tuple[str, str]], shown: int = 5) -> str:
+    """``skipped 1 special file (FIFO): /x/pipe.pt``: FIFOs, sockets and devices named like
+    cache files, which the scan never opens (a FIFO would block it, a device has side effects)."""
+    entries = sorted(entries)
+    kinds = ", ".join(sorted({kind for _, kind in entries}))
+    paths = ", ".join(path for path, _ in entries[:shown])
+    more = f" and {len(entries) - shown} more" if len(entries) > shown else ""
+    n = len(entries)
+    return f"skipped {n} special file{'s' if n != 1 else ''} ({kinds}): {paths}{more}"
 
 
 def _chunks(
@@ -146,6 +170,8 @@ def _chunks(
     size = options.chunk_size
     facts = collector.matcher is not None
     for folder in folders:
+        if folder.special:
+            collector.skip_special(folder.special)
         files = folder.files
         if keep is not None:
             files = [f for f in files if keep(f)]

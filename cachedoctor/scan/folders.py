@@ -33,6 +33,8 @@ class ScanStats:
     formats: Counter = field(default_factory=Counter)
     files_reused: int = 0  # unchanged since the state's record: not read again
     files_deep: int = 0  # read deep (or tried to: a torn file counts) by this scan
+    io_bytes: int = 0  # what the readers took from the files (headers when quick, whole files when deep)
+    reused_skipped: int = 0  # of ``files_reused``, foreign files (not cache files)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,7 @@ class Collector:
         self.stats = ScanStats()
         self.findings: list[Finding] = []
         self.errors: list[ScanError] = []
+        self.special: list[tuple[str, str]] = []  # (path, "FIFO"...): skipped unopened
         self.folders: dict[int, _FolderState] = {}
         self._next_id = 0
 
@@ -96,6 +99,7 @@ class Collector:
         stats.files_seen += result.read + result.skipped
         stats.files_read += result.read
         stats.files_reused += result.read + result.skipped
+        stats.reused_skipped += result.skipped
         stats.files_skipped += result.skipped
         stats.bytes_read += result.bytes
         stats.formats.update(result.formats)
@@ -111,7 +115,8 @@ class Collector:
         record = state.record
         for o in outcomes:
             stats.files_seen += 1
-            if matcher is not None:
+            stats.io_bytes += o.io_bytes
+            if matcher is not None and not o.broken_link:  # a link to nothing: its entry is missing
                 state.found[o.path] = Found(o.path, o.mtime_ns, o.shapes, o.values)
             if record is not None:
                 self._remember(record, o, fresh)
@@ -122,6 +127,10 @@ class Collector:
                 continue
             if o.status == "skipped":
                 stats.files_skipped += 1
+                if not fresh:
+                    stats.reused_skipped += 1
+                if o.special is not None:
+                    self.special.append((o.path, o.special))
                 continue
             stats.files_read += 1
             stats.bytes_read += o.size
@@ -165,6 +174,12 @@ class Collector:
                 )
             )
 
+    def skip_special(self, entries: list[tuple[str, str]]) -> None:
+        """FIFOs, sockets and devices under a cache name: counted as skipped, never opened."""
+        self.stats.files_seen += len(entries)
+        self.stats.files_skipped += len(entries)
+        self.special.extend(entries)
+
     def close_empty(self, path: str) -> None:
         """A folder with no cache files at all: every entry expected in it is missing."""
         if self.matcher is not None:
@@ -180,6 +195,7 @@ class Collector:
                 found.extend(check.check_peers(group))
         record = state.record
         if record is not None:
+            record.store.cache_files += record.read
             result = None
             if record.settled:
                 result = folder_result(record.read, record.skipped, record.bytes, record.formats, found, state.path)

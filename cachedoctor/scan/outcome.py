@@ -17,7 +17,7 @@ from cachedoctor.findings import Finding
 class Outcome:
     path: str
     size: int
-    status: str  # "read", "skipped" (foreign file) or "error"
+    status: str  # "read" (judged: a broken link too), "skipped" (foreign or special file) or "error"
     findings: tuple[Finding, ...] = ()
     group: str | None = None  # peer group key within the folder
     peer: PeerEntry | None = None
@@ -29,3 +29,6 @@ class Outcome:
     deep: bool = False  # the data was read (CRCs, NaN/Inf), not only the metadata
     xxh3: str | None = None  # of the whole file (the deep read's own digest), for the state database
     transient: bool = False  # judged by circumstance (a timeout): not kept in the state database
+    io_bytes: int = 0  # bytes the read took from the file (a quick read: its header; deep: all of it)
+    special: str | None = None  # "skipped": no regular file (a FIFO since the listing), never read
+    broken_link: bool = False  # a dangling symlink or a loop: judged, but no file for the dataset to pair

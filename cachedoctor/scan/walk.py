@@ -2,16 +2,24 @@
 
 Folders are yielded whole (their files sorted) because peer checks compare a folder's files
 with each other; memory is bounded by the largest folder, not by the cache.
+
+Entries that are neither a folder nor a regular file are looked at only when their name claims
+a cache file: a symlink that leads nowhere (dangling, or a loop) is listed with the files, to be
+judged as a ``broken-link`` without being opened; a FIFO, socket or device is listed apart
+(``Folder.special``), never opened, and the scan counts it as skipped and says so. Under any
+other name they are foreign and left alone, as they always were.
 """
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cachedoctor.cachenames import claims_cache, special_type
 from cachedoctor.errors import PathError
 from cachedoctor.statedir import STATE_DIR, is_lock_name
 
@@ -28,7 +36,8 @@ class TargetError(PathError):
 @dataclass(frozen=True, slots=True)
 class Folder:
     path: str
-    files: list[str]  # absolute paths
+    files: list[str]  # absolute paths (broken links under a cache name included)
+    special: list[tuple[str, str]] = field(default_factory=list)  # (path, "FIFO"...): never opened
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,25 +128,58 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
                 if (st.st_dev, st.st_ino) in visited:
                     continue  # a symlink loop or a folder reached twice
                 visited.add((st.st_dev, st.st_ino))
-                files, subdirs = [], []
+                files: list[str] = []
+                subdirs: list[str] = []
+                special: list[tuple[str, str]] = []
                 with os.scandir(folder) as it:
                     for entry in it:
-                        try:
-                            if entry.is_dir():  # follows symlinks; loops stop at ``visited``
-                                if entry.name not in _SKIP_DIRS and not skip(entry.path, target):
-                                    subdirs.append(entry.path)
-                            elif (
-                                entry.is_file()
-                                and not is_lock_name(entry.name)  # lock files: statedir.py
-                                and not (exclude and skip(entry.path, target))
-                            ):
-                                files.append(entry.path)
+                        try:  # is_dir/is_file first: the one cost per entry of an ordinary folder
+                            kind = _DIR if entry.is_dir() else _FILE if entry.is_file() else _kind(entry)
                         except OSError as exc:
-                            errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))
+                            try:
+                                kind = _loop(entry, exc)
+                            except OSError:  # (a loop under another name too: as it always was)
+                                errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))
+                                continue
+                        if kind == _DIR:  # follows symlinks; loops stop at ``visited``
+                            if entry.name not in _SKIP_DIRS and not skip(entry.path, target):
+                                subdirs.append(entry.path)
+                        elif kind == _FILE:
+                            if not is_lock_name(entry.name) and not (exclude and skip(entry.path, target)):
+                                files.append(entry.path)  # lock files: statedir.py
+                        elif claims_cache(entry.name) and not (exclude and skip(entry.path, target)):
+                            if kind == _BROKEN_LINK:
+                                files.append(entry.path)
+                            else:
+                                special.append((entry.path, kind))
             except OSError as exc:
                 errors.append(WalkError(folder, f"cannot list folder: {exc.strerror or exc}"))
                 continue
             files.sort()
-            if files:
-                yield Folder(folder, files)
+            if files or special:
+                yield Folder(folder, files, sorted(special))
             stack.extend(sorted(subdirs, reverse=True))
+
+
+_DIR, _FILE, _BROKEN_LINK = "folder", "file", "broken link"
+
+
+def _kind(entry: os.DirEntry[str]) -> str:
+    """What an entry that is neither a folder nor a file (through symlinks) is: ``_BROKEN_LINK``
+    for a dangling symlink, else the name of a special file (``FIFO``, ``socket``...). Raises
+    ``OSError`` when it cannot be told."""
+    try:
+        mode = os.stat(entry.path).st_mode if entry.is_symlink() else entry.stat(follow_symlinks=False).st_mode
+    except OSError as exc:
+        if entry.is_symlink() and exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return _BROKEN_LINK  # dangling (under another name it is left alone, as it always was)
+        raise
+    return special_type(mode) or _FILE
+
+
+def _loop(entry: os.DirEntry[str], exc: OSError) -> str:
+    """``_BROKEN_LINK`` for a symlink loop under a cache name; re-raises ``exc`` otherwise (a loop
+    under another name stays an entry the scan could not stat, as it always was)."""
+    if exc.errno == errno.ELOOP and entry.is_symlink() and claims_cache(entry.name):
+        return _BROKEN_LINK
+    raise exc

@@ -6,12 +6,14 @@ checks, or an error that makes the scan incomplete (exit 2).
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+from dataclasses import replace
 from functools import lru_cache
 
 from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
-from cachedoctor.formats import FileMeta, ReadError, UnreadableFile, claims_cache, read_file
+from cachedoctor.formats import FileMeta, ReadError, Tally, UnreadableFile, claims_cache, read_file
 from cachedoctor.lifetime import reraise_interrupt
 from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.watchdog import FileTimeout, file_timer, mark
@@ -56,17 +58,24 @@ def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False, tem
         if not os.path.lexists(path):  # its writer renamed it since the listing: nothing is left over
             return Outcome(path, 0, "skipped", mtime_ns=mtime or 0)
         return _judge(Inspected(path, _size(path), temp=True), None, mtime)
+    tally = Tally()
     try:
-        meta = read_file(path, deep=deep)
+        meta = _read(path, deep, tally)
     except UnreadableFile as exc:
+        if exc.problem == "special-file":  # a FIFO or socket where the listing saw a file: not read
+            kind = str(exc.details.get("type", "special file"))
+            return Outcome(path, 0, "skipped", mtime_ns=mtime or 0, special=kind, transient=True)
+        if os.path.islink(path) and not os.path.exists(path):  # dangling, or a loop
+            return _broken_link(path, mtime)
         if not os.path.lexists(path):  # removed or renamed since the listing (a writer or a repair at work)
             return Outcome(path, 0, "skipped", mtime_ns=mtime or 0)
-        return Outcome(path, 0, "error", error=exc.message, mtime_ns=mtime or 0)
+        return Outcome(path, 0, "error", error=exc.message, mtime_ns=mtime or 0, io_bytes=tally.taken)
     except ReadError as exc:
         size = _size(path)
         if exc.problem in _FOREIGN_PROBLEMS and not claims_cache(path):
-            return Outcome(path, size, "skipped", mtime_ns=mtime or 0)  # an empty file, a foreign zip or pickle
-        return _judge(Inspected(path, size, error=exc), None, mtime)
+            # an empty file, a foreign zip or pickle
+            return Outcome(path, size, "skipped", mtime_ns=mtime or 0, io_bytes=tally.taken)
+        return _judge(Inspected(path, size, error=exc), None, mtime, io=tally.taken)
     except Exception as exc:  # a reader bug must not stop a scan of a million files
         reraise_interrupt(exc)
         return Outcome(
@@ -75,14 +84,47 @@ def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False, tem
             "error",
             mtime_ns=mtime or 0,
             error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it",
+            io_bytes=tally.taken,
         )
     if meta is None:
         size = _size(path)
         if not claims_cache(path):
-            return Outcome(path, size, "skipped", mtime_ns=mtime or 0)
+            return Outcome(path, size, "skipped", mtime_ns=mtime or 0, io_bytes=tally.taken)
         error = ReadError("unknown-format", "not a torch.save, safetensors or npz file, though its name says so")
-        return _judge(Inspected(path, size, error=error), None, mtime)
-    return _judge(Inspected(path, meta.size, meta=meta), meta.format, mtime, digest)
+        return _judge(Inspected(path, size, error=error), None, mtime, io=tally.taken)
+    return _judge(Inspected(path, meta.size, meta=meta), meta.format, mtime, digest, io=tally.taken)
+
+
+def _read(path: str, deep: bool, tally: Tally) -> FileMeta | None:
+    """:func:`read_file`, except that a deep scan does not read whole a file under a foreign name
+    that a quick read already calls foreign (a tar, a pickle, a zip of someone else's): there
+    is nothing in it to check. (Files no reader claims at all ``read_file`` judges from their
+    head itself, whatever their name.)"""
+    if deep and not claims_cache(path):
+        try:
+            if read_file(path, deep=False, tally=tally) is None:
+                return None
+        except UnreadableFile:
+            raise
+        except ReadError as exc:
+            if exc.problem in _FOREIGN_PROBLEMS:
+                raise
+    return read_file(path, deep=deep, tally=tally)
+
+
+def _broken_link(path: str, mtime: int | None) -> Outcome:
+    """A symlink under a cache name that leads nowhere: judged from the link alone."""
+    try:
+        target = os.readlink(path)
+    except OSError:  # replaced since: the next scan judges what is there
+        return Outcome(path, 0, "skipped", mtime_ns=mtime or 0, transient=True)
+    try:
+        os.stat(path)
+        loop = False
+    except OSError as exc:
+        loop = exc.errno == errno.ELOOP
+    outcome = _judge(Inspected(path, 0, link_target=target, link_loop=loop), None, mtime)
+    return replace(outcome, broken_link=True, transient=True)
 
 
 def _size(path: str) -> int:
@@ -93,7 +135,7 @@ def _size(path: str) -> int:
         return 0
 
 
-def _judge(item: Inspected, fmt: str | None, mtime: int | None, digest: bool = False) -> Outcome:
+def _judge(item: Inspected, fmt: str | None, mtime: int | None, digest: bool = False, io: int = 0) -> Outcome:
     meta = item.meta
     deep = meta is not None and meta.deep
     xxh3 = meta.digest if digest and deep and meta is not None else None
@@ -101,7 +143,17 @@ def _judge(item: Inspected, fmt: str | None, mtime: int | None, digest: bool = F
     group, peer = peer_record(meta) if meta is not None and not meta.foreign_globals else (None, None)
     if mtime is None or meta is None:
         return Outcome(
-            item.path, item.size, "read", findings, group, peer, fmt, mtime_ns=mtime or 0, deep=deep, xxh3=xxh3
+            item.path,
+            item.size,
+            "read",
+            findings,
+            group,
+            peer,
+            fmt,
+            mtime_ns=mtime or 0,
+            deep=deep,
+            xxh3=xxh3,
+            io_bytes=io,
         )
     return Outcome(
         item.path,
@@ -116,6 +168,7 @@ def _judge(item: Inspected, fmt: str | None, mtime: int | None, digest: bool = F
         values=meta.values,
         deep=deep,
         xxh3=xxh3,
+        io_bytes=io,
     )
 
 
@@ -166,8 +219,6 @@ def inspect_chunk(
 
 def timed_out(path: str, seconds: float) -> Outcome:
     """The outcome of a file whose reader was stopped after ``seconds``."""
-    from dataclasses import replace
-
     error = ReadError(
         "timeout",
         f"not judged within {seconds:g} s (--file-timeout): its reader was stopped; "

@@ -50,10 +50,13 @@ class StateSet:
             places = [(os.path.abspath(state), "")]
         try:
             for path, base in places:
+                new_dir = not os.path.isdir(os.path.dirname(path))
+                new = state == AUTO and not os.path.lexists(path)
                 store, note = StateStore.open(path, base, explicit=state not in (AUTO, EXISTING))
                 if note:
                     notes.append(note)
                 if store is not None:
+                    store.created, store.made_dir = new, new and new_dir
                     stores.append(store)
         except BaseException:
             for store in stores:

@@ -132,6 +132,9 @@ class StateStore:
         self._visited: set[bytes] = set()
         self._started = 0.0
         self._wrote = False
+        self.created: bool = False  # made by this scan in a target's .cachedoctor/ (see ``discard``)
+        self.made_dir: bool = False  # and that folder too
+        self.cache_files = 0  # cache files this scan judged under it
 
     @classmethod
     def open(cls, path: str, base: str, *, explicit: bool) -> tuple[StateStore | None, str | None]:
@@ -318,6 +321,24 @@ class StateStore:
                 "SELECT folder FROM f WHERE folder IS NOT NULL"
             )
         ]
+
+    def discard(self) -> None:
+        """Remove a database this scan created (after :meth:`close`) because it found no cache
+        file to record: a folder of images, or an empty one, keeps no ``.cachedoctor/``."""
+        if not self.created or self.db is not None:
+            return
+        for path in (self.path, *(self.path + s for s in ("-wal", "-shm", "-journal")), clock_path(self.path)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                return  # left as it is: a later scan uses it
+        if self.made_dir:
+            try:
+                os.rmdir(os.path.dirname(self.path))
+            except OSError:
+                pass  # not empty (a quarantine, a journal) or not ours to remove
 
     def close(self) -> None:
         self.flush()

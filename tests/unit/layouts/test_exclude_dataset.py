@@ -25,7 +25,11 @@ def test_an_excluded_entry_is_not_reported_missing(tree: Path) -> None:  # noqa:
 
 def test_an_excluded_folder_expects_nothing_inside(tree: Path) -> None:  # noqa: F811
     assert _missing(tree) != []
-    assert _missing(tree, "--exclude", "10_subject") == []
+    # With its only image folder excluded the dataset expects nothing, and no cache file is left
+    # either: nothing to check, which is exit 2 unless allowed (issue 15).
+    assert _missing(tree, "--exclude", "10_subject", "--allow-empty") == []
+    code, _, err = cli("scan", "kohya/train", "--layout", "kohya", "--no-state", "--exclude", "10_subject", cwd=tree)
+    assert code == 2 and "no cache files" in err and "the dataset expects none" in err
 
 
 def test_manifest_build_leaves_excluded_entries_out(tree: Path) -> None:  # noqa: F811

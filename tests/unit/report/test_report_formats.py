@@ -145,13 +145,14 @@ def test_junit_clean_cache_is_all_passed_cases(tmp_path: Path) -> None:
 
 def test_junit_unreadable_file_is_one_error_case(tmp_path: Path) -> None:
     peers(tmp_path / "cache")
-    (tmp_path / "cache" / "loop.pt").symlink_to("loop.pt")  # unreadable even for root (ELOOP)
+    # unreadable even for root (ELOOP); under a cache name (loop.pt) it would be a broken-link finding
+    (tmp_path / "cache" / "loop").symlink_to("loop")
     code, suite, err = junit(tmp_path, str(tmp_path / "cache"))
-    assert code == 2 and "loop.pt" in err
+    assert code == 2 and "loop" in err
     assert counts(suite)[:3] == (str(len(CHECKS) + 1), "0", "1")
     error = cases(suite)["unreadable files"].find("error")
     assert (error.get("message"), error.get("type")) == ("1 file(s) could not be read", "unreadable")
-    assert error.text.startswith("cache/loop.pt: cannot stat")
+    assert error.text.startswith("cache/loop: cannot stat")
 
 
 def test_junit_path_with_markup_quotes_and_control_round_trips(tmp_path: Path) -> None:
@@ -272,11 +273,11 @@ def test_github_escapes_messages_so_one_finding_stays_one_line(tmp_path: Path) -
 
 def test_github_unreadable_file_is_an_error_annotation(tmp_path: Path) -> None:
     peers(tmp_path / "cache")
-    (tmp_path / "cache" / "loop.pt").symlink_to("loop.pt")
+    (tmp_path / "cache" / "loop").symlink_to("loop")  # unreadable even for root (ELOOP)
     code, out, _ = cli(tmp_path, "scan", str(tmp_path / "cache"), "--format", "github")
     lines = out.splitlines()
     assert code == 2 and len(lines) == 2
-    assert lines[0].startswith("::error file=cache/loop.pt,title=unreadable file::could not be read: cannot stat")
+    assert lines[0].startswith("::error file=cache/loop,title=unreadable file::could not be read: cannot stat")
     assert lines[1] == "::notice title=cachedoctor::no findings; 1 file(s) could not be read, so the scan is incomplete"
 
 

@@ -1,6 +1,9 @@
 """No file can stall a scan: ``--file-timeout`` reports a file whose read runs too long and goes
-on with the others (issue 11). The stall is real: a FIFO named like a cache file, whose open
-blocks until a writer comes, which none does (storage that hangs looks the same to a reader)."""
+on with the others (issue 11). The stall is real: a blocking ``open`` of a FIFO that no writer
+ever opens (storage that hangs looks the same to a reader). The scan itself never opens a FIFO
+(issue 15: it is skipped with a note), so the tests have the worker's read of ``stall.pt``, a
+regular file, go through that FIFO first, as a read that hangs in the kernel would.
+"""
 
 from __future__ import annotations
 
@@ -12,20 +15,34 @@ from pathlib import Path
 import pytest
 from factories import peers
 
+from cachedoctor.formats import read_file
 from cachedoctor.scan.folders import Collector
 from cachedoctor.scan.pool import run_pool
 from cachedoctor.scan.worker import inspect_chunk
 
 
-def _fifo(folder: Path, name: str = "stall.pt") -> str:
+def _stall(folder: Path, monkeypatch: pytest.MonkeyPatch, name: str = "stall.pt") -> str:
+    """A file whose read blocks for good (a forked worker inherits the patch)."""
     path = folder / name
-    os.mkfifo(path)
+    path.write_bytes(b"PK\x03\x04")
+    fifo = folder / "no-writer.fifo"
+    os.mkfifo(fifo)
+
+    def hanging_read(target: str, **options: object) -> object:
+        if target == str(path):
+            with open(fifo, "rb"):  # blocks until a writer comes, which none does
+                pass
+        return read_file(target, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("cachedoctor.scan.worker.read_file", hanging_read)
     return str(path)
 
 
-def test_the_alarm_reports_a_stalled_read_and_the_chunk_goes_on(tmp_path: Path) -> None:
+def test_the_alarm_reports_a_stalled_read_and_the_chunk_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     good = peers(tmp_path, n=1)[0]
-    stall = _fifo(tmp_path)
+    stall = _stall(tmp_path, monkeypatch)
     outcomes = inspect_chunk([(stall, False), (str(good), False)], timeout=0.3)
     assert [(f.kind, f.details["seconds"]) for f in outcomes[0].findings] == [("read-timeout", 0.3)]
     assert outcomes[0].transient  # not kept in the state database: the next scan tries again
@@ -46,7 +63,7 @@ def test_a_worker_stuck_where_its_alarm_cannot_reach_is_killed_and_replaced(
     every other file of the chunks in flight still judged, by a fresh pool."""
     monkeypatch.setattr("cachedoctor.scan.worker.file_timer", _no_alarm)  # inherited by the forked workers
     files = [str(p) for p in peers(tmp_path, n=5)]
-    stall = _fifo(tmp_path)
+    stall = _stall(tmp_path, monkeypatch)
     collector = Collector(None)
     folder = collector.open_folder(str(tmp_path), 3)
     chunks = [

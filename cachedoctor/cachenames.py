@@ -1,0 +1,42 @@
+"""Which file names claim to be a cache file (and which entries are no file at all), in a module
+light enough for the walk to import.
+
+``formats/`` decides by the bytes; the name only says how to judge bytes that no reader knows
+(corruption under a cache name, a foreign file under any other). The walk needs the same answer
+for entries it must not open at all, a dangling symlink or a FIFO named ``.pt``, and a rescan in
+which nothing changed must load no reader, so the list lives here rather than in ``formats``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+#: Names that claim to be a cache file: unrecognised bytes under these names are corruption,
+#: under any other name a foreign file that a scan skips.
+CACHE_SUFFIXES = frozenset({".pt", ".pth", ".npz", ".npy", ".safetensors", ".ckpt", ".bin", ".latent"})
+
+
+def claims_cache(path: str) -> bool:
+    """Whether ``path``'s name says it is a cache file (by its suffix, case-insensitive)."""
+    return os.path.splitext(path)[1].lower() in CACHE_SUFFIXES
+
+
+_SPECIAL = (
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISDIR, "folder"),
+)
+
+
+def special_type(mode: int) -> str | None:
+    """``None`` for a regular file's ``st_mode``, else what it is (``FIFO``, ``socket``, ...):
+    something the scan never opens, because reading it could block or have side effects."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _SPECIAL if test(mode)), "special file")
+
+
+__all__ = ["CACHE_SUFFIXES", "claims_cache", "special_type"]
