@@ -35,6 +35,7 @@ from cachedoctor.cli.options import (
     YesOption,
 )
 from cachedoctor.cli.repair import resolve_targets, run_repair
+from cachedoctor.cli.repair_output import RepairFormat, RepairFormatOption, RepairOutputOption, emit, output_mode
 from cachedoctor.errors import PathError
 
 
@@ -65,6 +66,8 @@ def recover(
     exclude: ExcludeOption = None,
     state: StateOption = None,
     no_state: NoStateOption = False,
+    fmt: RepairFormatOption = RepairFormat.TEXT,
+    output: RepairOutputOption = None,
     color: ColorOption = ColorChoice.AUTO,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
@@ -76,11 +79,13 @@ def recover(
     from cachedoctor.options import layout_name, layout_options, scan_options
     from cachedoctor.repair.recover import CRASH_KINDS, survey
     from cachedoctor.repair.run import RepairOptions, still_broken
+    from cachedoctor.report.repair_lines import Lines, whole
     from cachedoctor.report.repair_text import RepairReport, print_result, print_survey
 
     env = current()
     env.configure(color=color, quiet=quiet, verbose=verbose)
-    out = env.stdout
+    human = output_mode(env, fmt, output, yes or not apply, "add --yes to apply, or leave out --apply for the survey")
+    lines = Lines(env)
     settings, targets = resolve_targets(
         ctx,
         paths=paths,
@@ -108,15 +113,16 @@ def recover(
         scanning,
         allow_empty=bool(settings.allow_empty.value),
     )
-    print_survey(found, out, env.cwd)
+    if human:
+        print_survey(found, env)
     if found.empty or not apply:
-        if not found.empty:
-            print(
-                "`cachedoctor recover --apply` with the same arguments quarantines what is partial"
-                + (" and resumes the interrupted repair" if found.interrupted else ""),
-                file=out,
+        if not found.empty and human:
+            lines.say(
+                whole("`cachedoctor recover --apply`")
+                + " with the same arguments quarantines what is partial"
+                + (" and resumes the interrupted repair" if found.interrupted else "")
             )
-        return RepairReport(survey=found).exit_code
+        return emit(RepairReport(survey=found), "recover", targets, fmt, output)
     if found.held_locks:
         raise PathError(
             found.held_locks[0],
@@ -130,11 +136,15 @@ def recover(
         only=None if resumed else CRASH_KINDS,
         allow_empty=bool(settings.allow_empty.value),
     )
-    print("", file=out)
-    outcome = run_repair(settings, targets, options, yes, model_family, output_dir)
+    if human:
+        lines.say()
+    outcome = run_repair(settings, targets, options, yes, model_family, output_dir, human=human)
     if isinstance(outcome, RepairReport):  # declined
         return outcome.exit_code
-    return print_result(RepairReport(outcome, tuple(still_broken(outcome))), out, env)
+    report = RepairReport(outcome, tuple(still_broken(outcome)), survey=found)
+    if human:
+        print_result(report, env)
+    return emit(report, "recover", targets, fmt, output)
 
 
 __all__ = ["recover"]

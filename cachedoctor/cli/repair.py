@@ -46,6 +46,7 @@ from cachedoctor.cli.options import (
     VerboseOption,
     YesOption,
 )
+from cachedoctor.cli.repair_output import RepairFormat, RepairFormatOption, RepairOutputOption, emit, output_mode
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 
@@ -143,6 +144,8 @@ def repair(
     exclude: ExcludeOption = None,
     state: StateOption = None,
     no_state: NoStateOption = False,
+    fmt: RepairFormatOption = RepairFormat.TEXT,
+    output: RepairOutputOption = None,
     color: ColorOption = ColorChoice.AUTO,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
@@ -152,10 +155,12 @@ def repair(
     from cachedoctor.explain import kinds as known_kinds
     from cachedoctor.options import scan_options
     from cachedoctor.repair.run import RepairOptions, still_broken
+    from cachedoctor.report.repair_lines import Lines
     from cachedoctor.report.repair_text import RepairReport, print_result
 
     env = current()
     env.configure(color=color, quiet=quiet, verbose=verbose)
+    human = output_mode(env, fmt, output, yes or dry_run, "add --yes to repair, or --dry-run for the plan alone")
     settings, targets = resolve_targets(
         ctx,
         paths=paths,
@@ -200,15 +205,22 @@ def repair(
         seed=seed,
         allow_empty=bool(settings.allow_empty.value),
     )
-    outcome = run_repair(settings, targets, options, yes, model_family, output_dir)
+    outcome = run_repair(settings, targets, options, yes, model_family, output_dir, human=human)
     if isinstance(outcome, RepairReport):  # declined
         return outcome.exit_code
     if dry_run:
-        print("dry run: nothing was changed", file=env.stdout)
-        return RepairReport(outcome, dry_run=True).exit_code
-    if not outcome.leader:
+        report = RepairReport(outcome, dry_run=True)
+        if not outcome.leader:  # the leader rank shows the plan and writes the document
+            return report.exit_code
+        if human:
+            Lines(env).say("dry run: nothing was changed")
+    elif not outcome.leader:
         return ExitStatus.CLEAN
-    return print_result(RepairReport(outcome, tuple(still_broken(outcome))), env.stdout, env)
+    else:
+        report = RepairReport(outcome, tuple(still_broken(outcome)))
+        if human:
+            print_result(report, env)
+    return emit(report, "repair", targets, fmt, output)
 
 
 def resolve_targets(ctx: typer.Context, **cli: Any) -> tuple[Any, list[str]]:
@@ -235,9 +247,11 @@ def run_repair(
     yes: bool,
     model_family: str | None = None,
     output_dir: str | None = None,
+    *,
+    human: bool = True,
 ) -> Any:
-    """Run the repair machinery with the plan printed and the question asked: the outcome, or a
-    declined :class:`RepairReport` when the user said no."""
+    """Run the repair machinery with the plan printed (``human``: the text for people) and the
+    question asked: the outcome, or a declined :class:`RepairReport` when the user said no."""
     from cachedoctor.cli.progress import ProgressLine
     from cachedoctor.options import layout_name, layout_options
     from cachedoctor.repair.model import Declined
@@ -245,12 +259,12 @@ def run_repair(
     from cachedoctor.report.repair_text import RepairReport, print_plan
 
     env = current()
-    out = env.stdout
     line = ProgressLine(env)
 
     def show_plan(outcome: Any) -> None:
         line.pause()  # the plan and the question go to the terminal without the progress line
-        print_plan(outcome, out)
+        if human:
+            print_plan(outcome, env)
 
     def confirm(outcome: Any) -> bool:
         line.pause()
@@ -274,7 +288,7 @@ def run_repair(
                 progress=progress,
             )
     except Declined:
-        print("nothing was changed", file=out)
+        print("nothing was changed", file=env.stdout)
         return RepairReport(declined=True)
 
 

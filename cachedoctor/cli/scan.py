@@ -6,8 +6,7 @@ Everything that decides the verdict (severity overrides, the baseline, ``--fail-
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, TextIO
+from typing import Annotated
 
 import typer
 
@@ -43,6 +42,7 @@ from cachedoctor.cli.options import (
     VerboseOption,
     WorkersOption,
 )
+from cachedoctor.cli.report_file import write_report
 from cachedoctor.cli.settings import resolve
 from cachedoctor.errors import PathError, UsageError
 from cachedoctor.exit_status import ExitStatus
@@ -157,7 +157,7 @@ def scan(
             print(env.wrap(f"{report.suppressed} finding(s) {verb} the baseline {report.baseline}"), file=env.stdout)
         renderer.render(report, env.stdout, color=env.color(env.stdout_isatty))
     else:
-        error = _write_report(output, lambda out: renderer.render(report, out, color=False))
+        error = write_report(output, lambda out: renderer.render(report, out, color=False))
         if error:
             env.error(error)
             return ExitStatus.ERROR
@@ -169,18 +169,6 @@ def scan(
             f"{problem.path}: {problem.message}; fix its permissions or move it out of the cache, then scan again"
         )
     return report.exit_code
-
-
-def _write_report(path: str, write: Callable[[TextIO], None]) -> str | None:
-    """Write atomically (temp file beside it, then rename); an error message or ``None``."""
-    from cachedoctor.atomic import atomic_text
-
-    try:
-        with atomic_text(path, prefix=".cachedoctor-report-") as out:
-            write(out)
-    except OSError as exc:
-        return f"{path}: cannot write the report ({exc.strerror or exc}); choose another --output"
-    return None
 
 
 __all__ = ["scan"]

@@ -11,7 +11,8 @@ earlier scan left its state database, that is the checkpoint: every file whose s
 from the recorded one (or that is new) is read deep, in the same pass that finds the temp
 files. Elsewhere it is the journal's last checkpoint when a repair was interrupted (files newer
 than its last recorded item), or else the temp files: a folder holding one was being written
-when its writer died, so all its files are read deep.
+when its writer died, so all its files are read deep. Damage the last scan already recorded in a
+file unchanged since is reported apart: it predates that scan, and the survey did not read it.
 """
 
 from __future__ import annotations
@@ -29,21 +30,36 @@ from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.plan import EXISTING
 from cachedoctor.scan.state.store import default_path
 from cachedoctor.scan.walk import is_under
-from cachedoctor.statedir import STATE_DIR, is_lock_name
+from cachedoctor.statedir import STATE_DIR, clock_path, is_lock_name
 
 #: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).
 CRASH_KINDS = frozenset({"partial-write", "corrupt-archive", "non-finite"})
 
 
 @dataclass
+class DeepRead:
+    """Files read deep because they were written around the crash, and the damaged among them."""
+
+    since: str  # what "around the crash" was judged against, in words
+    files: int  # read deep by the survey (or tried: a torn file counts)
+    damaged: list[Finding] = field(default_factory=list)  # crash findings in those files
+
+
+@dataclass
 class Survey:
     layout_line: str | None
     temp_files: list[Finding] = field(default_factory=list)
-    damaged: list[Finding] = field(default_factory=list)  # deep-read suspects with crash findings
-    suspects: int = 0  # files read deep because they were written around the crash
-    since: str = "around the crash"  # what "recent" was judged against
+    reads: list[DeepRead] = field(default_factory=list)
+    #: Crash findings the last scan recorded in files unchanged since: damaged before that scan,
+    #: not read again now (the state database vouches for them).
+    known_damaged: list[Finding] = field(default_factory=list)
     held_locks: list[str] = field(default_factory=list)  # a live process holds these: a writer is active
     interrupted: list[tuple[str, Interrupted]] = field(default_factory=list)
+
+    @property
+    def damaged(self) -> list[Finding]:
+        """Every crash finding the survey reports: in files it read deep, and recorded ones."""
+        return [f for r in self.reads for f in r.damaged] + self.known_damaged
 
     @property
     def empty(self) -> bool:
@@ -66,13 +82,18 @@ def survey(
     roots = plan.roots if plan is not None else targets
     folders = [r if os.path.isdir(r) else os.path.dirname(r) for r in roots]
     stateful = [f for f in folders if os.path.isdir(f) and os.path.isfile(default_path(f))]
+    # each scan moves its database's clock: what changed since the last one is dated by the old tick
+    ticks = {f: _clock_ns(f) for f in stateful}
     result = scan(roots, replace(base, deep=False, sample=None, state=EXISTING, deep_changed=True), dataset=plan)
     out = Survey(line, temp_files=[f for f in result.findings if f.kind == "partial-write"])
     damaged = CRASH_KINDS - {"partial-write"}
     if stateful:  # the state's record is the checkpoint: what changed since was just read deep
-        out.since = "since the last scan (its state database)"
-        out.suspects = result.stats.files_deep
-        out.damaged = [f for f in result.findings if f.kind in damaged and any(is_under(f.path, s) for s in stateful)]
+        read = DeepRead("since the last scan (its state database)", result.stats.files_deep)
+        for f in result.findings:
+            root = next((s for s in stateful if is_under(f.path, s)), None)
+            if f.kind in damaged and root is not None:
+                (read.damaged if _changed_since(f.path, ticks[root]) else out.known_damaged).append(f)
+        out.reads.append(read)
     for root in folders:
         run = interrupted_run(root)
         if run is not None:
@@ -82,15 +103,33 @@ def survey(
     temps = [f for f in out.temp_files if not any(is_under(f.path, s) for s in stateful)]
     suspects = _written_after(rest, checkpoint) if checkpoint else _beside_temps(temps)
     if suspects:
-        out.suspects += len(suspects)
         deep = scan(sorted(suspects), replace(base, deep=True, sample=None, state=None, deep_changed=False))
-        out.damaged += [f for f in deep.findings if f.kind in damaged]
+        since = "after the interrupted repair's last record" if checkpoint else "around the crash (beside a temp file)"
+        out.reads.append(DeepRead(since, deep.stats.files_deep, [f for f in deep.findings if f.kind in damaged]))
     out.held_locks = _held_locks(folders)
     if result.empty and out.empty and not allow_empty:
         from cachedoctor.report.outcome import nothing_to_check
 
         raise PathError(*nothing_to_check(result.targets, dataset=plan is not None, others=result.stats.files_skipped))
     return out
+
+
+def _clock_ns(folder: str) -> int | None:
+    """When the last scan with ``folder``'s state database began (its clock file's tick)."""
+    try:
+        return os.stat(clock_path(default_path(folder))).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _changed_since(path: str, tick: int | None) -> bool:
+    """Whether ``path`` changed at or after ``tick``, so that the scan after it read it again
+    (the state database's own test: a stat newer than the record; ctime cannot be set back)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True
+    return tick is None or st.st_mtime_ns >= tick or st.st_ctime_ns >= tick
 
 
 def _beside_temps(temps: list[Finding]) -> set[str]:

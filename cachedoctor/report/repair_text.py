@@ -1,26 +1,52 @@
-"""What `repair` and `recover` print: the plan, the outcome, and what a crash left behind.
+"""What ``repair`` and ``recover`` print after the work: the outcome, and what is left and why.
 
 :class:`RepairReport` owns their exit code, as :class:`~cachedoctor.report.outcome.ScanReport`
 owns the scan's: CLEAN when everything planned was done, verified and the rescan is clean of it
-(or, for a dry run or a survey, when there is nothing to do); FINDINGS otherwise.
+(or, for a dry run or a survey, when there is nothing to do); FINDINGS otherwise. It also says,
+once for the text and the JSON document alike, which files still need attention and why
+(:meth:`RepairReport.left`), and what to do next. The plan is printed by
+``repair_plan_text.py``, the crash survey by ``repair_survey_text.py``, the JSON document built
+by ``repair_json.py``.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from cachedoctor.exit_status import ExitStatus
-from cachedoctor.report.text import human_size
+from cachedoctor.report.repair_lines import LIMIT, Lines, whole
+from cachedoctor.report.repair_plan_text import NEEDS_PERSON, print_plan
+from cachedoctor.report.repair_survey_text import print_survey
 from cachedoctor.statedir import quarantine_root
 
-if TYPE_CHECKING:  # type-only: printing a plan must not import the repair machinery
+if TYPE_CHECKING:  # type-only: printing a report must not import the repair machinery
     from cachedoctor.cli.environment import Environment
-    from cachedoctor.repair.recover import Survey
-    from cachedoctor.repair.run import RepairOutcome
+
+#: Why a file is left, in the order they are listed: ``state`` -> how the text says it.
+LEFT_STATES = {
+    "failed": "failed",
+    "blocked": "cannot fix",
+    "needs-person": "needs a person",
+    "re-cache": "left to the trainer",
+    "found-again": "still found",
+}
+#: A file quarantined because it could not be recomputed here: its gap is the plan's, not a failure.
+RE_CACHE = "moved to the quarantine, not recomputed: the trainer re-caches it"
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A file the run leaves needing attention: ``state`` is a key of :data:`LEFT_STATES`;
+    ``message`` says why (the blocked reason, the failure, the finding the rescan still shows)."""
+
+    path: str
+    kinds: tuple[str, ...]
+    state: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -37,7 +63,15 @@ class RepairReport:
 
     @property
     def states(self) -> Counter:
-        return Counter(r.state.value for r in self.outcome.results) if self.outcome is not None else Counter()
+        """Items per state. A blocked action counts as blocked even where nothing ran (no item
+        of the plan was runnable, so none was recorded)."""
+        if self.outcome is None:
+            return Counter()
+        states = Counter(r.state.value for r in self.outcome.results)
+        if not self.dry_run:
+            recorded = {r.path for r in self.outcome.results}
+            states["blocked"] += sum(1 for a in self.outcome.plan.actions if a.blocked and a.path not in recorded)
+        return +states
 
     @property
     def clean(self) -> bool:
@@ -80,125 +114,135 @@ class RepairReport:
     def exit_code(self) -> ExitStatus:
         return ExitStatus.CLEAN if self.clean and not self.worse else ExitStatus.FINDINGS
 
+    def left(self) -> list[Leftover]:
+        """Every file the run leaves needing attention, once, failures first."""
+        outcome = self.outcome
+        if outcome is None or self.dry_run or self.declined:
+            return []
+        after: dict[str, list[Any]] = defaultdict(list)
+        for f in outcome.after.findings if outcome.after is not None else ():
+            after[f.path].append(f)
+        before: dict[str, set[str]] = defaultdict(set)
+        for f in outcome.before.findings:
+            before[f.path].add(f.kind)
+        reasons = {a.path: a.reasons for a in outcome.plan.actions}
+        instead = {a.path for a in outcome.plan.actions if a.note and a.kind.value == "quarantine"}
+        out: dict[str, Leftover] = {}
+        for r in outcome.results:
+            if r.state.value in ("failed", "blocked"):
+                out[r.path] = Leftover(r.path, reasons.get(r.path, ()), r.state.value, r.message)
+        for a in outcome.plan.actions:
+            if a.blocked and a.path not in out:
+                out[a.path] = Leftover(a.path, a.reasons, "blocked", a.blocked)
+        for path in outcome.plan.needs_person:
+            out[path] = Leftover(path, tuple(sorted(before[path])), "needs-person", NEEDS_PERSON)
+        for path in self.broken:
+            if path not in out and after[path]:
+                kinds = tuple(sorted({f.kind for f in after[path]}))
+                if path in instead and kinds == ("missing-entry",):
+                    out[path] = Leftover(path, kinds, "re-cache", RE_CACHE)
+                else:
+                    out[path] = Leftover(path, kinds, "found-again", after[path][0].message)
+        order = list(LEFT_STATES)
+        return sorted(out.values(), key=lambda x: (order.index(x.state), x.path))
 
-def print_plan(outcome: RepairOutcome, out: TextIO) -> None:
-    from cachedoctor.repair.model import ActionKind
+    def next_step(self, left: list[Leftover]) -> str | None:
+        """What to do about what is left, in one sentence (``None`` when nothing is)."""
+        states = {x.state for x in left}
+        steps = []
+        if "failed" in states:
+            steps.append("a failed item changed nothing: remove its cause (the message says it)")
+        if "blocked" in states:
+            steps.append("give repair what each file that it cannot fix lacks (the reason says it)")
+        if "needs-person" in states:
+            steps.append("rename all but one of the files two dataset items share")
+        if steps:
+            steps[-1] += ", then run the same command again"
+        if "re-cache" in states:
+            steps.append("the trainer re-caches the quarantined files when it next runs")
+        if "found-again" in states:
+            steps.append("`cachedoctor explain KIND` says what else can be done about a kind still found")
+        return "; ".join(steps) or None
 
-    result, plan = outcome.before, outcome.plan
-    mode = "deep" if result.options.deep else "quick"
-    files = len({f.path for f in result.findings})
-    print(
-        f"cachedoctor repair: {result.stats.files_read} files scanned ({mode}), {len(result.findings)} finding(s) in {files} file(s)",
-        file=out,
+    def _moved_roots(self) -> list[str]:
+        """The cache roots this run moved files out of, into their quarantine."""
+        if self.outcome is None:
+            return []
+        kept = {r.path for r in self.outcome.results if r.quarantined}
+        return sorted({a.root for a in self.outcome.plan.actions if a.path in kept})
+
+    def quarantine_dirs(self) -> list[str]:
+        """The quarantine folders this run moved files into (one per cache root)."""
+        return [os.path.join(quarantine_root(root), self.outcome.run_id) for root in self._moved_roots()]
+
+    def undo(self) -> str | None:
+        """The one command that puts back everything this run moved (one run id across every root)."""
+        roots = self._moved_roots()
+        if not roots:
+            return None
+        return f"cachedoctor quarantine restore {self.outcome.run_id} " + " ".join(shlex.quote(r) for r in roots)
+
+    def before_after(self) -> dict[str, tuple[int, int]] | None:
+        """Findings per kind before and after the repair (``None`` without a rescan)."""
+        outcome = self.outcome
+        if outcome is None or outcome.after is None or self.dry_run:
+            return None
+        before = Counter(f.kind for f in outcome.before.findings)
+        after = Counter(f.kind for f in outcome.after.findings)
+        return {k: (before.get(k, 0), after.get(k, 0)) for k in sorted(set(before) | set(after))}
+
+
+def print_result(report: RepairReport, env: Environment) -> ExitStatus:
+    """The outcome of a repair that ran, and what is left; returns the exit code."""
+    lines = Lines(env)
+    outcome, states = report.outcome, report.states
+    lines.say(
+        "done: " + ", ".join(f"{states.get(s, 0)} {s}" for s in ("verified", "skipped", "blocked", "failed")),
+        indent="      ",
     )
-    if outcome.layout_line:
-        print(outcome.layout_line, file=out)
-    for note in getattr(outcome, "notes", ()):
-        print(f"note: {note}", file=out)
-    if outcome.interrupted is not None:
-        gone = outcome.interrupted
-        print(
-            f"resuming interrupted run {gone.run_id}: {len(gone.verified)} item(s) were finished before it stopped, "
-            f"{len(gone.unfinished)} were not; this scan shows what is still to do",
-            file=out,
-        )
-    if not plan.actions and not plan.needs_person:
-        print("nothing to repair", file=out)
-        return
-    print("plan:", file=out)
-    for label, count in plan.counts().items():
-        if label == "blocked":
-            continue
-        extra = (
-            f" ({human_size(plan.rewrite_bytes(ActionKind(label)))} to rewrite)"
-            if label in ("rewrite-cpu", "clone-storage")
-            else ""
-        )
-        print(f"  {label:<14} {count} file(s){extra}", file=out)
-        if label == "quarantine":
-            instead = Counter(a.note for a in plan.actions if a.note)
-            for why, n in instead.most_common():
-                print(f"  {'':<14} {n} of them not recomputed ({why}): the trainer re-caches them", file=out)
-    blocked = Counter(a.blocked for a in plan.actions if a.blocked)
-    for why, count in blocked.most_common():
-        print(f"  {'cannot fix':<14} {count} file(s): {why}", file=out)
-    if plan.needs_person:
-        print(
-            f"  {'needs a person':<14} {len(plan.needs_person)} file(s): two dataset items map to one file; rename all but one",
-            file=out,
-        )
-
-
-def print_result(report: RepairReport, out: TextIO, env: Environment) -> ExitStatus:
-    from cachedoctor.repair.model import ItemState
-
-    outcome, broken, states = report.outcome, report.broken, report.states
-    print(
-        "done: "
-        + ", ".join(
-            f"{states.get(s.value, 0)} {s.value}"
-            for s in (ItemState.VERIFIED, ItemState.SKIPPED, ItemState.BLOCKED, ItemState.FAILED)
-        ),
-        file=out,
-    )
-    for r in outcome.results:
-        if r.state in (ItemState.FAILED,):
-            print(f"  failed: {os.path.relpath(r.path, env.cwd)}: {r.message}", file=out)
     for problem in outcome.problems:
-        print(f"  worker: {problem}", file=out)
-    kept = {r.path for r in outcome.results if r.quarantined}
-    moved = sorted({a.root for a in outcome.plan.actions if a.path in kept})
-    for root in moved:
-        print(f"quarantine: {os.path.join(quarantine_root(root), outcome.run_id)}", file=out)
-    if moved:  # one run id across every root: one command puts it all back
-        roots = " ".join(shlex.quote(r) for r in moved)
-        print(f"undo: cachedoctor quarantine restore {outcome.run_id} {roots}", file=out)
-    if outcome.after is not None:
-        before, after = (
-            Counter(f.kind for f in outcome.before.findings),
-            Counter(f.kind for f in outcome.after.findings),
-        )
-        changes = [f"{k} {before.get(k, 0)} -> {after.get(k, 0)}" for k in sorted(set(before) | set(after))]
-        print("before -> after: " + (", ".join(changes) if changes else "clean"), file=out)
+        lines.say(f"  worker: {problem}")
+    for folder in report.quarantine_dirs():
+        lines.say(f"quarantine: {whole(folder)}")
+    undo = report.undo()
+    if undo:
+        lines.command("undo:", undo)
+    changes = report.before_after()
+    if changes is not None:
+        text = ", ".join(whole(f"{k} {was} -> {now}") for k, (was, now) in changes.items())
+        lines.say("before -> after: " + (text or "clean"), indent="                 ")
     for kind, (was, now) in report.worse.items():
-        print(f"worse: {kind} in {now} file(s), {was} before the repair; please report this", file=out)
+        lines.say(f"worse: {kind} in {now} file(s), {was} before the repair; please report this")
     if report.clean and not report.worse:
-        print("repaired: the rescan is clean of what was repaired", file=out)
-    else:
-        left = len(
-            set(broken)
-            | set(outcome.plan.needs_person)
-            | {r.path for r in outcome.results if r.state.value in ("failed", "blocked")}
-        )
-        print(f"not clean: {left} file(s) still need attention; see above", file=out)
+        lines.say("repaired: the rescan is clean of what was repaired")
+        return report.exit_code
+    left = report.left()
+    if not left:
+        lines.say("not clean: the run did not finish cleanly; see above")
+        return report.exit_code
+    lines.say(f"not clean: {len(left)} file(s) still need attention" + ("" if lines.quiet else ":"))
+    if not lines.quiet:
+        _print_left(lines, left)
+    step = report.next_step(left)
+    if step:
+        lines.say(f"next: {step}", indent="      ")
     return report.exit_code
 
 
-def print_survey(found: Survey, out: TextIO, cwd: str) -> None:
-    def rel(path: str) -> str:
-        return os.path.relpath(path, cwd)
+def _print_left(lines: Lines, left: list[Leftover]) -> None:
+    """What is left, grouped by why (a reason shared by many files is said once), at most
+    :data:`LIMIT` groups of at most :data:`LIMIT` files each unless ``-v``."""
+    groups: dict[tuple[str, str], list[Leftover]] = defaultdict(list)
+    for x in left:
+        groups[(x.state, x.message)].append(x)
+    ordered = list(groups.items())
+    shown = ordered if lines.verbose else ordered[:LIMIT]
+    for (state, message), items in shown:
+        lines.say(f"  {LEFT_STATES[state]}: {message}", "    ")
+        lines.files([f"{lines.rel(x.path)}: {', '.join(x.kinds)}" for x in items], "    ")
+    rest = sum(len(items) for _, items in ordered[len(shown) :])
+    if rest:
+        lines.say(f"  ... and {rest} more file(s) (-v lists all)")
 
-    print(f"cachedoctor recover: {found.layout_line}" if found.layout_line else "cachedoctor recover", file=out)
-    if found.empty:
-        print(
-            "nothing to recover: no temp files, no damaged recent writes, no held locks, no interrupted repair",
-            file=out,
-        )
-        return
-    if found.temp_files:
-        print(f"temp files of interrupted writes: {len(found.temp_files)}", file=out)
-        for f in found.temp_files:
-            print(f"  {rel(f.path)} ({f.details.get('size', 0)} bytes)", file=out)
-    if found.suspects:
-        print(f"written {found.since}, read deep: {found.suspects} file(s); damaged: {len(found.damaged)}", file=out)
-        for f in found.damaged:
-            print(f"  {rel(f.path)}: {f.kind}: {f.message}", file=out)
-    for lock in found.held_locks:
-        print(f"lock held by a live process (a writer is active): {rel(lock)}", file=out)
-    for root, run in found.interrupted:
-        specs = " ".join(run.encoders) or "none"
-        print(
-            f"interrupted repair in {rel(root)}: run {run.run_id}, {len(run.verified)} item(s) finished, "
-            f"{len(run.unfinished)} not; encoder(s): {specs}",
-            file=out,
-        )
+
+__all__ = ["LEFT_STATES", "Leftover", "RepairReport", "print_plan", "print_result", "print_survey"]

@@ -4,6 +4,8 @@ config with two cache roots gave two quarantine runs and two undo commands)."""
 from __future__ import annotations
 
 import hashlib
+import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -31,16 +33,16 @@ def test_one_undo_restores_every_root(tmp_path: Path, by: str) -> None:
     apply_mtimes(root)
     config = root / "simpletuner" / "config" / "multidatabackend.json"
     before = _digests(root / "simpletuner" / "output")
-    code, out, err = cli("repair", "--config", str(config), "--yes")
+    code, out, err = cli("repair", "--config", str(config), "--yes", "--format", "json")
     assert err == "", err
-    moved = [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("quarantine: ")]
-    undo = [line for line in out.splitlines() if line.startswith("undo: ")]
-    assert len(moved) == 2 and len(undo) == 1, out  # orphans quarantined in the vae and the text roots
+    result = json.loads(out)["result"]
+    moved, undo = result["quarantine"], result["undo"]
+    assert len(moved) == 2 and undo is not None, out  # orphans quarantined in the vae and the text roots
     run_ids = {Path(m).name for m in moved}
     assert len(run_ids) == 1, moved
     run_id = run_ids.pop()
     assert _digests(root / "simpletuner" / "output") != before
-    roots = undo[0].split()[5:]
+    roots = shlex.split(undo)[4:]
     args = ["--config", str(config)] if by == "config" else roots
     code, out, err = cli("quarantine", "restore", run_id, *args)
     assert (code, err) == (0, ""), out

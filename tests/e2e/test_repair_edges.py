@@ -62,7 +62,8 @@ def test_an_unreadable_entry_quarantined_instead_of_recomputed_is_not_worse(gold
     victim.write_bytes(victim.read_bytes()[:500])
     code, out, err = cli("repair", str(golden / "sdxl" / "flip"), "--layout", "kohya", "--yes")
     assert err == "" and "worse:" not in out and not victim.exists(), out
-    assert "the trainer re-caches them" in out
+    assert "the trainer re-caches them" in " ".join(out.split())  # the plan said so (wrapped at 80 columns)
+    assert "left to the trainer: moved to the quarantine, not recomputed" in " ".join(out.split())
 
 
 def test_a_run_that_stopped_before_its_first_recompute_does_not_pin_its_encoder(golden: Path, tmp_path: Path) -> None:

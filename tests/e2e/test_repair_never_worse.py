@@ -9,6 +9,7 @@ files after the repair than before, and each refused item names the encoder and 
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -44,12 +45,13 @@ def test_a_repair_with_a_mismatched_encoder_leaves_no_kind_worse(tmp_path: Path,
     apply_mtimes(root)
     args = [str(root / a) if "/" in a else a for a in CASES[name]]
     before = _files_by_kind(args)
-    code, out, err = cli("repair", *args, "--encoder", THREE_CHANNELS, "--yes")
-    assert err == "" and "Traceback" not in out, out
+    code, out, err = cli("repair", *args, "--encoder", THREE_CHANNELS, "--yes", "--format", "json")
+    assert err == "", err
+    result = json.loads(out)["result"]
     after = _files_by_kind(args)
     worse = {k: (before[k], n) for k, n in after.items() if n > before[k]}
-    assert worse == {}, out
-    refused = [line for line in out.splitlines() if "failed:" in line]
+    assert worse == {} and result["worse"] == {}, out
+    refused = [f["message"] for f in result["still_broken"] if f["state"] == "failed"]
     assert refused, out  # each layout's shipped dataset has a latent to recompute
-    for line in refused:
-        assert "encoder pool gives" in line and "Nothing written" in line, line
+    for message in refused:
+        assert "encoder pool gives" in message and "Nothing written" in message, message
