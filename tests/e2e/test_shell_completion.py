@@ -37,11 +37,17 @@ def test_commands_options_and_choices_complete(monkeypatch: pytest.MonkeyPatch) 
 def test_show_and_install_completion_for_bash(tmp_path: Path) -> None:
     """Through a real bash (Typer finds the shell from the parent process), HOME in ``tmp_path``."""
     env = {**os.environ, "HOME": str(tmp_path)}
+    # "; exit $?" keeps bash alive as the parent (a lone command would be exec'd in its place,
+    # and the parent would be whatever ran the tests: a shell or not).
     command = f"{sys.executable} -m cachedoctor"
-    shown = subprocess.run(["bash", "-c", f"{command} --show-completion"], capture_output=True, text=True, env=env)
+    shown = subprocess.run(
+        ["bash", "-c", f"{command} --show-completion; exit $?"], capture_output=True, text=True, env=env
+    )
     assert shown.returncode == 0 and shown.stderr == ""
     assert "_CACHEDOCTOR_COMPLETE=complete_bash" in shown.stdout and "complete -o default" in shown.stdout
-    done = subprocess.run(["bash", "-c", f"{command} --install-completion"], capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        ["bash", "-c", f"{command} --install-completion; exit $?"], capture_output=True, text=True, env=env
+    )
     assert done.returncode == 0, done.stderr
     script = tmp_path / ".bash_completions" / "cachedoctor.sh"
     assert "_CACHEDOCTOR_COMPLETE=complete_bash" in script.read_text()
