@@ -109,6 +109,8 @@ def _run(argv: list[str], env: Environment) -> int:
         code = exc.code if isinstance(exc.code, int) else ExitStatus.CLEAN if exc.code is None else ExitStatus.ERROR
     except KeyboardInterrupt:
         code = ExitStatus.INTERRUPTED
+    except BrokenPipeError:  # the reader of stdout went away (`| head`): __main__ ends quietly
+        raise
     except Exception as exc:  # the safety net of the fault model (faults.py): OSError, SQLite
         from cachedoctor.faults import last_resort
         from cachedoctor.lifetime import caused_by_interrupt
