@@ -18,6 +18,7 @@ from cachedoctor.layouts import LayoutName, LayoutOf, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.progress import LOSSLESS, PLAN, RECOMPUTE, RESCAN, Progress, Stages
 from cachedoctor.repair import distributed
+from cachedoctor.repair.act import close, recompute, run_lossless, share
 from cachedoctor.repair.journal import (
     Interrupted,
     Journal,
@@ -29,7 +30,7 @@ from cachedoctor.repair.journal import (
     move_journal_aside,
     new_run_id,
 )
-from cachedoctor.repair.model import Action, ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
+from cachedoctor.repair.model import ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
 from cachedoctor.repair.planner import plan_repair
 from cachedoctor.scan import ScanOptions, ScanResult, scan
 
@@ -215,22 +216,22 @@ def repair(
     for action in plan.actions:
         if action.blocked:
             record(ItemResult(action.path, action.kind, ItemState.BLOCKED, action.blocked))
-    mine = _share(plan.runnable(), rank)
+    mine = share(plan.runnable(), rank)
     try:
         lossless = [a for a in mine if a.kind is not ActionKind.RECOMPUTE]
         stages.start(LOSSLESS, len(lossless))
-        _run_lossless(lossless, outcome.run_id or "", record)
-        recompute = [a for a in mine if a.kind is ActionKind.RECOMPUTE]
-        if recompute:
-            _recompute(recompute, options, outcome, record, rank, devices_for, stages)
+        run_lossless(lossless, outcome.run_id or "", record)
+        recompute_actions = [a for a in mine if a.kind is ActionKind.RECOMPUTE]
+        if recompute_actions:
+            recompute(recompute_actions, options, outcome, record, rank, devices_for, stages)
     except RepairError:
         for journal in journals.values():
             journal.finish("interrupted")
-        _close(journals)
+        close(journals)
         raise
     for journal in journals.values():
         journal.finish("done" if not outcome.problems else "interrupted")
-    _close(journals)
+    close(journals)
     if interrupted is not None:  # roots where the crashed run had left nothing to do
         for root in sorted(set(roots_seen) - set(roots_acted)):
             finish_run(root, journal_rank, interrupted.run_id, "done")
@@ -259,69 +260,6 @@ def _interrupted(roots: list[str], rank: int | None, options: RepairOptions, not
             continue
         found = found or run
     return found
-
-
-def _share(actions: list[Action], rank: distributed.Rank) -> list[Action]:
-    """This rank's deterministic share of the non-recompute actions (recomputes are split by cost)."""
-    if not rank.distributed:
-        return actions
-    local = [
-        a for i, a in enumerate(a for a in actions if a.kind is not ActionKind.RECOMPUTE) if i % rank.world == rank.rank
-    ]
-    return local + [a for a in actions if a.kind is ActionKind.RECOMPUTE]
-
-
-def _run_lossless(actions: list[Action], run_id: str, record: Callable[[ItemResult], None]) -> None:
-    """Lossless rewrites, moves and clean-ups, one after another in this process. (Threads were
-    measured and lost: the per-file work is mostly Python holding the GIL; bench/README.md.)"""
-    for action in actions:
-        record(_run_local(action, run_id))
-
-
-def _run_local(action: Action, run_id: str) -> ItemResult:
-    from cachedoctor.repair.lossless import rewrite_bytes
-    from cachedoctor.repair.quarantine import Quarantine
-    from cachedoctor.repair.replace import run_action
-    from cachedoctor.repair.verify import problems_of
-
-    quarantine = Quarantine(action.root, run_id)
-    if action.kind.lossless:
-        clone = action.kind is ActionKind.CLONE_STORAGE
-        return run_action(action, quarantine, lambda a: rewrite_bytes(a.path, clone), problems_of)
-    return run_action(action, quarantine)
-
-
-def _recompute(
-    actions: list[Action],
-    options: RepairOptions,
-    outcome: RepairOutcome,
-    record: Callable[[ItemResult], None],
-    rank: distributed.Rank,
-    devices_for: Callable[[int | None, str, int], list[str]],
-    stages: Stages,
-) -> None:
-    from cachedoctor.repair.pool import make_batches, run_pool, split, work
-    from cachedoctor.repair.posterior import Models
-
-    models = Models(options.encoders, options.posterior, options.seed)
-    batches = make_batches(actions, options.batch_size)
-    if rank.distributed:
-        batches = split(batches, rank.world)[rank.rank]
-    stages.start(RECOMPUTE, sum(len(b) for b in batches))
-    if rank.distributed:
-        device = f"cuda:{rank.local}" if options.gpus or options.device == "cuda" else options.device
-        work(batches, models, device, outcome.run_id or "", record)
-        return
-    devices = devices_for(options.gpus, options.device, options.workers)
-    if len(devices) == 1:
-        work(batches, models, devices[0], outcome.run_id or "", record)
-        return
-    outcome.problems.extend(run_pool(split(batches, len(devices)), models, devices, outcome.run_id or "", record))
-
-
-def _close(journals: dict[str, Journal]) -> None:
-    for journal in journals.values():
-        journal.close()
 
 
 def still_broken(outcome: RepairOutcome) -> list[str]:

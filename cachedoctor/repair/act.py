@@ -1,0 +1,83 @@
+"""Carrying out a repair plan: which actions are this rank's, lossless ones in this process,
+recomputes on the workers. Split from ``run.py``, which decides *whether* and *what* to run
+(scan, plan, confirm, journal); this module only runs what it is handed and reports each item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from cachedoctor.progress import RECOMPUTE, Stages
+from cachedoctor.repair import distributed
+from cachedoctor.repair.journal import Journal
+from cachedoctor.repair.model import Action, ActionKind, ItemResult
+
+if TYPE_CHECKING:
+    from cachedoctor.repair.run import RepairOptions, RepairOutcome
+
+
+def share(actions: list[Action], rank: distributed.Rank) -> list[Action]:
+    """This rank's deterministic share of the non-recompute actions (recomputes are split by cost)."""
+    if not rank.distributed:
+        return actions
+    local = [
+        a for i, a in enumerate(a for a in actions if a.kind is not ActionKind.RECOMPUTE) if i % rank.world == rank.rank
+    ]
+    return local + [a for a in actions if a.kind is ActionKind.RECOMPUTE]
+
+
+def run_lossless(actions: list[Action], run_id: str, record: Callable[[ItemResult], None]) -> None:
+    """Lossless rewrites, moves and clean-ups, one after another in this process. (Threads were
+    measured and lost: the per-file work is mostly Python holding the GIL; bench/README.md.)"""
+    for action in actions:
+        record(_run_local(action, run_id))
+
+
+def _run_local(action: Action, run_id: str) -> ItemResult:
+    from cachedoctor.repair.lossless import rewrite_bytes
+    from cachedoctor.repair.quarantine import Quarantine
+    from cachedoctor.repair.replace import run_action
+    from cachedoctor.repair.verify import problems_of
+
+    quarantine = Quarantine(action.root, run_id)
+    if action.kind.lossless:
+        clone = action.kind is ActionKind.CLONE_STORAGE
+        return run_action(action, quarantine, lambda a: rewrite_bytes(a.path, clone), problems_of)
+    return run_action(action, quarantine)
+
+
+def recompute(
+    actions: list[Action],
+    options: RepairOptions,
+    outcome: RepairOutcome,
+    record: Callable[[ItemResult], None],
+    rank: distributed.Rank,
+    devices_for: Callable[[int | None, str, int], list[str]],
+    stages: Stages,
+) -> None:
+    from cachedoctor.repair.pool import make_batches, run_pool, split, work
+    from cachedoctor.repair.posterior import Models
+
+    models = Models(options.encoders, options.posterior, options.seed)
+    batches = make_batches(actions, options.batch_size)
+    if rank.distributed:
+        batches = split(batches, rank.world)[rank.rank]
+    stages.start(RECOMPUTE, sum(len(b) for b in batches))
+    if rank.distributed:
+        device = f"cuda:{rank.local}" if options.gpus or options.device == "cuda" else options.device
+        work(batches, models, device, outcome.run_id or "", record)
+        return
+    devices = devices_for(options.gpus, options.device, options.workers)
+    if len(devices) == 1:
+        work(batches, models, devices[0], outcome.run_id or "", record)
+        return
+    outcome.problems.extend(run_pool(split(batches, len(devices)), models, devices, outcome.run_id or "", record))
+
+
+def close(journals: dict[str, Journal]) -> None:
+    for journal in journals.values():
+        journal.close()
+
+
+__all__ = ["close", "recompute", "run_lossless", "share"]
