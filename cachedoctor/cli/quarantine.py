@@ -9,11 +9,11 @@ and records: it imports no scan, layout or reader (a dataset option reads its de
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Annotated, TextIO
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cachedoctor.cli.environment import current
+from cachedoctor.cli.environment import Environment, current
 from cachedoctor.cli.options import ConfigOption, KohyaConfigOption, ManifestOption, ModelFamilyOption, OutputDirOption
 from cachedoctor.errors import PathError
 from cachedoctor.exit_status import ExitStatus
@@ -96,7 +96,8 @@ def quarantine_list(
     output_dir: OutputDirOption = None,
 ) -> int:
     """Every repair run's quarantine at or below PATH...: files, sizes, why."""
-    out = current().stdout
+    env = current()
+    out = env.stdout
     search = _search(paths, config, kohya_config, manifest, model_family, output_dir)
     found = search.runs()
     if not found:
@@ -107,15 +108,20 @@ def quarantine_list(
         if not alone:
             print(f"{root}:", file=out)
         for run in runs:
-            _print_run(run, "" if alone else "  ", out)
+            _print_run(run, "" if alone else "  ", env)
     return ExitStatus.CLEAN
 
 
-def _print_run(run: QuarantineRun, indent: str, out: TextIO) -> None:
-    print(f"{indent}{run.run_id}: {len(run.files)} file(s), {human_size(run.size)}", file=out)
+def _print_run(run: QuarantineRun, indent: str, env: Environment) -> None:
+    """One line per file; at the terminal's width the ``[action: why]`` goes under its path."""
+    print(f"{indent}{run.run_id}: {len(run.files)} file(s), {human_size(run.size)}", file=env.stdout)
     for item in run.files:
         why = ",".join(item.reasons) or "no record"
-        print(f"{indent}  {item.relpath}  [{item.action}: {why}]", file=out)
+        line, tag = f"{indent}  {item.relpath}", f"[{item.action}: {why}]"
+        if len(line) + 2 + len(tag) <= env.width:
+            print(f"{line}  {tag}", file=env.stdout)
+        else:  # the path whole on its line (it is what gets copied), the reason under it
+            print(f"{line}\n{indent}      {tag}", file=env.stdout)
 
 
 def _found(search: Search, run_id: str, verb: str) -> list[tuple[str, QuarantineRun]]:
@@ -146,10 +152,13 @@ def quarantine_restore(
     found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "restore")
     aside = f"restore-{new_run_id()}"
     done = [path for base, run in found for path in restore(base, run, aside)]
+    env = current()
     print(
-        f"restored {len(done)} file(s) from {run_id} in {len(found)} cache root(s); "
-        f"the files they replaced are in quarantine run {aside}",
-        file=current().stdout,
+        env.wrap(
+            f"restored {len(done)} file(s) from {run_id} in {len(found)} cache root(s); "
+            f"the files they replaced are in quarantine run {aside}"
+        ),
+        file=env.stdout,
     )
     return ExitStatus.CLEAN
 
