@@ -59,6 +59,10 @@ class ProgressLine:
                 self.stage = stage
                 self.task = self.bar.add_task(LABELS.get(stage, stage), total=total, unit=UNITS.get(stage, "files"))
             self.bar.update(self.task, completed=done, total=total)
+            if total is None:  # rich's update() keeps the old total for None: unknown must show as unknown
+                for task in self.bar.tasks:
+                    if task.id == self.task:
+                        task.total = None
 
     def pause(self) -> None:
         """Erase the line (it comes back with the next call)."""

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from cachedoctor.cli.environment import NORMAL, current
+from cachedoctor.cli.environment import NORMAL, QUIET, current
 from cachedoctor.cli.options import (
     NO_PATH,
     AllowEmptyOption,
@@ -137,6 +137,8 @@ def scan(
         and not settings.manifest.value
     ):
         raise UsageError(NO_PATH)
+    if fmt is not OutputFormat.TABLE and output is None:  # a machine format is the whole run's output:
+        env.verbosity = min(env.verbosity, QUIET)  # no progress beside it, as repair --format json
     with ProgressLine(env) as progress:
         report = audit(
             None,

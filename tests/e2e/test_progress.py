@@ -4,7 +4,6 @@ repair, and the rich line the CLI draws from them on stderr, only on a terminal,
 from __future__ import annotations
 
 import io
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -184,11 +183,19 @@ def shown(err: str) -> str:
 
 def test_scan_draws_the_line_on_stderr_and_leaves_stdout_alone(tmp_path: Path) -> None:
     cache(tmp_path)
-    code, out, err = cli("scan", str(tmp_path), "--no-state", "--format", "json", "-j", "1", tty=True)
-    assert code == 1 and len(json.loads(out)["findings"]) == 2 and "\x1b" not in out
+    code, out, err = cli("scan", str(tmp_path), "--no-state", "-j", "1", tty=True)
+    assert code == 1 and "device-tagged" in out and "\x1b" not in out
     lines = shown(err)
     assert re.search(r"scanning .* 8/8 files", lines), lines
     assert "\x1b[?25l" in err and err.endswith("\x1b[2K")  # hidden cursor; the line erased at the end
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl", "junit", "github"])
+def test_no_line_beside_a_machine_format(tmp_path: Path, fmt: str) -> None:
+    """The document is the run's whole output: a terminal on stderr gets no progress beside it."""
+    cache(tmp_path)
+    code, out, err = cli("scan", str(tmp_path), "--no-state", "--format", fmt, "-j", "1", tty=True)
+    assert code == 1 and err == "" and "device-tagged" in out
 
 
 def test_the_line_follows_no_color(tmp_path: Path) -> None:
@@ -218,3 +225,18 @@ def test_repair_draws_each_stage_and_prints_its_report_untouched(tmp_path: Path)
         assert label in lines, label
     quiet = cli("repair", str(tmp_path), "--layout", "none", "--yes", "-q", tty=True)
     assert quiet[0] == 0 and quiet[2] == ""
+
+
+def test_a_total_that_becomes_unknown_is_shown_as_unknown() -> None:
+    """The core passes ``total=None`` when the cache grew past its recorded count; the line must
+    drop the old total (rich's update() would keep it: ``7,125/5,700``)."""
+    from cachedoctor.cli.progress import ProgressLine
+
+    err = io.StringIO()
+    env = Environment(stdout=io.StringIO(), stderr=err, stderr_isatty=True, environ={}, columns=100)
+    with ProgressLine(env) as line:
+        assert line is not None
+        line("scan", 5, 10)
+        line("scan", 12, None)
+        assert line.bar is not None
+        assert [task.total for task in line.bar.tasks] == [None]
