@@ -54,6 +54,12 @@ def output_mode(env: Environment, fmt: RepairFormat, output: str | None, consent
         return True
     if not consent:
         raise UsageError(f"--format json never asks before changing files: {how}")
+    if output is not None:
+        from cachedoctor.cli.report_file import check_writable
+
+        problem = check_writable(output)
+        if problem:
+            raise UsageError(problem)
     human = output is not None and bool(env.stdout_isatty)
     if not human:
         env.verbosity = QUIET  # no progress either: a machine format gets the document alone

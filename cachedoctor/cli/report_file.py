@@ -18,4 +18,22 @@ def write_report(path: str, write: Callable[[TextIO], None]) -> str | None:
     return None
 
 
-__all__ = ["write_report"]
+def check_writable(path: str) -> str | None:
+    """Whether ``--output FILE`` can be written, asked before any work (a repair must not change
+    a cache and then fail to say what it did): an error message or ``None``. Creates and removes
+    a temp file in FILE's folder, the one the real write uses."""
+    import os
+    import tempfile
+
+    if os.path.isdir(path):
+        return f"{path}: is a folder; name a file for --output"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".cachedoctor-report-", dir=os.path.dirname(os.path.abspath(path)))
+    except OSError as exc:
+        return f"{path}: cannot write the report there ({exc.strerror or exc}); choose another --output"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+__all__ = ["check_writable", "write_report"]

@@ -42,7 +42,7 @@ from cachedoctor.cli.options import (
     VerboseOption,
     WorkersOption,
 )
-from cachedoctor.cli.report_file import write_report
+from cachedoctor.cli.report_file import check_writable, write_report
 from cachedoctor.cli.settings import resolve
 from cachedoctor.errors import PathError, UsageError
 from cachedoctor.exit_status import ExitStatus
@@ -137,6 +137,8 @@ def scan(
         and not settings.manifest.value
     ):
         raise UsageError(NO_PATH)
+    if output is not None and (problem := check_writable(output)):  # before the scan, not after it
+        raise UsageError(problem)
     if fmt is not OutputFormat.TABLE and output is None:  # a machine format is the whole run's output:
         env.verbosity = min(env.verbosity, QUIET)  # no progress beside it, as repair --format json
     with ProgressLine(env) as progress:

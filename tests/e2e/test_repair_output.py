@@ -375,3 +375,17 @@ def test_each_layout_line_of_a_mixed_tree_is_wrapped_on_its_own() -> None:
         "layout: none for the rest of /data",
         "  (auto: nothing)",
     ]
+
+
+def test_an_output_that_cannot_be_written_stops_before_anything_changes(cache: Path, tmp_path: Path) -> None:
+    """Else the repair runs, the document is lost, and nobody learns the run id to undo it."""
+    before = {p.name: p.read_bytes() for p in cache.iterdir()}
+    target = tmp_path / "missing" / "o.json"
+    code, out, err = cli("repair", str(cache), "--yes", "--format", "json", "--output", str(target), cwd=tmp_path)
+    assert (code, out) == (2, "")
+    assert err == (
+        f"cachedoctor: error: {target}: cannot write the report there (No such file or directory); "
+        "choose another --output\n"
+    )
+    assert {p.name: p.read_bytes() for p in cache.iterdir()} == before
+    assert not (cache / ".cachedoctor").exists()
