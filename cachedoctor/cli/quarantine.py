@@ -147,19 +147,17 @@ def quarantine_restore(
     is one RUN across all its cache roots); what is there now is quarantined first, so nothing is
     lost."""
     from cachedoctor.repair.journal import new_run_id
-    from cachedoctor.repair.quarantine import restore
+    from cachedoctor.repair.quarantine import Quarantine, restore
 
     found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "restore")
     aside = f"restore-{new_run_id()}"
     done = [path for base, run in found for path in restore(base, run, aside)]
+    replaced = any(os.path.isdir(Quarantine(base, aside).folder) for base, _ in found)
     env = current()
-    print(
-        env.wrap(
-            f"restored {len(done)} file(s) from {run_id} in {len(found)} cache root(s); "
-            f"the files they replaced are in quarantine run {aside}"
-        ),
-        file=env.stdout,
-    )
+    line = f"restored {len(done)} file(s) from {run_id} in {len(found)} cache root(s)"
+    if replaced:  # only then is there a run to name: nothing stood where the files went back
+        line += f"; the files they replaced are in quarantine run {aside}"
+    print(env.wrap(line), file=env.stdout)
     return ExitStatus.CLEAN
 
 

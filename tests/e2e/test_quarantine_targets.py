@@ -150,3 +150,21 @@ def test_a_missing_path_is_one_line_and_exit_2_for_every_command(tmp_path: Path)
             err
             == f"cachedoctor: error: {tmp_path / 'nope'}: no such file or folder; check the path (and that its disk is mounted)\n"
         )
+
+
+def test_restore_names_a_run_for_replaced_files_only(tmp_path: Path) -> None:
+    """A broken link is quarantined and nothing takes its place: restoring it replaces nothing,
+    so the line names no run (it used to name one that was never made)."""
+    import re
+
+    cache = tmp_path / "cache"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "caches" / "healthy" / "kohya", cache)
+    (cache / "gone_0128x0128_sdxl.npz").symlink_to(tmp_path / "nowhere.npz")
+    code, out, err = cli("repair", str(cache), "--yes", "--format", "json")
+    assert code == 0, err
+    run_id = json.loads(out)["result"]["run_id"]
+    code, out, err = cli("quarantine", "restore", run_id, str(cache))
+    assert (code, err) == (0, "")
+    assert out == f"restored 1 file(s) from {run_id} in 1 cache root(s)\n"
+    assert os.readlink(cache / "gone_0128x0128_sdxl.npz") == str(tmp_path / "nowhere.npz")
+    assert not re.search(r"restore-\d", "".join(os.listdir(cache / ".cachedoctor" / "quarantine")))
