@@ -42,6 +42,12 @@ def require_existing(paths: Sequence[str]) -> list[str]:
     targets = [os.path.abspath(p) for p in paths]
     for target in targets:
         if not os.path.exists(target):
+            if os.path.islink(target):  # a dangling link named on its own: say what it is
+                raise PathError(
+                    target,
+                    f"a symlink to {os.readlink(target)}, which does not exist; scan its folder to have it "
+                    "reported (broken-link) and quarantined by repair",
+                )
             raise PathError(target, MISSING)
     return targets
 
@@ -94,11 +100,11 @@ def audit(
         raise UsageError("a sample chooses its files through the state database; it needs state")
     existing = require_existing(given)
     plan, layout_line = plan_for(layout_name(settings), existing, layout_options(settings, model_family, output_dir))
-    result = scan(plan.roots if plan is not None else given, options, progress=progress, dataset=plan)
+    result = scan(plan.roots if plan is not None else given, options, progress=progress, dataset=plan, watch=existing)
     summary = ScanSummary.of(result)
     summary.findings = apply_severity(summary.findings, settings.severity.value)
     suppressed = None
-    if summary.empty and not settings.allow_empty.value:
+    if (summary.empty or summary.unchecked) and not settings.allow_empty.value:
         write_baseline = None  # nothing was checked: no baseline records that as the norm
     if write_baseline:
         baselines.write(write_baseline, summary.findings)

@@ -155,7 +155,7 @@ FileTimeoutOption = Annotated[
     float | None,
     typer.Option(
         "--file-timeout",
-        help="Seconds to judge one file; a file that takes longer is reported (read-timeout) and its reader stopped. Default 10.",
+        help="Seconds to judge one file; a file that takes longer is reported (read-timeout) and its reader stopped.  [default: 10]",
         show_default=False,
         metavar="SECONDS",
     ),

@@ -33,7 +33,12 @@ PathsArg = Annotated[
         show_default=False,
     ),
 ]
-RunArg = Annotated[str, typer.Argument(metavar="RUN")]
+RunArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="RUN", help="A repair run's id, as `cachedoctor quarantine list` and repair's undo line show it."
+    ),
+]
 
 
 def _search(

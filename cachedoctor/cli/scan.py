@@ -137,8 +137,8 @@ def scan(
         and not settings.manifest.value
     ):
         raise UsageError(NO_PATH)
-    if output is not None and (problem := check_writable(output)):  # before the scan, not after it
-        raise UsageError(problem)
+    if output is not None and (unwritable := check_writable(output)):  # before the scan, not after it
+        raise UsageError(unwritable)
     if fmt is not OutputFormat.TABLE and output is None:  # a machine format is the whole run's output:
         env.verbosity = min(env.verbosity, QUIET)  # no progress beside it, as repair --format json
     with ProgressLine(env) as progress:

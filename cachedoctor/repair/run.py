@@ -84,7 +84,7 @@ def _scan(
     plan, line = plan_for(layout, targets, layout_options)
     expected = plan.by_path() if plan is not None else {}
     roots = plan.roots if plan is not None else targets
-    result = scan(roots, options.scan, progress, dataset=plan)
+    result = scan(roots, options.scan, progress, dataset=plan, watch=targets)
     return result, expected, line, (plan.layout_for if plan else None)
 
 
@@ -143,12 +143,14 @@ def repair(
     # its journal in a root that is clean now, and must be closed there.
     roots_seen = sorted(set(roots_acted) | {r if os.path.isdir(r) else os.path.dirname(r) for r in roots})
     interrupted = _interrupted(roots_seen, journal_rank, options, outcome.notes)
-    if before.empty and interrupted is None and not options.allow_empty:  # (an interrupted run is something)
-        from cachedoctor.report.outcome import nothing_to_check
+    if (before.empty or before.unchecked) and interrupted is None and not options.allow_empty:
+        from cachedoctor.report.outcome import nothing_to_check  # (an interrupted run is something)
 
-        raise RepairError(
-            *nothing_to_check(before.targets, dataset=before.dataset is not None, others=before.stats.files_skipped)
-        )
+        if before.empty:
+            raise RepairError(
+                *nothing_to_check(before.targets, dataset=before.dataset is not None, others=before.stats.files_skipped)
+            )
+        raise RepairError(*nothing_to_check(before.unchecked))
     fingerprints = ",".join(e.fingerprint() for e in encoders) or None
     if interrupted is not None and options.fresh:
         if not options.dry_run:

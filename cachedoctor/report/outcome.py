@@ -69,10 +69,12 @@ class ScanReport:
     @property
     def nothing_to_check(self) -> bool:
         """The targets held no cache file and the dataset expected none, and that is not allowed."""
-        return self.scan.empty and not self.allow_empty
+        return (self.scan.empty or bool(self.scan.unchecked)) and not self.allow_empty
 
     def empty_problem(self) -> tuple[str, str]:
         """``(targets, what to do)`` for the one line that a scan with nothing to check ends with."""
+        if not self.scan.empty:  # some targets held cache files, these did not
+            return nothing_to_check(self.scan.unchecked)
         return nothing_to_check(
             self.scan.targets, dataset=self.scan.dataset is not None, others=self.scan.counts.files_skipped
         )
@@ -146,6 +148,7 @@ class ScanReport:
             "files_deep": stats.files_deep,
             "io_bytes": stats.io_bytes,
             "empty": self.scan.empty,
+            "unchecked": list(self.scan.unchecked),
             "notes": list(self.scan.notes),
             "fail_on": self.fail_on.value,
             "exit_code": int(self.exit_code),

@@ -62,10 +62,11 @@ class Lines:
 
         return self.env.verbosity >= VERBOSE
 
-    def files(self, entries: Sequence[str], indent: str) -> None:
+    def files(self, entries: Sequence[str], indent: str, *, findings: bool = False) -> None:
         """One line per entry (already worded, paths made :func:`whole`), at most :data:`LIMIT`
-        unless ``-v``; none with ``-q``."""
-        if self.quiet:
+        unless ``-v``; none with ``-q`` unless they are ``findings`` (what is wrong, what is left:
+        ``-q`` keeps "the findings and errors", as its help says)."""
+        if self.quiet and not findings:
             return
         shown = entries if self.verbose else entries[:LIMIT]
         for entry in shown:

@@ -21,18 +21,20 @@ def print_survey(found: Survey, env: Environment) -> None:
         return
     if found.temp_files:
         lines.say(f"temp files of interrupted writes: {len(found.temp_files)}")
-        lines.files([f"{lines.rel(f.path)} ({f.details.get('size', 0)} bytes)" for f in found.temp_files], "  ")
+        lines.files(
+            [f"{lines.rel(f.path)} ({f.details.get('size', 0)} bytes)" for f in found.temp_files], "  ", findings=True
+        )
     for read in found.reads:
         if not read.files and not read.damaged:
             continue
         hurt = len({f.path for f in read.damaged})
-        verdict = f"{hurt} of them damaged" + ("" if lines.quiet else ":") if hurt else "none damaged"
+        verdict = f"{hurt} of them damaged:" if hurt else "none damaged"
         lines.say(f"written {read.since}: {read.files} file(s) read deep, {verdict}")
-        lines.files([f"{lines.rel(f.path)}: {f.kind}: {f.message}" for f in read.damaged], "  ")
+        lines.files([f"{lines.rel(f.path)}: {f.kind}: {f.message}" for f in read.damaged], "  ", findings=True)
     if found.known_damaged:
         known = len({f.path for f in found.known_damaged})
         lines.say(f"recorded as damaged by the last scan (unchanged since, not read again): {known} file(s)")
-        lines.files([f"{lines.rel(f.path)}: {f.kind}: {f.message}" for f in found.known_damaged], "  ")
+        lines.files([f"{lines.rel(f.path)}: {f.kind}: {f.message}" for f in found.known_damaged], "  ", findings=True)
     for lock in found.held_locks:
         lines.say(f"lock held by a live process (a writer is active): {lines.rel(lock)}")
     for root, run in found.interrupted:

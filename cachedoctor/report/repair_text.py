@@ -220,9 +220,8 @@ def print_result(report: RepairReport, env: Environment) -> ExitStatus:
     if not left:
         lines.say("not clean: the run did not finish cleanly; see above")
         return report.exit_code
-    lines.say(f"not clean: {len(left)} file(s) still need attention" + ("" if lines.quiet else ":"))
-    if not lines.quiet:
-        _print_left(lines, left)
+    lines.say(f"not clean: {len(left)} file(s) still need attention:")  # -q too: this is the result
+    _print_left(lines, left)
     step = report.next_step(left)
     if step:
         lines.say(f"next: {step}", indent="      ")
@@ -239,7 +238,7 @@ def _print_left(lines: Lines, left: list[Leftover]) -> None:
     shown = ordered if lines.verbose else ordered[:LIMIT]
     for (state, message), items in shown:
         lines.say(f"  {LEFT_STATES[state]}: {message}", "    ")
-        lines.files([f"{lines.rel(x.path)}: {', '.join(x.kinds)}" for x in items], "    ")
+        lines.files([f"{lines.rel(x.path)}: {', '.join(x.kinds)}" for x in items], "    ", findings=True)
     rest = sum(len(items) for _, items in ordered[len(shown) :])
     if rest:
         lines.say(f"  ... and {rest} more file(s) (-v lists all)")

@@ -61,6 +61,7 @@ class ScanSummary:
     dataset: DatasetSummary | None = None
     notes: list[str] = field(default_factory=list)  # about the scan itself (the state database)
     empty: bool = False  # no cache file judged and no dataset entry expected: nothing was checked
+    unchecked: list[str] = field(default_factory=list)  # named folders under which nothing was checked
 
     @classmethod
     def of(cls, result: Any) -> ScanSummary:
@@ -103,6 +104,7 @@ class ScanSummary:
             dataset=dataset,
             notes=list(result.notes),
             empty=bool(result.empty),
+            unchecked=list(result.unchecked),
         )
 
 

@@ -61,6 +61,10 @@ class ScanResult:
     elapsed: float
     dataset: DatasetPlan | None = None
     notes: list[str] = field(default_factory=list)  # about the scan itself (the state database)
+    #: Of the folders the caller asked to ``watch``, those that held nothing to check (no cache
+    #: file judged, no finding, nothing unreadable): one empty target among others must not pass
+    #: a gate either (a second cache on a disk that is not mounted).
+    unchecked: list[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -77,6 +81,7 @@ def scan(
     options: ScanOptions | None = None,
     progress: Progress | None = None,
     dataset: DatasetPlan | None = None,
+    watch: list[str] | None = None,
 ) -> ScanResult:
     """Scan ``targets`` (files or folders). Raises ``TargetError`` if one cannot be scanned.
 
@@ -84,13 +89,15 @@ def scan(
     dataset expects there, and skips the dataset's own files (images, captions) unread. With
     ``options.state`` it reads only what changed since the state database's record.
     ``progress`` gets ``("scan", files judged, total)`` calls (see :mod:`cachedoctor.progress`).
+    ``watch``: folders (the ones the user named) to report in ``unchecked`` if nothing under
+    them was checked.
     """
     options = options if options is not None else ScanOptions()
     started = time.perf_counter()
     roots = check_targets(targets)
     states = StateSet.open(roots, options.state)
     try:
-        result = _scan(roots, options, progress, dataset, states)
+        result = _scan(roots, options, progress, dataset, states, watch or [])
     finally:
         states.close()
     for store in states.stores:
@@ -102,7 +109,12 @@ def scan(
 
 
 def _scan(
-    roots: list[str], options: ScanOptions, progress: Progress | None, dataset: DatasetPlan | None, states: StateSet
+    roots: list[str],
+    options: ScanOptions,
+    progress: Progress | None,
+    dataset: DatasetPlan | None,
+    states: StateSet,
+    watch: list[str],
 ) -> ScanResult:
     keep = (lambda path: not dataset.is_source_name(path)) if dataset is not None and dataset.source_suffixes else None
     if options.sample is not None:
@@ -121,6 +133,7 @@ def _scan(
     matcher = DatasetMatcher(dataset) if dataset is not None else None
     count = _Count(progress, roots, options.exclude, states) if progress is not None else None
     collector = Collector(count, matcher)
+    collector.watch([os.path.abspath(w) for w in watch if os.path.isdir(w)])
     folders = walk(roots, walk_errors, options.exclude)
     chunks = _chunks(count.listing(folders) if count is not None else folders, options, collector, keep, states)
     workers = options.workers or os.cpu_count() or 1
@@ -140,6 +153,10 @@ def _scan(
         collector.findings.extend(matcher.finish())
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
     findings = sorted(collector.findings, key=Finding.sort_key)
+    for path in chain((f.path for f in findings), (e.path for e in errors)):
+        if not collector.unchecked:
+            break
+        collector.checked(path)
     stats = collector.stats
     if progress is not None:
         progress(SCAN, stats.files_seen, stats.files_seen)
@@ -153,7 +170,8 @@ def _scan(
             stats.files_seen - stats.files_reused,
             len(findings),
         )
-    return ScanResult(roots, options, findings, stats, errors, 0.0, dataset, notes)
+    unchecked = sorted(collector.unchecked)
+    return ScanResult(roots, options, findings, stats, errors, 0.0, dataset, notes, unchecked)
 
 
 def special_note(entries: list[tuple[str, str]], shown: int = 5) -> str:

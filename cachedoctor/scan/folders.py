@@ -82,6 +82,17 @@ class Collector:
         self.special: list[tuple[str, str]] = []  # (path, "FIFO"...): skipped unopened
         self.folders: dict[int, _FolderState] = {}
         self._next_id = 0
+        self.unchecked: set[str] = set()  # watched folders nothing under which was checked yet
+
+    def watch(self, folders: list[str]) -> None:
+        self.unchecked = set(folders)
+
+    def checked(self, path: str) -> None:
+        """Something under ``path`` was checked: the watched folders holding it are not empty."""
+        if self.unchecked:
+            self.unchecked = {
+                w for w in self.unchecked if not (path == w or path.startswith(w.rstrip(os.sep) + os.sep))
+            }
 
     def open_folder(self, path: str, chunks: int, record: Record | None = None) -> int:
         self._next_id += 1
@@ -98,6 +109,8 @@ class Collector:
         stats.folders += 1
         stats.files_seen += result.read + result.skipped
         stats.files_read += result.read
+        if result.read or result.findings:
+            self.checked(path)
         stats.files_reused += result.read + result.skipped
         stats.reused_skipped += result.skipped
         stats.files_skipped += result.skipped
@@ -113,6 +126,7 @@ class Collector:
         stats = self.stats
         matcher = self.matcher
         record = state.record
+        read_before = stats.files_read
         for o in outcomes:
             stats.files_seen += 1
             stats.io_bytes += o.io_bytes
@@ -139,6 +153,8 @@ class Collector:
             (state.findings if matcher is not None or record is not None else self.findings).extend(o.findings)
             if o.group is not None and o.peer is not None:
                 state.groups[o.group].append(o.peer)
+        if self.unchecked and stats.files_read > read_before:
+            self.checked(state.path)
         state.pending -= 1
         if state.pending == 0:
             self._close(self.folders.pop(folder_id))

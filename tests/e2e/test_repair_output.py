@@ -102,10 +102,12 @@ def test_five_files_per_action_all_with_verbose_none_with_quiet(tmp_path: Path, 
     assert ("torn.pt" in out) is (flag != "-q")
 
 
-def test_not_clean_lists_what_is_left_and_why(cache: Path) -> None:
-    code, out, err = cli("repair", str(cache), "--yes", "--keep-blocked", cwd=cache.parent)
+@pytest.mark.parametrize("flags", [[], ["-q"]], ids=["default", "-q keeps what is left: it is the result"])
+def test_not_clean_lists_what_is_left_and_why(cache: Path, flags: list[str]) -> None:
+    code, out, err = cli("repair", str(cache), "--yes", "--keep-blocked", *flags, cwd=cache.parent)
     assert (code, err) == (1, "")
     assert "  cannot fix     1 file(s): " + UNKNOWN in out.splitlines()
+    assert ("    cache/torn.pt: corrupt-archive" in out.splitlines()[:-4]) is not flags  # the plan's list: not with -q
     assert section(out, "not clean: 1 file(s) still need attention:", out.splitlines()[-1]) == [
         "not clean: 1 file(s) still need attention:",
         f"  cannot fix: {UNKNOWN}",

@@ -261,3 +261,32 @@ def test_the_rescan_header_counts_cache_files_not_images(tmp_path: Path) -> None
     code, out, _ = cli("scan", str(folder))
     assert code == 0 and "2 files in 1 folder (2 unchanged since the last scan, 0 read)" in " ".join(out.split())
     assert "3 skipped" in out
+
+
+def test_one_empty_target_among_others_is_named_and_fails(tmp_path: Path) -> None:
+    """A gate given two caches, one on a disk that is not mounted, must not pass on the other."""
+    healthy = Path(__file__).resolve().parents[2] / "fixtures" / "caches" / "healthy" / "kohya"
+    empty = tmp_path / "unmounted"
+    empty.mkdir()
+    line = (
+        f"cachedoctor: error: {empty}: no cache files (.pt, .npz, .safetensors, ...) here; check the path "
+        "(and that its disk is mounted), or pass --allow-empty\n"
+    )
+    for command in (["scan"], ["repair", "--dry-run"]):
+        code, out, err = cli(*command, str(healthy), str(empty), "--no-state")
+        assert (code, out, err) == (2, "", line), command
+    code, out, err = cli("scan", str(healthy), str(empty), "--no-state", "--allow-empty", "--format", "json")
+    assert (code, err) == (0, "") and json.loads(out)["summary"]["unchecked"] == [str(empty)]
+    code, out, err = cli("scan", str(healthy), str(healthy.parent / "onetrainer"), "--no-state", "--format", "json")
+    assert code == 0 and json.loads(out)["summary"]["unchecked"] == []
+
+
+def test_a_dangling_link_named_as_the_target_says_what_it_is(tmp_path: Path) -> None:
+    link = tmp_path / "broken.pt"
+    link.symlink_to(tmp_path / "gone.pt")
+    code, out, err = cli("scan", str(link))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"cachedoctor: error: {link}: a symlink to {tmp_path / 'gone.pt'}, which does not exist; scan its folder "
+        "to have it reported (broken-link) and quarantined by repair\n"
+    )
