@@ -202,7 +202,10 @@ def _resolution(value: Any) -> str:
         raise ValueError("expected a size in pixels: 1024 or 1024,768 (width,height)")
     if any(isinstance(v, bool) for v in value):
         raise ValueError("expected a size in pixels: 1024 or 1024,768 (width,height)")
-    sides = [_workers(v) for v in value]
+    try:
+        sides = [_workers(v) for v in value]
+    except ValueError:
+        raise ValueError("expected a size in pixels: 1024 or 1024,768 (width,height)") from None
     return f"{sides[0]},{sides[1]}"
 
 
@@ -364,6 +367,13 @@ def load(cwd: str | None = None, environ: Mapping[str, str] | None = None, **giv
     return resolve(here, os.environ if environ is None else environ, cwd)
 
 
+#: Command-line values that the parser takes as text and that must be checked as a file's are.
+_CLI_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "file_timeout": lambda v: _seconds(v),
+    "resolution": lambda v: _resolution(v),
+}
+
+
 def resolve(cli: Mapping[str, Any], environ: Mapping[str, str], cwd: str) -> Settings:
     """Settings from the command line (``None`` or empty: not given), environment, file, defaults.
 
@@ -375,11 +385,12 @@ def resolve(cli: Mapping[str, Any], environ: Mapping[str, str], cwd: str) -> Set
     resolved: dict[str, Setting] = {}
     for name in Settings.NAMES:
         given = cli.get(name)
-        if name == "file_timeout" and given is not None:  # the same bounds as in a file or the environment
+        check = _CLI_CHECKS.get(name)  # the same rules as in a file or the environment, whatever the layout
+        if check is not None and given is not None:
             try:
-                given = _seconds(given)
+                given = check(given)
             except ValueError as exc:
-                raise UsageError(f"--file-timeout: {exc}") from None
+                raise UsageError(f"--{name.replace('_', '-')}: {exc}") from None
         if given is not None and given != () and given != []:
             resolved[name] = Setting(tuple(given) if isinstance(given, list) else given, COMMAND_LINE)
         elif name in from_env:

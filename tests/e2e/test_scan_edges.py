@@ -290,3 +290,12 @@ def test_a_dangling_link_named_as_the_target_says_what_it_is(tmp_path: Path) -> 
         f"cachedoctor: error: {link}: a symlink to {tmp_path / 'gone.pt'}, which does not exist; scan its folder "
         "to have it reported (broken-link) and quarantined by repair\n"
     )
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "512,abc", "512,768,1"])
+def test_a_bad_resolution_stops_whatever_the_layout(tmp_path: Path, value: str) -> None:
+    """It was checked only where the kohya layout read it: elsewhere a typo passed silently."""
+    peers(tmp_path, 2)
+    code, out, err = cli("scan", "--resolution", value, str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err == "cachedoctor: error: --resolution: expected a size in pixels: 1024 or 1024,768 (width,height)\n"
