@@ -10,6 +10,7 @@ as pytest fails when it collects no test) unless ``allow_empty``. See
 from __future__ import annotations
 
 import enum
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,8 +76,12 @@ class ScanReport:
         """``(targets, what to do)`` for the one line that a scan with nothing to check ends with."""
         if not self.scan.empty:  # some targets held cache files, these did not
             return nothing_to_check(self.scan.unchecked)
+        special = next((n for n in self.scan.notes if SPECIAL_NOTE.match(n)), None)
         return nothing_to_check(
-            self.scan.targets, dataset=self.scan.dataset is not None, others=self.scan.counts.files_skipped
+            self.scan.targets,
+            dataset=self.scan.dataset is not None,
+            others=self.scan.counts.files_skipped,
+            special=special,
         )
 
     @property
@@ -182,13 +187,21 @@ class ScanReport:
         }
 
 
-def nothing_to_check(targets: list[str], *, dataset: bool = False, others: int = 0) -> tuple[str, str]:
+#: The scan's note on FIFOs, sockets and devices (``scan.engine.special_note``).
+SPECIAL_NOTE = re.compile(r"skipped \d+ special files? \(")
+
+
+def nothing_to_check(
+    targets: list[str], *, dataset: bool = False, others: int = 0, special: str | None = None
+) -> tuple[str, str]:
     """``(path, message)`` of the problem "these targets hold nothing to check", as scan, repair
     and recover report it (one line, exit 2). ``dataset``: the targets are a layout's cache
     folders, and its dataset expected no entry in them either; ``others``: the files that were
     there, none of them a cache file (images, a FIFO named ``.pt``)."""
     where = ", ".join(targets) if targets else "the targets"
     also = f" (only {others} other file{'s' if others != 1 else ''})" if others else ""
+    if special:  # a FIFO named like a cache file: say it was one, and that it was left unopened
+        also = f" ({special}, never opened)"
     if dataset:
         also += ", and the dataset expects none"
     return where, (

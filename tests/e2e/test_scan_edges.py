@@ -299,3 +299,14 @@ def test_a_bad_resolution_stops_whatever_the_layout(tmp_path: Path, value: str) 
     code, out, err = cli("scan", "--resolution", value, str(tmp_path))
     assert (code, out) == (2, "")
     assert err == "cachedoctor: error: --resolution: expected a size in pixels: 1024 or 1024,768 (width,height)\n"
+
+
+def test_a_folder_of_a_fifo_only_says_it_held_one(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "a.pt")
+    code, out, err = cli("scan", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"cachedoctor: error: {tmp_path}: no cache files (.pt, .npz, .safetensors, ...) here (skipped 1 special "
+        f"file (FIFO): {tmp_path / 'a.pt'}, never opened); check the path (and that its disk is mounted), or pass "
+        "--allow-empty\n"
+    )
