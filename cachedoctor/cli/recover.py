@@ -76,6 +76,7 @@ def recover(
     """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
     from dataclasses import replace
 
+    from cachedoctor.cli.progress import ProgressLine
     from cachedoctor.options import layout_name, layout_options, scan_options
     from cachedoctor.repair.recover import CRASH_KINDS, survey
     from cachedoctor.repair.run import RepairOptions, still_broken
@@ -106,13 +107,15 @@ def recover(
         allow_empty=allow_empty,
     )
     scanning = scan_options(settings, sample=False, default_state=False)
-    found = survey(
-        targets,
-        layout_name(settings),
-        layout_options(settings, model_family, output_dir),
-        scanning,
-        allow_empty=bool(settings.allow_empty.value),
-    )
+    with ProgressLine(env) as progress:  # erased before the survey is printed
+        found = survey(
+            targets,
+            layout_name(settings),
+            layout_options(settings, model_family, output_dir),
+            scanning,
+            allow_empty=bool(settings.allow_empty.value),
+            progress=progress,
+        )
     if human:
         print_survey(found, env)
     if found.empty or not apply:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from cachedoctor.errors import PathError
 from cachedoctor.findings import Finding
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
+from cachedoctor.progress import Progress
 from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.plan import EXISTING
@@ -72,11 +73,13 @@ def survey(
     options: LayoutOptions,
     scan_options: ScanOptions | None = None,
     allow_empty: bool = False,
+    progress: Progress | None = None,
 ) -> Survey:
     """What a crash left under ``targets``. ``scan_options`` gives what the settings say of every
     scan (exclude, reader workers, file timeout); the survey chooses its own depth and state use.
     Targets with nothing to check (no cache file, no dataset entry, no interrupted repair, no
-    held lock) raise :class:`PathError` unless ``allow_empty``, as ``scan`` would exit 2."""
+    held lock) raise :class:`PathError` unless ``allow_empty``, as ``scan`` would exit 2.
+    ``progress(stage, done, total)`` follows its scans (:mod:`cachedoctor.progress`)."""
     base = scan_options or ScanOptions()
     plan, line = plan_for(layout, targets, options)
     roots = plan.roots if plan is not None else targets
@@ -84,7 +87,9 @@ def survey(
     stateful = [f for f in folders if os.path.isdir(f) and os.path.isfile(default_path(f))]
     # each scan moves its database's clock: what changed since the last one is dated by the old tick
     ticks = {f: _clock_ns(f) for f in stateful}
-    result = scan(roots, replace(base, deep=False, sample=None, state=EXISTING, deep_changed=True), dataset=plan)
+    result = scan(
+        roots, replace(base, deep=False, sample=None, state=EXISTING, deep_changed=True), progress, dataset=plan
+    )
     out = Survey(line, temp_files=[f for f in result.findings if f.kind == "partial-write"])
     damaged = CRASH_KINDS - {"partial-write"}
     if stateful:  # the state's record is the checkpoint: what changed since was just read deep
@@ -103,7 +108,7 @@ def survey(
     temps = [f for f in out.temp_files if not any(is_under(f.path, s) for s in stateful)]
     suspects = _written_after(rest, checkpoint) if checkpoint else _beside_temps(temps)
     if suspects:
-        deep = scan(sorted(suspects), replace(base, deep=True, sample=None, state=None, deep_changed=False))
+        deep = scan(sorted(suspects), replace(base, deep=True, sample=None, state=None, deep_changed=False), progress)
         since = "after the interrupted repair's last record" if checkpoint else "around the crash (beside a temp file)"
         out.reads.append(DeepRead(since, deep.stats.files_deep, [f for f in deep.findings if f.kind in damaged]))
     out.held_locks = _held_locks(folders)

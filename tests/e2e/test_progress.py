@@ -240,3 +240,12 @@ def test_a_total_that_becomes_unknown_is_shown_as_unknown() -> None:
         line("scan", 12, None)
         assert line.bar is not None
         assert [task.total for task in line.bar.tasks] == [None]
+
+
+def test_recover_draws_its_survey_scan_and_erases_the_line_before_printing(tmp_path: Path) -> None:
+    cache(tmp_path)
+    (tmp_path / "x.pt.tmp").write_bytes(b"PK\x03\x04 cut short")
+    code, out, err = cli("recover", str(tmp_path), "--layout", "none", tty=True)
+    assert code == 1 and "\x1b" not in out and "temp files of interrupted writes: 1" in out
+    assert re.search(r"scanning .* \d+/9 files", shown(err)), shown(err)  # the survey scan, with its total
+    assert err.endswith("\x1b[2K")  # erased before the survey was printed
