@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cachedoctor.report.repair_lines import Lines
+from cachedoctor.report.repair_lines import Lines, whole
 
 if TYPE_CHECKING:  # type-only: printing must not import the repair machinery
     from cachedoctor.cli.environment import Environment
@@ -29,11 +29,13 @@ def print_survey(found: Survey, env: Environment) -> None:
             continue
         hurt = len({f.path for f in read.damaged})
         verdict = f"{hurt} of them damaged:" if hurt else "none damaged"
-        lines.say(f"written {read.since}: {read.files} file(s) read deep, {verdict}")
+        lines.say(f"written {read.since}: {whole(f'{read.files} file(s)')} read deep, {verdict}")
         lines.files([f"{lines.rel(f.path)}: {f.kind}: {f.message}" for f in read.damaged], "  ", findings=True)
     if found.known_damaged:
         known = len({f.path for f in found.known_damaged})
-        lines.say(f"recorded as damaged by the last scan (unchanged since, not read again): {known} file(s)")
+        lines.say(
+            f"recorded as damaged by the last scan (unchanged since, not read again): {whole(f'{known} file(s)')}"
+        )
         lines.files([f"{lines.rel(f.path)}: {f.kind}: {f.message}" for f in found.known_damaged], "  ", findings=True)
     for lock in found.held_locks:
         lines.say(f"lock held by a live process (a writer is active): {lines.rel(lock)}")
