@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cachedoctor.cli.environment import Environment, current
-from cachedoctor.cli.options import ConfigOption, KohyaConfigOption, ManifestOption, ModelFamilyOption, OutputDirOption
+from cachedoctor.cli.options import ConfigOption, ManifestOption, ModelFamilyOption, OutputDirOption
 from cachedoctor.errors import PathError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.text import human_size
@@ -31,6 +31,15 @@ PathsArg = Annotated[
         "below them is found. Default: here, unless a dataset option names the folders.",
         metavar="PATH...",
         show_default=False,
+    ),
+]
+#: ``--kohya-config`` as the quarantine commands use it: only for where its folders are.
+KohyaConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--kohya-config",
+        metavar="FILE",
+        help="kohya sd-scripts dataset config (TOML): the quarantines of its image folders.",
     ),
 ]
 RunArg = Annotated[
