@@ -50,6 +50,8 @@ class ProgressLine:
         self.pause()
 
     def __call__(self, stage: str, done: int, total: int | None) -> None:
+        if total == 0:  # nothing to count (an empty target, about to be reported): no bar
+            return
         with self._lock:
             if self.bar is None:
                 self.bar = self._start()
