@@ -148,9 +148,14 @@ def repair(
 
         if before.empty:
             raise RepairError(
-                *nothing_to_check(before.targets, dataset=before.dataset is not None, others=before.stats.files_skipped)
+                *nothing_to_check(
+                    before.targets,
+                    dataset=before.dataset is not None,
+                    others=before.stats.files_skipped,
+                    excluded=bool(options.scan.exclude),
+                )
             )
-        raise RepairError(*nothing_to_check(before.unchecked))
+        raise RepairError(*nothing_to_check(before.unchecked, excluded=bool(options.scan.exclude)))
     fingerprints = ",".join(e.fingerprint() for e in encoders) or None
     if interrupted is not None and options.fresh:
         if not options.dry_run:

@@ -109,6 +109,9 @@ def verdict(report: ScanReport) -> str:
     """``N error(s), M warning(s) in K file(s)`` or ``no findings``, plus unread files if any."""
     sev = report.by_severity()
     text = "no findings"
+    if report.scan.empty or report.scan.unchecked:  # accepted by --allow-empty: say so, not "all is well"
+        where = ", ".join(report.scan.unchecked) if not report.scan.empty else "the targets"
+        text += f"; nothing was checked in {where} (no cache file)"
     if report.findings:
         text = f"{sev['error']} error(s), {sev['warning']} warning(s)"
         if sev["info"]:

@@ -75,13 +75,14 @@ class ScanReport:
     def empty_problem(self) -> tuple[str, str]:
         """``(targets, what to do)`` for the one line that a scan with nothing to check ends with."""
         if not self.scan.empty:  # some targets held cache files, these did not
-            return nothing_to_check(self.scan.unchecked)
+            return nothing_to_check(self.scan.unchecked, excluded=self.scan.excluded)
         special = next((n for n in self.scan.notes if SPECIAL_NOTE.match(n)), None)
         return nothing_to_check(
             self.scan.targets,
             dataset=self.scan.dataset is not None,
             others=self.scan.counts.files_skipped,
             special=special,
+            excluded=self.scan.excluded,
         )
 
     @property
@@ -192,7 +193,12 @@ SPECIAL_NOTE = re.compile(r"skipped \d+ special files? \(")
 
 
 def nothing_to_check(
-    targets: list[str], *, dataset: bool = False, others: int = 0, special: str | None = None
+    targets: list[str],
+    *,
+    dataset: bool = False,
+    others: int = 0,
+    special: str | None = None,
+    excluded: bool = False,
 ) -> tuple[str, str]:
     """``(path, message)`` of the problem "these targets hold nothing to check", as scan, repair
     and recover report it (one line, exit 2). ``dataset``: the targets are a layout's cache
@@ -204,10 +210,16 @@ def nothing_to_check(
         also = f" ({special}, never opened)"
     if dataset:
         also += ", and the dataset expects none"
-    return where, (
-        f"no cache files (.pt, .npz, .safetensors, ...) here{also}; check the path (and that its disk is "
-        "mounted), or pass --allow-empty"
-    )
+    if excluded:
+        hint = "check the path and the --exclude patterns (they may have left the files out)"
+    elif others and not dataset and not special:  # images, say: a dataset whose whole cache is gone?
+        hint = (
+            "check the path (and that its disk is mounted); if its cache is gone, name the dataset's layout "
+            "(--layout kohya, --kohya-config, --config) to see the missing entries"
+        )
+    else:
+        hint = "check the path (and that its disk is mounted)"
+    return where, f"no cache files (.pt, .npz, .safetensors, ...) here{also}; {hint}, or pass --allow-empty"
 
 
 def _quote(path: str) -> str:

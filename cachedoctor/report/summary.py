@@ -62,6 +62,7 @@ class ScanSummary:
     notes: list[str] = field(default_factory=list)  # about the scan itself (the state database)
     empty: bool = False  # no cache file judged and no dataset entry expected: nothing was checked
     unchecked: list[str] = field(default_factory=list)  # named folders under which nothing was checked
+    excluded: bool = False  # --exclude patterns were given (they may be what left nothing to check)
 
     @classmethod
     def of(cls, result: Any) -> ScanSummary:
@@ -105,6 +106,7 @@ class ScanSummary:
             notes=list(result.notes),
             empty=bool(result.empty),
             unchecked=list(result.unchecked),
+            excluded=bool(options.exclude),
         )
 
 

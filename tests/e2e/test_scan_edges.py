@@ -35,10 +35,17 @@ def cli(*argv: str, cwd: Path | str = "/", environ: dict[str, str] | None = None
     return run(list(argv), env), out.getvalue(), err.getvalue()
 
 
-def _empty_line(path: Path, extra: str = "") -> str:
+#: What the line adds when the folder held other files (images: a dataset whose cache is all gone?).
+LAYOUT_HINT = (
+    "; if its cache is gone, name the dataset's layout (--layout kohya, --kohya-config, --config) to see the "
+    "missing entries"
+)
+
+
+def _empty_line(path: Path, extra: str = "", hint: str = "") -> str:
     return (
         f"cachedoctor: error: {path}: no cache files (.pt, .npz, .safetensors, ...) here{extra}; "
-        "check the path (and that its disk is mounted), or pass --allow-empty\n"
+        f"check the path (and that its disk is mounted){hint}, or pass --allow-empty\n"
     )
 
 
@@ -96,7 +103,7 @@ def test_settings_show_lists_allow_empty(tmp_path: Path) -> None:
 def test_a_folder_of_images_only_is_nothing_to_check(tmp_path: Path) -> None:
     folder = _jpegs(tmp_path / "photos")
     code, out, err = cli("scan", str(folder))
-    assert (code, out, err) == (2, "", _empty_line(folder, " (only 3 other files)"))
+    assert (code, out, err) == (2, "", _empty_line(folder, " (only 3 other files)", LAYOUT_HINT))
     code, out, _ = cli("scan", str(folder), "--allow-empty")
     assert code == 0 and "0 files read in 1 folder, 0 B, 3 skipped" in out
     code, out, _ = cli("scan", str(folder), "--allow-empty")  # again: no state was kept, the same line
@@ -140,7 +147,7 @@ def test_repair_and_recover_refuse_nothing_to_check_too(tmp_path: Path) -> None:
     folder = _jpegs(tmp_path / "photos", n=1)
     for command in (["repair", "--yes"], ["repair", "--dry-run"], ["recover"]):
         code, out, err = cli(*command, str(folder))
-        assert (code, out, err) == (2, "", _empty_line(folder, " (only 1 other file)")), command
+        assert (code, out, err) == (2, "", _empty_line(folder, " (only 1 other file)", LAYOUT_HINT)), command
         code, _, err = cli(*command, str(folder), "--allow-empty")
         assert (code, err) == (0, ""), command
     assert sorted(p.name for p in folder.iterdir()) == ["img0.jpg"]
@@ -310,3 +317,35 @@ def test_a_folder_of_a_fifo_only_says_it_held_one(tmp_path: Path) -> None:
         f"file (FIFO): {tmp_path / 'a.pt'}, never opened); check the path (and that its disk is mounted), or pass "
         "--allow-empty\n"
     )
+
+
+def test_a_kohya_dataset_whose_latents_are_all_gone_points_to_its_layout(tmp_path: Path) -> None:
+    """Auto detection knows kohya by a latent beside its image: with none left, the line says
+    how to see the missing entries, and with the layout named they are findings (exit 1)."""
+    import shutil
+
+    data = tmp_path / "kohya"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "datasets" / "kohya", data)
+    for npz in data.rglob("*.npz"):
+        npz.unlink()
+    train = data / "train"
+    code, out, err = cli("scan", str(train))
+    assert (code, out) == (2, "") and err.endswith(LAYOUT_HINT + ", or pass --allow-empty\n"), err
+    report = json.loads(cli("scan", str(train), "--layout", "kohya", "--format", "json")[1])
+    assert report["summary"]["exit_code"] == 1 and "missing-entry" in report["summary"]["by_kind"]
+
+
+def test_everything_excluded_says_the_patterns_may_be_why(tmp_path: Path) -> None:
+    peers(tmp_path / "sub", 2)
+    code, out, err = cli("scan", str(tmp_path), "--exclude", "*", "--no-state")
+    assert (code, out) == (2, "")
+    assert err == (
+        f"cachedoctor: error: {tmp_path}: no cache files (.pt, .npz, .safetensors, ...) here; check the path and the "
+        "--exclude patterns (they may have left the files out), or pass --allow-empty\n"
+    )
+
+
+def test_github_notice_says_nothing_was_checked(tmp_path: Path) -> None:
+    code, out, err = cli("scan", str(tmp_path), "--allow-empty", "--format", "github")
+    assert (code, err) == (0, "")
+    assert "::notice title=cachedoctor::no findings; nothing was checked in the targets (no cache file)" in out
