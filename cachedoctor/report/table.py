@@ -85,9 +85,16 @@ class TableRenderer(Renderer):
             if not self.quiet:
                 console.print()
             line("Findings by kind", "italic")
-            with console.capture() as table:
-                console.print(kinds)
-            out.write("".join(row.rstrip() + "\n" for row in table.get().splitlines()))  # no trailing blanks
+            longest = max(len(k) for k in grouped)
+            if longest + len("severity") + len("files") + widest + 9 > self.width:  # too narrow for the columns:
+                for kind, items in grouped.items():  # one line per kind, nothing cropped
+                    fixes = ", ".join(sorted({f.fix.value for f in items}))
+                    count = len({f.path for f in items})
+                    line(f"  {kind}: {items[0].severity.value}, {count} file(s), fix: {fixes}")
+            else:
+                with console.capture() as table:
+                    console.print(kinds)
+                out.write("".join(row.rstrip() + "\n" for row in table.get().splitlines()))  # no trailing blanks
             for kind, items in grouped.items():
                 console.print()
                 line(f"{kind} ({len(items)})", _STYLE[items[0].severity.value])

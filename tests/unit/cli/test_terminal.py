@@ -203,3 +203,17 @@ def test_a_batch_leak_row_wraps_its_message_under_the_path(tmp_path: Path) -> No
     row = out[out.index("  leak.pt: ") :].split("\n\n")[0].splitlines()
     assert len(row) > 1 and all(line.startswith("    ") for line in row[1:])  # continuation indented
     assert_wrapped(out, 60)
+
+
+def test_too_narrow_for_the_kinds_table_gives_one_line_per_kind(tmp_path: Path) -> None:
+    """At 40 columns the table cropped its fix column to 'clo', 'rec': values that look real."""
+    from cli_run import cli
+
+    peers(tmp_path, 4)
+    save_pt(tmp_path / "leak.pt", leaked_view(latent(seed=3).repeat(7, 1, 1, 1), 2))
+    code, out, _ = cli("scan", str(tmp_path), "--no-state", columns=40)
+    lines = out.splitlines()
+    start = lines.index("Findings by kind")
+    assert lines[start + 1 : start + 3] == ["  batch-leak: error, 1 file(s), fix:", "    clone-storage"]
+    wide = cli("scan", str(tmp_path), "--no-state", columns=100)[1].splitlines()
+    assert wide[wide.index("Findings by kind") + 3].split("│")[-1].strip() == "clone-storage"
