@@ -65,7 +65,8 @@ class Environment:
         """Whether output to a stream that is (or is not) a terminal gets colour and styles.
 
         ``--color always|never`` decides; ``auto`` follows https://no-color.org (``NO_COLOR``
-        set and not empty: never) and ``FORCE_COLOR`` (set and not empty: always), else the terminal.
+        set and not empty: never) and ``FORCE_COLOR`` (set and not empty: always), else the terminal
+        (unless ``TERM=dumb``).
         """
         if self.color_mode == "always":
             return True
@@ -75,6 +76,8 @@ class Environment:
             return False
         if self.environ.get("FORCE_COLOR"):
             return True
+        if self.environ.get("TERM") == "dumb":  # a terminal that cannot show styles (Emacs' shell, some CI)
+            return False
         return bool(stream_isatty)
 
     @property

@@ -60,6 +60,8 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (True, {"NO_COLOR": ""}, [], True),  # set but empty: ignored, as the convention says
         (False, {"FORCE_COLOR": "1"}, [], True),
         (False, {"FORCE_COLOR": "1", "TERM": "dumb"}, [], True),  # forced is forced
+        (True, {"TERM": "dumb"}, [], False),  # a terminal that cannot show styles
+        (True, {"TERM": "dumb"}, ["--color", "always"], True),
         (True, {"NO_COLOR": "1"}, ["--color", "always"], True),  # the option beats the variables
         (False, {}, ["--color", "always"], True),
         (True, {"FORCE_COLOR": "1"}, ["--color", "never"], False),
