@@ -369,8 +369,8 @@ def load(cwd: str | None = None, environ: Mapping[str, str] | None = None, **giv
 
 #: Command-line values that the parser takes as text and that must be checked as a file's are.
 _CLI_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "file_timeout": lambda v: _seconds(v),
-    "resolution": lambda v: _resolution(v),
+    "file_timeout": _seconds,
+    "resolution": _resolution,
 }
 
 

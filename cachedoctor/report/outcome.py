@@ -10,7 +10,6 @@ as pytest fails when it collects no test) unless ``allow_empty``. See
 from __future__ import annotations
 
 import enum
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,12 +75,11 @@ class ScanReport:
         """``(targets, what to do)`` for the one line that a scan with nothing to check ends with."""
         if not self.scan.empty:  # some targets held cache files, these did not
             return nothing_to_check(self.scan.unchecked, excluded=self.scan.excluded)
-        special = next((n for n in self.scan.notes if SPECIAL_NOTE.match(n)), None)
         return nothing_to_check(
             self.scan.targets,
             dataset=self.scan.dataset is not None,
             others=self.scan.counts.files_skipped,
-            special=special,
+            special=self.scan.special,
             excluded=self.scan.excluded,
         )
 
@@ -186,10 +184,6 @@ class ScanReport:
             "notes": list(plan.notes),
             "parts": [{"layout": layout, "root": root, "reason": line} for layout, root, line in plan.parts],
         }
-
-
-#: The scan's note on FIFOs, sockets and devices (``scan.engine.special_note``).
-SPECIAL_NOTE = re.compile(r"skipped \d+ special files? \(")
 
 
 def nothing_to_check(

@@ -63,6 +63,7 @@ class ScanSummary:
     empty: bool = False  # no cache file judged and no dataset entry expected: nothing was checked
     unchecked: list[str] = field(default_factory=list)  # named folders under which nothing was checked
     excluded: bool = False  # --exclude patterns were given (they may be what left nothing to check)
+    special: str | None = None  # the note on special files skipped unopened (also in ``notes``)
 
     @classmethod
     def of(cls, result: Any) -> ScanSummary:
@@ -107,6 +108,7 @@ class ScanSummary:
             empty=bool(result.empty),
             unchecked=list(result.unchecked),
             excluded=bool(options.exclude),
+            special=result.special,
         )
 
 

@@ -65,6 +65,7 @@ class ScanResult:
     #: file judged, no finding, nothing unreadable): one empty target among others must not pass
     #: a gate either (a second cache on a disk that is not mounted).
     unchecked: list[str] = field(default_factory=list)
+    special: str | None = None  # the note on FIFOs, sockets and devices skipped unopened (also in ``notes``)
 
     @property
     def empty(self) -> bool:
@@ -160,7 +161,8 @@ def _scan(
     stats = collector.stats
     if progress is not None:
         progress(SCAN, stats.files_seen, stats.files_seen)
-    notes = [special_note(collector.special)] if collector.special else []
+    special = special_note(collector.special) if collector.special else None
+    notes = [special] if special else []
     for store in states.stores:
         store.finish(
             [r for r in roots if os.path.isdir(r) and store.covers(r)],
@@ -171,7 +173,7 @@ def _scan(
             len(findings),
         )
     unchecked = sorted(collector.unchecked)
-    return ScanResult(roots, options, findings, stats, errors, 0.0, dataset, notes, unchecked)
+    return ScanResult(roots, options, findings, stats, errors, 0.0, dataset, notes, unchecked, special)
 
 
 def special_note(entries: list[tuple[str, str]], shown: int = 5) -> str:

@@ -141,7 +141,7 @@ def _judge(item: Inspected, fmt: str | None, mtime: int | None, digest: bool = F
     xxh3 = meta.digest if digest and deep and meta is not None else None
     findings = tuple(f for check in FILE_CHECKS if deep or not check.deep_only for f in check.check_file(item))
     group, peer = peer_record(meta) if meta is not None and not meta.foreign_globals else (None, None)
-    paired = mtime is not None and meta is not None  # a dataset scan pairs the file's shapes and values
+    paired = meta if mtime is not None else None  # a dataset scan pairs the file's shapes and values
     return Outcome(
         item.path,
         item.size,
@@ -151,8 +151,8 @@ def _judge(item: Inspected, fmt: str | None, mtime: int | None, digest: bool = F
         peer,
         fmt,
         mtime_ns=mtime or 0,
-        shapes=tuple((t.key, t.shape) for t in meta.tensors) if paired and meta is not None else (),
-        values=meta.values if paired and meta is not None else (),
+        shapes=tuple((t.key, t.shape) for t in paired.tensors) if paired is not None else (),
+        values=paired.values if paired is not None else (),
         deep=deep,
         xxh3=xxh3,
         io_bytes=io,
