@@ -65,11 +65,18 @@ lint: $(STAMP)
 
 # Every benchmark, each run even when an earlier one missed a goal; exits 1 if any goal was missed
 # (2 if one could not run). BENCH_ARGS=--quick for a small check that they all work.
-BENCHES := scan dataset repair memory rescan bomb
+BENCHES := scan dataset repair memory rescan bomb matrix
 bench: $(STAMP)
 	@status=0; for b in $(BENCHES); do \
 	  echo "== bench/$${b}_bench.py $(BENCH_ARGS)"; $(PY) bench/$${b}_bench.py $(BENCH_ARGS); code=$$?; \
 	  test $$code -le $$status || status=$$code; echo; done; exit $$status
+
+# The benchmark matrix at default sizes (about 15 minutes, 14 GB kept in bench/out/matrix), then
+# its figures written into docs/performance.md (the documented figures come from this run).
+.PHONY: bench-matrix
+bench-matrix: $(STAMP)
+	@$(PY) bench/matrix_bench.py --keep --json bench/out/matrix.json $(BENCH_ARGS); code=$$?; \
+	  test $$code -le 1 && $(PY) bench/matrix_docs.py bench/out/matrix.json; exit $$code
 
 # Rebuild the shipped fixtures (deterministic); commit the result.
 fixtures: $(STAMP)

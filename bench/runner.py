@@ -68,6 +68,7 @@ class Method:
     late: bool = False  # timed in rounds of their own after the others (separate processes that write)
     env: dict[str, str] | None = None  # the command's whole environment (None: inherit)
     cwd: str | None = None
+    group: str = ""  # methods of one group are timed in rounds of their own, group after group
 
 
 @dataclass
@@ -94,7 +95,7 @@ class Bench:
     schema: str
     build: Callable[[argparse.Namespace, Path], dict]  # writes the set under a folder; returns its facts
     methods: Callable[[argparse.Namespace, SimpleNamespace], list[Method]]
-    goals: list[Goal]
+    goals: list[Goal] | Callable[[argparse.Namespace], list[Goal]]  # or the goals of these options
     options: list[tuple[tuple[str, ...], dict]] = field(default_factory=list)
     quick: dict[str, Any] = field(default_factory=dict)  # option values of --quick
     describe: Callable[[argparse.Namespace], dict] | None = None  # the set's identity: kept sets reused
@@ -109,6 +110,11 @@ class Bench:
     workers: bool = False  # offer --workers
     cli: bool = False  # offer --no-cli
     detail: Callable[[dict], str] | None = None  # a last column of the table
+    # Untimed, before each group's rounds (warm-up reads, first scans): a group's files are read
+    # into the page cache and timed before the next group's, so a set larger than the memory's
+    # share for the page cache can still be timed warm, one group at a time.
+    before_group: Callable[[argparse.Namespace, SimpleNamespace, str], None] | None = None
+    wipe: bool = True  # False: a set that does not match is handed to build() as it is (it reuses parts)
 
 
 def options(*specs: tuple[tuple[str, ...], dict]) -> list[tuple[tuple[str, ...], dict]]:
@@ -142,7 +148,7 @@ def parser(bench: Bench) -> argparse.ArgumentParser:
         default=bench.budget,
         metavar="S",
         help=f"stop repeating once another round would end past S seconds of timing "
-        f"(default {bench.budget:g}; one round always runs)",
+        f"(default {bench.budget:g}; one round always runs)" + ("; per group of methods" if bench.before_group else ""),
     )
     if bench.workers:
         p.add_argument(
@@ -211,7 +217,7 @@ def prepare_set(bench: Bench, args: argparse.Namespace, root: Path) -> dict:
         and (bench.reusable is None or bench.reusable(args, root))
     ):
         return {**have.get("facts", {}), "reused": True, "build_seconds": 0.0}
-    for name in listed:
+    for name in listed if bench.wipe else [MARKER] if MARKER in listed else []:
         path = root / name
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     t0 = time.perf_counter()
@@ -272,8 +278,9 @@ def rounds(methods: list[Method], times: dict, extras: dict, repeat: int, budget
         t_round = time.perf_counter()
         for m in methods[::-1] if alternate and r % 2 else methods:
             dt, extra = time_method(m)
+            if not times[m.key] or dt < min(times[m.key]):
+                extras[m.key] = extra  # the extra figures of the fastest timing
             times[m.key].append(dt)
-            extras[m.key] = extra
         done += 1
         round_s = time.perf_counter() - t_round
         print(f"round {r + 1}/{repeat}: {round_s:.1f} s", flush=True)
@@ -321,9 +328,26 @@ def target_text(g: Goal) -> str:
 
 
 def machine(**versions: Any) -> dict[str, Any]:
+    from importlib import metadata
+
+    found = {}
+    for dist in ("cachedoctor", "torch", "numpy", "safetensors"):
+        try:
+            found[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
     return {
         "python": platform.python_version(),
+        **found,
         **versions,
+        "commit": commit or None,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
     }
@@ -358,13 +382,23 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
         methods = bench.methods(args, ctx)
         times: dict[str, list[float]] = {m.key: [] for m in methods}
         extras: dict[str, dict] = {}
-        os.sync()
+        groups: dict[str, list[Method]] = {}
+        for m in methods:
+            groups.setdefault(m.group, []).append(m)
         cpu0, t0 = cpu_snapshot(), time.perf_counter()
-        done = rounds([m for m in methods if not m.late], times, extras, args.repeat, args.budget, bench.alternate)
-        late = [m for m in methods if m.late]
-        if late:
-            print(f"then {done} round(s) of the separate-process rows", flush=True)
-            rounds(late, times, extras, done, float("inf"), True)
+        done = 0
+        for group, members in groups.items():
+            if group:
+                print(f"-- {group}", flush=True)
+            if bench.before_group:
+                bench.before_group(args, ctx, group)
+            os.sync()
+            n = rounds([m for m in members if not m.late], times, extras, args.repeat, args.budget, bench.alternate)
+            late = [m for m in members if m.late]
+            if late:
+                print(f"then {n} round(s) of the separate-process rows", flush=True)
+                rounds(late, times, extras, n, float("inf"), True)
+            done = max(done, n)
         timing_s, cpu1 = time.perf_counter() - t0, cpu_snapshot()
 
         figures: dict[str, dict] = {}
@@ -377,6 +411,7 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
                 "seconds_best": min(ts),
                 "seconds_median": statistics.median(ts),
                 "seconds_all": ts,
+                "group": m.group,
                 "items_per_s": m.items / min(ts) if m.items else None,
                 "mb_per_s": m.nbytes / min(ts) / MB if m.nbytes else None,
                 "whole_process": m.command is not None,
@@ -413,7 +448,7 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
         print()
         print(f"{'goal':<64} {'value':>8} {'target':>9}  result")
         rows = []
-        for g in bench.goals:
+        for g in bench.goals(args) if callable(bench.goals) else bench.goals:
             value = goal_value(g, figures, bench.statistic)
             result = judge(g, value)
             shown = "n/a" if value is None else f"{value:.2f}{g.unit}"
