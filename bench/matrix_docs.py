@@ -50,18 +50,22 @@ def render(doc: dict) -> str:
         f"{m.get('date', '')}, {m['cpu_count']} CPUs, Python {m['python']}, torch {m.get('torch')}, "
         f"numpy {m.get('numpy')}, safetensors {m.get('safetensors')}, cachedoctor {m.get('commit')}; "
         f"`python bench/matrix_bench.py {' '.join(doc['argv'])}`. Warm page cache; every column a fresh "
-        f"process timed end to end, best of {doc['rounds']} round(s), W = {w}. Seconds for the whole row; "
+        f"process timed end to end, best of the row's rounds (fewer than {doc['repeat']} where a row's "
+        f"rounds would pass --budget), W = {w}. Seconds for the whole row; "
         "the loader loop (torch.load, np.load + every key, safe_open + get_tensor) was timed on the "
         "number of files in parentheses and its loop time scaled to the row.",
         "",
-        "| set | files | MB | " + " | ".join(c for _, c in COLUMNS) + " |",
-        "| --- | ---: | ---: | " + " | ".join("---:" for _ in COLUMNS) + " |",
+        "| set | files | MB | rounds | " + " | ".join(c for _, c in COLUMNS) + " |",
+        "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in COLUMNS) + " |",
     ]
     for k in keys:
         quick = figures[f"{k}.quick_1"]
         cells = [seconds(figures.get(f"{k}.{key}")) for key, _ in COLUMNS]
         lines.append(
-            f"| {ROWS[k].title} | {quick['items']:,} | {quick['bytes'] / 1e6:,.0f} | " + " | ".join(cells) + " |"
+            f"| {ROWS[k].title}, `{k}` | {quick['items']:,} | {quick['bytes'] / 1e6:,.0f} | "
+            + f"{len(quick['seconds_all'])} | "
+            + " | ".join(cells)
+            + " |"
         )
     lines += ["", "| set | " + " | ".join(column for *_, column in matrix_bench.GOALS) + " |"]
     lines.append("| --- | " + " | ".join("---" for _ in matrix_bench.GOALS) + " |")
