@@ -239,6 +239,9 @@ def finish(args, ctx, figures):
         if "files" in f and f["files"] != f["items"]:
             notes.append(f"{f['label']}: WARNING: the loop saw {f['files']} files, expected {f['items']}")
         k = key.split(".")[0]
+        quick = figures.get(f"{k}.quick_1", {}).get("seconds_best", 0.0)
+        if key.endswith(".deep_1") and f["seconds_best"] < quick:
+            notes.append(f"{k}: WARNING: deep -j1 was faster than quick -j1: the row's figures are disturbed")
         if key.endswith(".loader") and f.get("files", 0) < figures[f"{k}.quick_1"]["items"]:
             f["whole_set_seconds"] = loader_seconds(figures, k)
     return notes
@@ -257,7 +260,7 @@ BENCH = Bench(
     workers=True,
     repeat=3,
     statistic="best",
-    budget=120,
+    budget=180,
     alternate=True,
     wipe=False,
     options=[
