@@ -23,7 +23,6 @@ from fixtures.builders.datasets import simpletuner
 from fixtures.builders.latents import LOSSLESS_SHAPE, lossless_set, saved_on, st_latent_name
 from fixtures.builders.tiny_models import build_tiny_vae
 
-
 #: Files per folder batch of the bare loop: repair's ``cachedoctor.repair.batch.BATCH`` (64).
 BATCH = 64
 
@@ -397,7 +396,12 @@ BENCH = Bench(
     quick={"files": 100, "images": 16, "image_size": 64, "repeat": 1},
     goals=[
         Goal("lossless: full repair vs the equally durable bare loop (items/s)", "repair", "durable", 0.8),
-        Goal("lossless, whole process: cachedoctor repair vs the durable loop (items/s)", "cli_repair", "cli_durable", 0.8),
+        Goal(
+            "lossless, whole process: cachedoctor repair vs the durable loop (items/s)",
+            "cli_repair",
+            "cli_durable",
+            0.8,
+        ),
         Goal("lossless: write stage vs the equally durable bare loop (items/s)", "rewrite", "durable", info=True),
         Goal("lossless: write stage vs bare load+clone+save, no fsync (items/s)", "rewrite", "loop", info=True),
         Goal("recompute: repair vs bare PIL+encode+save loop (items/s)", "recompute", "encode_loop", 0.9),

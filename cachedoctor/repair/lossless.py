@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from cachedoctor.repair.model import NotRewritable
-from cachedoctor.repair.torch_io import TORCH_FORMATS, load_safely, serialize
+from cachedoctor.repair.torch_io import TORCH_FORMATS, load_checked, load_safely, serialize
 
 
 def transform(obj: Any, clone: bool) -> Any:
@@ -73,11 +73,25 @@ def rewrite_bytes(path: str, clone: bool) -> bytes:
     caller. (Loading the new bytes again as well cost half the rewrite's time and checked what
     ``torch.save`` does, not what we do.)
     """
-    obj, fmt = load_safely(path)
+    return rewrite_from(path, None, clone)
+
+
+def rewrite_from(path: str, raw: bytes | None, clone: bool) -> bytes:
+    """:func:`rewrite_bytes` of ``raw``, the bytes already read from ``path`` (read once)."""
+    obj, fmt = load_checked(path, raw)
     new = transform(obj, clone)
     if not same(obj, new):
         raise NotRewritable("the rewritten tensors would differ from the original (not written)")
     return serialize(new, fmt)
 
 
-__all__ = ["TORCH_FORMATS", "NotRewritable", "load_safely", "rewrite_bytes", "same", "serialize", "transform"]
+__all__ = [
+    "TORCH_FORMATS",
+    "NotRewritable",
+    "load_safely",
+    "rewrite_bytes",
+    "rewrite_from",
+    "same",
+    "serialize",
+    "transform",
+]

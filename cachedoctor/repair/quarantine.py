@@ -67,15 +67,17 @@ class Quarantine:
             raise ValueError(f"{path} is outside the cache root {self.root}")
         return os.path.join(self.folder, rel)
 
-    def keep(self, path: str, reasons: tuple[str, ...], action: str) -> str:
-        """Preserve ``path``'s current content (it is about to be replaced); idempotent."""
+    def keep(self, path: str, reasons: tuple[str, ...], action: str, *, sync: bool = True) -> str:
+        """Preserve ``path``'s current content (it is about to be replaced); idempotent.
+        ``sync=False``: the caller fsyncs the destination's folder before it replaces ``path``
+        (one fsync for a batch of files; ``batch.py``)."""
         dest = self.destination(path)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if os.path.lexists(dest):
             if _same(dest, path):
                 return dest  # a resumed run already linked it
             dest = _free_name(dest)
-        transfer(path, dest, keep_source=True)
+        transfer(path, dest, keep_source=True, sync=sync)
         self._record(dest, path, reasons, action)
         return dest
 
