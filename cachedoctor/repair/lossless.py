@@ -49,6 +49,8 @@ def same(a: Any, b: Any) -> bool:
             return False
         if a.dtype != b.dtype or a.shape != b.shape:
             return False
+        if a.device == b.device and (a.data_ptr(), a.stride()) == (b.data_ptr(), b.stride()):
+            return True  # the very same memory (``rewrite-cpu`` of a tensor already on cpu): equal bits
         return _bits(a) == _bits(b)
     if isinstance(a, dict):
         return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
