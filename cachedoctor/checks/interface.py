@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.records import record
 
 if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
     from cachedoctor.formats.interface import FileMeta, ReadError
@@ -24,7 +25,7 @@ if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reade
 _H = TypeVar("_H", bound=Hashable)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Inspected:
     """One file as the scan saw it: its reader metadata, or the read error, or neither (a temp
     file, or a symlink that leads nowhere: ``link_target`` is what it points to)."""
@@ -38,14 +39,14 @@ class Inspected:
     link_loop: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PeerTensor:
     key: str  # the tensor's key with resolutions normalised (``latents_64x48`` -> ``latents_HxW``)
     dtype: str
     shape: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PeerEntry:
     """What peer checks need of one file: small, so a folder of a million entries fits."""
 
