@@ -56,7 +56,7 @@ class MemberLayout:
                 if signature != b"PK\x03\x04":
                     raise ReadError("bad-zip", f"local header of {member.name} is damaged")
                 self.starts[member.name] = at + 30 + nlen + xlen
-            local = buffer[at : min(size, at + 30 + nlen)]
+            local = bytes(buffer[at : min(size, at + 30 + nlen)])  # bytes compare at C speed, memoryviews do not
             if local[30:] != member.name.encode() and local_name_differs(local, member):
                 self.renamed.append(member.name)
 
@@ -72,8 +72,12 @@ def member_starts(src: BufferSource, directory: ZipDirectory) -> dict[str, int]:
 def crc_mismatches(src: BufferSource, directory: ZipDirectory, starts: dict[str, int]) -> tuple[MemberCrc, ...]:
     """Members whose bytes do not hash to the CRC-32 the central directory records."""
     bad = []
+    buffer = src.buffer
     for name, member in directory.members.items():
-        raw = src.view(starts[name], member.compressed_size)
+        start = starts[name]
+        raw = buffer[start : start + member.compressed_size]
+        if len(raw) != member.compressed_size:
+            raise ReadError("truncated", f"file ends before byte {start + member.compressed_size}")
         if member.method == STORED:
             actual = crc32(raw)
         else:
@@ -167,6 +171,10 @@ def _count_flat(np: Any, flat: Any, mask: int, limit: int, exact: bool) -> int:
     scratch = _scratch.get(flat.dtype.str)
     if scratch is None:
         scratch = _scratch[flat.dtype.str] = np.empty(_SLICE, dtype=flat.dtype)
+    if flat.size <= _SLICE:  # the usual latent: one slice
+        masked = scratch[: flat.size]
+        np.bitwise_and(flat, mask, out=masked)
+        return int(np.count_nonzero(masked >= limit)) if masked.max() >= limit else 0
     found = 0
     for start in range(0, flat.size, _SLICE):
         part = flat[start : start + _SLICE]

@@ -12,12 +12,12 @@ from cachedoctor.formats._deep import count_nonfinite  # noqa: E402
 ONE_BYTE = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"]
 
 
-def _count(t: "torch.Tensor", dtype: str) -> int | None:
+def _count(t: torch.Tensor, dtype: str) -> int | None:
     raw = t.contiguous().view(torch.uint8).numpy().tobytes()
     return count_nonfinite(memoryview(raw), dtype, t.numel(), 0, tuple(t.shape), None)
 
 
-def _expected(t: "torch.Tensor") -> int:
+def _expected(t: torch.Tensor) -> int:
     if t.dtype == torch.float8_e8m0fnu:  # torch.isfinite is not implemented for it: 0xFF is its only NaN
         return int((t.view(torch.uint8) == 0xFF).sum())
     return int((~torch.isfinite(t.float() if t.dtype.itemsize == 1 else t)).sum())
@@ -45,7 +45,9 @@ def test_wide_floats_on_their_edges(name: str) -> None:
     info = torch.finfo(dtype)
     values = [0.0, -0.0, info.max, -info.max, info.tiny, info.tiny / 4, float("inf"), float("-inf"), float("nan")]
     t = torch.tensor(values, dtype=dtype)
-    t = torch.cat([t, -t.nan_to_num(nan=1.0), t.view(torch.int32 if name == "float32" else torch.int64).neg().view(dtype)])
+    t = torch.cat(
+        [t, -t.nan_to_num(nan=1.0), t.view(torch.int32 if name == "float32" else torch.int64).neg().view(dtype)]
+    )
     assert _count(t, name) == _expected(t) > 0
 
 
@@ -59,7 +61,9 @@ def test_a_large_tensor_is_counted_across_slices() -> None:
 
 
 def test_complex_elements_count_once() -> None:
-    t = torch.tensor([complex(1, 2), complex(float("nan"), float("inf")), complex(3, float("nan"))], dtype=torch.complex64)
+    t = torch.tensor(
+        [complex(1, 2), complex(float("nan"), float("inf")), complex(3, float("nan"))], dtype=torch.complex64
+    )
     assert _count(t, "complex64") == 2
 
 
