@@ -109,18 +109,19 @@ class BatchLeak(Check):
             if rank is None:
                 continue
             feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)  # noqa: B023 - called at once
-            for entry in group.entries:
-                for t in entry.tensors:
+            for tensors, paths in group.variants.items():
+                for t in tensors:
                     if t.key == key and is_leading_batch(t.shape, rank, feature, key):
-                        yield self.finding(
-                            entry.path,
-                            f"{key or '<root>'} has shape {list(t.shape)}: a leading batch dimension of "
-                            f"{t.shape[0]} where its peers are rank {rank}; which item is this file's is unknown",
-                            fix=Fix.RECOMPUTE,
-                            key=key or "<root>",
-                            shape=list(t.shape),
-                            peer_rank=rank,
-                        )
+                        for path in paths:
+                            yield self.finding(
+                                path,
+                                f"{key or '<root>'} has shape {list(t.shape)}: a leading batch dimension of "
+                                f"{t.shape[0]} where its peers are rank {rank}; which item is this file's is unknown",
+                                fix=Fix.RECOMPUTE,
+                                key=key or "<root>",
+                                shape=list(t.shape),
+                                peer_rank=rank,
+                            )
 
 
 def is_leading_batch(shape: tuple[int, ...], peer_rank: int, peer_feature: object, key: str) -> bool:
