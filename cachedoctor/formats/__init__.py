@@ -86,7 +86,7 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
             if size <= _READ_INTO and deep:  # reading it whole costs about what sniffing it does
                 data = _read_whole(fd, size)
                 tally.bytes += len(data)
-                return _dispatch(path, BufferSource(data), deep)
+                return _dispatch(path, BufferSource(data, raw=_buffer), deep)
             head = FileSource(fd, size)
             try:
                 if not deep or not _claimed(head):
@@ -95,7 +95,7 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
                 tally.bytes += head.bytes_read
             with _mapped(fd, size) as buffer:
                 tally.bytes += size  # pre-faulted: every page is read
-                return _dispatch(path, BufferSource(buffer), deep)
+                return _dispatch(path, BufferSource(buffer, raw=buffer.obj), deep)  # type: ignore[arg-type]
         finally:
             os.close(fd)
     except io.UnsupportedOperation as exc:  # an OSError subclass, but a reader bug, not the disk

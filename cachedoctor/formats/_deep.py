@@ -30,64 +30,63 @@ _scratch: dict[str, Any] = {}  # numpy dtype -> reused buffer of _SLICE elements
 
 
 def digest(buffer: memoryview) -> str:
-    import xxhash
+    """xxh3-128 of the whole file, hex: what the state database keeps of a deep read."""
+    global _xxh3
+    if _xxh3 is None:
+        import xxhash
 
-    return xxhash.xxh3_128_hexdigest(buffer)
+        _xxh3 = xxhash.xxh3_128_hexdigest
+    return _xxh3(buffer)
 
 
-class MemberLayout:
-    """Where each member's data starts, and which members' local headers carry another name
-    than the central directory (miniz reads those anyway, zipfile refuses): one look at each
-    local header serves both."""
+_xxh3: Any = None
 
-    __slots__ = ("renamed", "starts")
+
+class Members:
+    """What a deep read learns from the members' own bytes, in one pass over them: where each
+    one's data starts (its local header), which local headers carry another name than the
+    central directory (miniz reads those anyway, zipfile refuses), and which members fail the
+    CRC-32 the central directory records (torch.load never checks it)."""
+
+    __slots__ = ("crc_bad", "renamed", "starts")
 
     def __init__(self, src: BufferSource, directory: ZipDirectory) -> None:
         self.starts: dict[str, int] = {}
         self.renamed: list[str] = []
-        buffer, size = src.buffer, src.size
+        crc_bad: list[MemberCrc] = []
+        buffer, raw, size = src.buffer, src.raw, src.size
         winners, unpack = directory.members, _LOCAL_HEAD.unpack_from
         for member in directory.entries:
             at = member.header_offset
             if at + 30 > size:
                 raise ReadError("truncated", f"file ends before byte {at + 30}")
             signature, nlen, xlen = unpack(buffer, at)
-            if winners[member.name] is member:  # the entry zipfile reads under this name (the last)
-                if signature != b"PK\x03\x04":
-                    raise ReadError("bad-zip", f"local header of {member.name} is damaged")
-                self.starts[member.name] = at + 30 + nlen + xlen
-            local = bytes(buffer[at : min(size, at + 30 + nlen)])  # bytes compare at C speed, memoryviews do not
-            if local[30:] != member.name.encode() and local_name_differs(local, member):
-                self.renamed.append(member.name)
+            name = member.name
+            if raw[at + 30 : at + 30 + nlen] != name.encode() and local_name_differs(
+                bytes(raw[at : min(size, at + 30 + nlen)]), member
+            ):
+                self.renamed.append(name)
+            if winners[name] is not member:
+                continue  # zipfile reads the last entry of a name; torch.load's pick is judged elsewhere
+            if signature != b"PK\x03\x04":
+                raise ReadError("bad-zip", f"local header of {name} is damaged")
+            start = self.starts[name] = at + 30 + nlen + xlen
+            data = buffer[start : start + member.compressed_size]
+            if len(data) != member.compressed_size:
+                raise ReadError("truncated", f"file ends before byte {start + member.compressed_size}")
+            if member.method == STORED:
+                actual = crc32(data)
+            else:
+                try:
+                    actual = crc32(decompress(data, member))
+                except ReadError:
+                    actual = -1
+            if actual != member.crc:
+                crc_bad.append(MemberCrc(name, member.crc, actual))
+        self.crc_bad = tuple(crc_bad)
 
 
 _LOCAL_HEAD = struct.Struct("<4s22xHH")
-
-
-def member_starts(src: BufferSource, directory: ZipDirectory) -> dict[str, int]:
-    """Byte offset where each member's data starts (read from its local header)."""
-    return MemberLayout(src, directory).starts
-
-
-def crc_mismatches(src: BufferSource, directory: ZipDirectory, starts: dict[str, int]) -> tuple[MemberCrc, ...]:
-    """Members whose bytes do not hash to the CRC-32 the central directory records."""
-    bad = []
-    buffer = src.buffer
-    for name, member in directory.members.items():
-        start = starts[name]
-        raw = buffer[start : start + member.compressed_size]
-        if len(raw) != member.compressed_size:
-            raise ReadError("truncated", f"file ends before byte {start + member.compressed_size}")
-        if member.method == STORED:
-            actual = crc32(raw)
-        else:
-            try:
-                actual = crc32(decompress(raw, member))
-            except ReadError:
-                actual = -1
-        if actual != member.crc:
-            bad.append(MemberCrc(name, member.crc, actual))
-    return tuple(bad)
 
 
 def count_nonfinite(

@@ -166,7 +166,7 @@ def describe(
     assert walked is not None
 
     deep_src = src if deep and isinstance(src, BufferSource) else None
-    layout = _deep.MemberLayout(deep_src, directory) if deep_src is not None else None
+    layout = _deep.Members(deep_src, directory) if deep_src is not None else None
     tensors: list[TensorMeta] = []
     missing: list[str] = []
     for key, rec in walked.tensors:
@@ -184,7 +184,7 @@ def describe(
     file_digest: str | None = None
     if layout is not None:
         assert deep_src is not None
-        crc_bad = _deep.crc_mismatches(deep_src, directory, layout.starts)
+        crc_bad = layout.crc_bad
         file_digest = _deep.digest(deep_src.buffer)
         ambiguous += tuple(n for n in layout.renamed if n not in ambiguous)
     return FileMeta(
