@@ -79,14 +79,14 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
         if kind is not None:
             os.close(fd)
             raise UnreadableFile("special-file", f"not a regular file ({kind}); not read", type=kind)
-        with open(fd, "rb", buffering=0) as handle:
+        try:
             size = tally.size = st.st_size
             if size == 0:
                 raise ReadError("empty", "zero bytes: the write never happened or was cut off")
-            if size < _MMAP_FROM and deep:  # small: reading it whole costs no more than sniffing it
-                data = handle.read()
+            if size <= _READ_INTO and deep:  # reading it whole costs about what sniffing it does
+                data = _read_whole(fd, size)
                 tally.bytes += len(data)
-                return _dispatch(path, BufferSource(data), deep)
+                return _dispatch(path, BufferSource(data, raw=_buffer), deep)
             head = FileSource(fd, size)
             try:
                 if not deep or not _claimed(head):
@@ -95,7 +95,9 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
                 tally.bytes += head.bytes_read
             with _mapped(fd, size) as buffer:
                 tally.bytes += size  # pre-faulted: every page is read
-                return _dispatch(path, BufferSource(buffer), deep)
+                return _dispatch(path, BufferSource(buffer, raw=buffer.obj), deep)  # type: ignore[arg-type]
+        finally:
+            os.close(fd)
     except io.UnsupportedOperation as exc:  # an OSError subclass, but a reader bug, not the disk
         raise ReadError("unparseable", f"reader failed: {exc}") from None
     except OSError as exc:
@@ -111,7 +113,20 @@ def _claimed(src: Source) -> bool:
     return is_zip(head) or any(reader.claims(head, src) for reader in READERS)
 
 
-_MMAP_FROM = 256 * 1024
+_READ_INTO = 8 << 20  # deep reads up to this size go into one reused buffer, larger ones are mapped
+_buffer = bytearray()
+
+
+def _read_whole(fd: int, size: int) -> memoryview:
+    """The file's bytes in a buffer reused from file to file: a fresh ``bytes`` of a few hundred
+    KB costs the kernel a page fault per 4 KB, and the CRC, NaN and digest passes that follow
+    find a reused buffer still in the CPU cache. Valid until the next call: what a reader keeps
+    from the file (names, pickles, values) it copies out."""
+    global _buffer
+    if len(_buffer) < size:
+        _buffer = bytearray(max(size, 256 << 10))  # a new one: views of the old stay valid
+    view = memoryview(_buffer)[:size]
+    return view[: os.preadv(fd, [view], 0)]  # a file that grew since its fstat is read as it was then
 
 
 @contextlib.contextmanager

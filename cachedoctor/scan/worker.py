@@ -13,6 +13,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
+from cachedoctor.findings import Finding
 from cachedoctor.formats import FileMeta, ReadError, Tally, UnreadableFile, claims_cache, read_file
 from cachedoctor.lifetime import reraise_interrupt
 from cachedoctor.scan.outcome import Outcome
@@ -21,6 +22,7 @@ from cachedoctor.scan.watchdog import FileTimeout, file_timer, mark
 #: Read errors that, under a name that does not claim a cache format, mean "not ours".
 _FOREIGN_PROBLEMS = frozenset({"empty", "unknown-format", "not-torch", "legacy-tar"})
 _RESOLUTION = re.compile(r"\d+x\d+")
+_QUICK_CHECKS = tuple(check for check in FILE_CHECKS if not check.deep_only)
 
 
 def inspect_path(path: str, *, deep: bool, entry_facts: bool = False, digest: bool = False) -> Outcome:
@@ -139,7 +141,10 @@ def _judge(item: Inspected, fmt: str | None, mtime: int | None, digest: bool = F
     meta = item.meta
     deep = meta is not None and meta.deep
     xxh3 = meta.digest if digest and deep and meta is not None else None
-    findings = tuple(f for check in FILE_CHECKS if deep or not check.deep_only for f in check.check_file(item))
+    found: list[Finding] = []
+    for check in FILE_CHECKS if deep else _QUICK_CHECKS:
+        found.extend(check.check_file(item))
+    findings = tuple(found)
     group, peer = peer_record(meta) if meta is not None and not meta.foreign_globals else (None, None)
     paired = meta if mtime is not None else None  # a dataset scan pairs the file's shapes and values
     return Outcome(
@@ -164,9 +169,13 @@ def peer_record(meta: FileMeta) -> tuple[str | None, PeerEntry | None]:
     if not meta.tensors:
         return None, None
     tensors = tuple(PeerTensor(_peer_key(t.key), t.dtype, t.shape) for t in meta.tensors)
-    family = "torch" if meta.format.startswith("torch") else meta.format
-    group = f"{family}|{meta.container}|{','.join(sorted({t.key for t in tensors}))}"
-    return group, PeerEntry(meta.path, tensors)
+    return _group_key(meta.format, meta.container, tuple(t.key for t in tensors)), PeerEntry(meta.path, tensors)
+
+
+@lru_cache(maxsize=4096)
+def _group_key(fmt: str, container: str, keys: tuple[str, ...]) -> str:
+    family = "torch" if fmt.startswith("torch") else fmt
+    return f"{family}|{container}|{','.join(sorted(set(keys)))}"
 
 
 @lru_cache(maxsize=4096)
