@@ -263,7 +263,13 @@ def methods(args, ctx):
                 cleanup=lambda st: discard(st[0]),
             ),
             Method(
-                "loop", "lossless: bare torch.load + torch.save, no fsync", bare(False), fresh, n, nbytes, cleanup=discard
+                "loop",
+                "lossless: bare torch.load + torch.save, no fsync",
+                bare(False),
+                fresh,
+                n,
+                nbytes,
+                cleanup=discard,
             ),
             Method(
                 "loop_fsync", "lossless: bare loop + fsync of each file", bare(True), fresh, n, nbytes, cleanup=discard
