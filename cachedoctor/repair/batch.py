@@ -106,7 +106,7 @@ class Batcher:
         quarantine = self.quarantines.get(action.root)
         if quarantine is None:
             quarantine = self.quarantines[action.root] = Quarantine(action.root, self.run_id)
-        self.locks.enter_context(held(action.path))
+        self.locks.enter_context(held(action.path, before_wait=self.flush))  # never wait holding locks
         try:
             item = _prepare(action, quarantine, self.make_bytes, self.judge)
         except RepairError:  # a full disk: what is written is finished, then the run stops
