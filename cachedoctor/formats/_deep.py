@@ -26,7 +26,10 @@ from cachedoctor.formats._zip import STORED, ZipDirectory, decompress, local_nam
 from cachedoctor.formats.interface import MemberCrc, ReadError
 
 _SLICE = 1 << 18  # elements checked per numpy call: 256 Ki, at most 2 MiB of scratch (8-byte floats)
-_scratch: dict[str, Any] = {}  # numpy dtype -> reused buffer of _SLICE elements (per process)
+_scratch: dict[str, Any] = {}
+_ALIGN_FROM = (
+    16 << 10
+)  # tensors worth aligning the next read for  # numpy dtype -> reused buffer of _SLICE elements (per process)
 
 
 def digest(buffer: memoryview) -> str:
@@ -54,7 +57,7 @@ class Members:
         self.starts: dict[str, int] = {}
         self.renamed: list[str] = []
         crc_bad: list[MemberCrc] = []
-        buffer, raw, size = src.buffer, src.raw, src.size
+        buffer, size = src.buffer, src.size
         winners, unpack = directory.members, _LOCAL_HEAD.unpack_from
         for member in directory.entries:
             at = member.header_offset
@@ -62,8 +65,8 @@ class Members:
                 raise ReadError("truncated", f"file ends before byte {at + 30}")
             signature, nlen, xlen = unpack(buffer, at)
             name = member.name
-            if raw[at + 30 : at + 30 + nlen] != name.encode() and local_name_differs(
-                bytes(raw[at : min(size, at + 30 + nlen)]), member
+            if buffer[at + 30 : at + 30 + nlen].tobytes() != name.encode() and local_name_differs(
+                buffer[at : min(size, at + 30 + nlen)].tobytes(), member
             ):
                 self.renamed.append(name)
             if winners[name] is not member:
@@ -162,9 +165,20 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
     return _Plan(word, itemsize, mask, limit, exact, parts, words, first, 0, (*shape, parts), strides, None)
 
 
+#: Where the next file goes in the read buffer, past a 64-byte boundary (``formats.read_file``):
+#: chosen so that the last file's misaligned tensor would have started on the boundary. numpy
+#: runs unaligned arrays through a copying iterator (2-3x slower), and an npz member's data
+#: starts wherever its zip header ends; the files of a cache share their layout, so after the
+#: first file of a kind the data lands aligned.
+placement = 0
+
+
 def _count_flat(np: Any, flat: Any, mask: int, limit: int, exact: bool) -> int:
     """Non-finite words in a contiguous array, in slices that stay in the CPU cache: mask into
     a reused buffer and take its maximum (both SIMD); count only when the maximum says so."""
+    global placement
+    if not flat.flags.aligned and flat.nbytes >= _ALIGN_FROM:
+        placement = (placement - flat.ctypes.data) % 64
     if exact:
         return int(np.count_nonzero(flat == limit))
     scratch = _scratch.get(flat.dtype.str)

@@ -6,7 +6,6 @@ bytes); the quick path reads only the few ranges it needs through ``os.pread``.
 
 from __future__ import annotations
 
-import mmap
 import os
 from typing import TYPE_CHECKING
 
@@ -60,16 +59,9 @@ class FileSource(Source):
 
 
 class BufferSource(Source):
-    """The whole file in memory. ``raw`` is the object behind ``buffer`` (``bytes``, a
-    ``bytearray`` or an ``mmap``, the file's first byte at index 0): slicing it gives ``bytes``
-    that compare at C speed, where memoryview comparisons go element by element."""
-
-    def __init__(self, buffer: bytes | memoryview, raw: bytes | bytearray | mmap.mmap | None = None) -> None:
+    def __init__(self, buffer: bytes | memoryview) -> None:
         self.buffer = memoryview(buffer)
         self.size = len(self.buffer)
-        self.raw: bytes | bytearray | mmap.mmap | memoryview = (
-            raw if raw is not None else buffer if isinstance(buffer, bytes) else self.buffer
-        )
 
     def read_at(self, offset: int, length: int) -> bytes:
         return bytes(self.buffer[offset : offset + length])

@@ -3,6 +3,8 @@ each rule must judge every pattern as torch.isfinite judges it, whole tensors an
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -81,3 +83,30 @@ def test_a_view_past_its_storage_is_not_counted() -> None:
     raw = memoryview(torch.zeros(8, dtype=torch.float32).numpy().tobytes())
     assert count_nonfinite(raw, "float32", 8, 4, (8,), None) is None
     assert count_nonfinite(raw, "int32", 8, 0, (8,), None) is None
+
+
+def test_reads_placed_for_alignment_count_the_same(tmp_path: Path) -> None:
+    """Deep reads put each file where the last file's misaligned tensor would have been
+    aligned (an npz member starts wherever its zip header ends): counts and CRCs do not depend
+    on where a file lands, for the npz that moved the placement and for a torch file after it."""
+    import numpy as np
+
+    from cachedoctor.formats import _deep, read_file
+
+    latents = np.zeros((4, 64, 64), dtype=np.float32)
+    latents[1, 2, 3] = np.nan
+    npz = tmp_path / "a.npz"
+    np.savez(npz, latents=latents, original_size=np.array([512, 512]))
+    pt = tmp_path / "b.pt"
+    t = torch.zeros(4, 64, 64, dtype=torch.float16)
+    t[0, 0, :3] = float("inf")
+    torch.save(t, pt)
+    seen = []
+    for path in (npz, npz, pt, npz, pt):
+        before = _deep.placement
+        meta = read_file(str(path), deep=True)
+        assert meta is not None and not meta.crc_mismatches
+        seen.append((path.suffix, before, [(x.key, x.nonfinite) for x in meta.tensors if x.nonfinite is not None]))
+    assert {s[1] for s in seen} != {0}  # the npz moved the placement: the later reads landed elsewhere
+    for suffix, _, counts in seen:
+        assert counts == ([("latents", 1)] if suffix == ".npz" else [("", 3)])
