@@ -107,6 +107,18 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
         raise ReadError("too-large", "file structure asks for more memory than is available") from None
 
 
+def read_bytes(path: str, data: bytes | memoryview, *, deep: bool = False) -> FileMeta | None:
+    """:func:`read_file` of ``data``, bytes already in memory as the file at ``path`` (repair
+    holds the old file it has read, and the new bytes it is about to put there): the same
+    readers and the same verdict, without reading the file again."""
+    if len(data) == 0:
+        raise ReadError("empty", "zero bytes: the write never happened or was cut off")
+    try:
+        return _dispatch(path, BufferSource(data), deep)
+    except MemoryError:
+        raise ReadError("too-large", "file structure asks for more memory than is available") from None
+
+
 def _claimed(src: Source) -> bool:
     """Whether a deep read of the file can find more than a quick one: it is a zip (its CRCs),
     or some reader claims its first bytes. Anything else is judged from its head alone."""
@@ -235,6 +247,7 @@ __all__ = [
     "TensorMeta",
     "UnreadableFile",
     "claims_cache",
+    "read_bytes",
     "read_file",
     "special_type",
 ]

@@ -31,13 +31,13 @@ def load_safely(path: str) -> tuple[Any, str]:
 def load_checked(path: str, raw: bytes | None) -> tuple[Any, str]:
     """:func:`load_safely` of ``raw``, the bytes already read from ``path`` (``None``: read them
     here). The restricted reader judges those same bytes first (its quick read: the zip
-    directory and the pickle), in memory (``in_memory.py``)."""
+    directory and the pickle), in memory (:func:`cachedoctor.formats.read_bytes`)."""
     import torch
 
-    from cachedoctor.repair.in_memory import meta_of
+    from cachedoctor.formats import read_bytes, read_file
 
     try:
-        meta = meta_of(path, raw, deep=False)
+        meta = read_file(path) if raw is None else read_bytes(path, raw)
     except ReadError as exc:
         raise NotRewritable(f"unreadable ({exc.message})") from None
     if meta is None:

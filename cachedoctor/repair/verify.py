@@ -28,16 +28,12 @@ if TYPE_CHECKING:
 def problems_of(action: Action, temp: str, data: bytes | None = None) -> str | None:
     """What the scan would find wrong with ``temp`` once it is ``action.path`` (``None``: nothing).
     With ``data``, the bytes just written to ``temp``, they are judged in memory as the file at
-    ``action.path`` (``in_memory.py``) instead of reading ``temp`` back."""
-    outcome = None
+    ``action.path`` (:func:`cachedoctor.scan.inspect_bytes`) instead of reading ``temp`` back."""
     if data is not None:
-        from cachedoctor.repair.in_memory import outcome_of
+        from cachedoctor.scan import inspect_bytes
 
-        try:
-            outcome = outcome_of(action.path, data)
-        except LookupError:
-            outcome = None
-    if outcome is None:
+        outcome = inspect_bytes(action.path, data)
+    else:
         from cachedoctor.scan import inspect_file
 
         outcome = inspect_file(temp, deep=True, unsaved=True)
