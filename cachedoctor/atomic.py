@@ -117,13 +117,16 @@ _CROSS_DEVICE = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP)  # link(
 _CHUNK = 1 << 20
 
 
-def transfer(src: str, dest: str, *, keep_source: bool = False) -> None:
+def transfer(src: str, dest: str, *, keep_source: bool = False, sync: bool = True) -> None:
     """Put ``src``'s bytes at ``dest`` (replacing it). Without ``keep_source`` a move: a rename
     when both are on one file system, else a copy to a temp file beside ``dest`` (so on its file
     system), fsynced and renamed, and only then ``src`` removed. With ``keep_source`` a hard
     link, else the same copy. Killed at any instant, ``src`` is whole or ``dest`` is (maybe
     both); what may be left is a ``.cachedoctor-<name>-*.tmp`` beside ``dest``. A symlink that
-    leads nowhere is moved or kept as the link itself (there is nothing to follow)."""
+    leads nowhere is moved or kept as the link itself (there is nothing to follow).
+
+    ``sync=False`` (a kept copy, ``keep_source``, only) leaves the fsync of ``dest``'s folder to
+    the caller, who makes a whole batch of links durable with one before any rename."""
     dangling = os.path.islink(src) and not os.path.exists(src)
     try:
         if keep_source:
@@ -139,7 +142,8 @@ def transfer(src: str, dest: str, *, keep_source: bool = False) -> None:
             _copy(src, dest)
         if not keep_source:
             os.unlink(src)
-    fsync_dir(os.path.dirname(dest))
+    if sync or not keep_source:
+        fsync_dir(os.path.dirname(dest))
     if not keep_source:
         fsync_dir(os.path.dirname(src))
 

@@ -15,16 +15,11 @@ folder as black and ruff do; whichever is nearer wins. Paths in it are relative 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
+from cachedoctor import toml
 from cachedoctor.errors import PathError, UsageError
 
 COMMAND_LINE = "command line"
@@ -126,8 +121,8 @@ class ConfigFile:
 def _load(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as exc:
+            return toml.load(f)
+    except toml.decode_error() as exc:
         raise ConfigError(path, f"not valid TOML ({exc}); fix the file") from None
     except OSError as exc:
         raise ConfigError(path, f"cannot read ({exc.strerror or exc})") from None

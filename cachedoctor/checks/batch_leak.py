@@ -22,6 +22,16 @@ if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reade
     from cachedoctor.formats.interface import TensorMeta
 
 
+def _whole_storages(tensors: tuple[TensorMeta, ...]) -> bool:
+    """The usual file, screened in one pass: every view starts at its storage's first element
+    and spans all of it (or past it, which is corruption, reported elsewhere), so no storage
+    can hold more than its views need."""
+    for t in tensors:
+        if t.stride is not None and t.storage_numel is not None and (t.offset != 0 or t.span < t.storage_numel):
+            return False
+    return True
+
+
 class _Leak(TypedDict):
     keys: list[str]
     storage_bytes: int
@@ -58,7 +68,7 @@ class BatchLeak(Check):
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         meta = item.meta
-        if meta is None:
+        if meta is None or _whole_storages(meta.tensors):
             return
         by_storage: dict[str | None, list[TensorMeta]] = defaultdict(list)
         for t in meta.tensors:
@@ -99,18 +109,19 @@ class BatchLeak(Check):
             if rank is None:
                 continue
             feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)  # noqa: B023 - called at once
-            for entry in group.entries:
-                for t in entry.tensors:
+            for tensors, paths in group.variants.items():
+                for t in tensors:
                     if t.key == key and is_leading_batch(t.shape, rank, feature, key):
-                        yield self.finding(
-                            entry.path,
-                            f"{key or '<root>'} has shape {list(t.shape)}: a leading batch dimension of "
-                            f"{t.shape[0]} where its peers are rank {rank}; which item is this file's is unknown",
-                            fix=Fix.RECOMPUTE,
-                            key=key or "<root>",
-                            shape=list(t.shape),
-                            peer_rank=rank,
-                        )
+                        for path in paths:
+                            yield self.finding(
+                                path,
+                                f"{key or '<root>'} has shape {list(t.shape)}: a leading batch dimension of "
+                                f"{t.shape[0]} where its peers are rank {rank}; which item is this file's is unknown",
+                                fix=Fix.RECOMPUTE,
+                                key=key or "<root>",
+                                shape=list(t.shape),
+                                peer_rank=rank,
+                            )
 
 
 def is_leading_batch(shape: tuple[int, ...], peer_rank: int, peer_feature: object, key: str) -> bool:

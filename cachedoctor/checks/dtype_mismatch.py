@@ -33,16 +33,18 @@ class DtypeMismatch(Check):
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
         majority = {key: group.majority(key, lambda t: t.dtype) for key in group.keys()}  # noqa: SIM118 - not a dict
-        for entry in group.entries:
+        for tensors, paths in group.variants.items():
             odd = [
                 (t.key, t.dtype, majority[t.key])
-                for t in entry.tensors
+                for t in tensors
                 if majority[t.key][0] is not None and t.dtype != majority[t.key][0]
             ]
-            if odd:
-                key, dtype, (usual, _) = odd[0]
+            if not odd:
+                continue
+            key, dtype, (usual, _) = odd[0]
+            for path in paths:
                 yield self.finding(
-                    entry.path,
+                    path,
                     f"{key or '<root>'} is {dtype} where most of its {len(group.entries) - 1} peers are {usual}",
                     keys={k or "<root>": d for k, d, _ in odd},
                     expected={k or "<root>": m[0] for k, _, m in odd},

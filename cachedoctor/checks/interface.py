@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.records import record
 
 if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
     from cachedoctor.formats.interface import FileMeta, ReadError
@@ -24,7 +25,7 @@ if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reade
 _H = TypeVar("_H", bound=Hashable)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Inspected:
     """One file as the scan saw it: its reader metadata, or the read error, or neither (a temp
     file, or a symlink that leads nowhere: ``link_target`` is what it points to)."""
@@ -38,14 +39,14 @@ class Inspected:
     link_loop: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PeerTensor:
     key: str  # the tensor's key with resolutions normalised (``latents_64x48`` -> ``latents_HxW``)
     dtype: str
     shape: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PeerEntry:
     """What peer checks need of one file: small, so a folder of a million entries fits."""
 
@@ -53,19 +54,39 @@ class PeerEntry:
     tensors: tuple[PeerTensor, ...]
 
 
-@dataclass(frozen=True, slots=True)
 class PeerGroup:
-    """Files of one folder with the same structure (format family, container, key set)."""
+    """Files of one folder with the same structure (format family, container, key set).
 
-    folder: str
-    entries: tuple[PeerEntry, ...]
+    A folder of a million latents holds a handful of distinct structures (one per bucket
+    shape and dtype), so the group is kept as its :attr:`variants`: each distinct tensors
+    tuple with the paths that carry it. Peer checks judge each variant once and name its paths,
+    instead of walking every file's tensors once per check.
+    """
+
+    __slots__ = ("entries", "folder", "variants")
+
+    def __init__(self, folder: str, entries: tuple[PeerEntry, ...]) -> None:
+        self.folder = folder
+        self.entries = entries
+        variants: dict[tuple[PeerTensor, ...], list[str]] = {}
+        for entry in entries:
+            paths = variants.get(entry.tensors)
+            if paths is None:
+                variants[entry.tensors] = [entry.path]
+            else:
+                paths.append(entry.path)
+        self.variants = variants
 
     def majority(self, key: str, value_of: Callable[[PeerTensor], _H | None]) -> tuple[_H | None, int]:
         """The value ``value_of(tensor)`` that more than half of ``key``'s tensors share.
 
         Returns ``(None, n)`` when there is no strict majority (a tie cannot say who is wrong).
         """
-        counts: Counter[_H | None] = Counter(value_of(t) for e in self.entries for t in e.tensors if t.key == key)
+        counts: Counter[_H | None] = Counter()
+        for tensors, paths in self.variants.items():
+            for t in tensors:
+                if t.key == key:
+                    counts[value_of(t)] += len(paths)
         total = sum(counts.values())
         if not counts:
             return None, 0
@@ -73,7 +94,7 @@ class PeerGroup:
         return (value, total) if count * 2 > total else (None, total)
 
     def keys(self) -> list[str]:
-        return sorted({t.key for e in self.entries for t in e.tensors})
+        return sorted({t.key for tensors in self.variants for t in tensors})
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ _TEMP_SUFFIXES = (".tmp", ".partial")
 
 
 def is_temp_name(path: str) -> bool:
-    name = os.path.basename(path)
-    return bool(_TEMP_NAME.match(name)) or name.lower().endswith(_TEMP_SUFFIXES)
+    name = path[path.rfind(os.sep) + 1 :] if os.altsep is None else os.path.basename(path)  # run per file
+    return (name.startswith("tmp") and _TEMP_NAME.match(name) is not None) or name.lower().endswith(_TEMP_SUFFIXES)
 
 
 class PartialWrite(Check):

@@ -76,8 +76,8 @@ class ShapeMismatch(Check):
             if rank is None:
                 continue
             feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)  # noqa: B023 - called at once
-            for entry in group.entries:
-                for t in entry.tensors:
+            for tensors, paths in group.variants.items():
+                for t in tensors:
                     if t.key != key or is_leading_batch(t.shape, rank, feature, key):
                         continue
                     mine = feature_dim(key, t.shape)
@@ -87,14 +87,15 @@ class ShapeMismatch(Check):
                         why = f"{mine} channels where peers have {feature}"
                     else:
                         continue
-                    yield self.finding(
-                        entry.path,
-                        f"{key or '<root>'} has shape {list(t.shape)}: {why}",
-                        key=key or "<root>",
-                        shape=list(t.shape),
-                        peer_rank=rank,
-                        peer_channels=feature,
-                    )
+                    for path in paths:
+                        yield self.finding(
+                            path,
+                            f"{key or '<root>'} has shape {list(t.shape)}: {why}",
+                            key=key or "<root>",
+                            shape=list(t.shape),
+                            peer_rank=rank,
+                            peer_channels=feature,
+                        )
 
     def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
         if expected is None or found is None or not found.tensors or not expected.in_index:

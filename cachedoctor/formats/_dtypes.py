@@ -112,21 +112,23 @@ def numpy_descr_to_dtype(descr: str) -> tuple[str, int]:
     return f"numpy:{descr}", size
 
 
-#: How to find NaN/Inf without torch: either a numpy float dtype (``isfinite``), or an
-#: unsigned view with (mask, value): an element is non-finite when ``bits & mask == value``
-#: (bfloat16 and the float8 formats numpy lacks; float16 too, which numpy reduces in software,
-#: about 70x slower than this mask). For fnuz formats the only NaN is 0x80.
-NONFINITE_RULE: dict[str, tuple[str, int, int] | str] = {
-    "float64": "<f8",
-    "float32": "<f4",
-    "float16": ("<u2", 0x7C00, 0x7C00),  # exponent all ones: Inf or NaN (numpy reduces float16 in software)
-    "complex128": "<f8",
-    "complex64": "<f4",
-    "complex32": "<f2",
-    "bfloat16": ("<u2", 0x7F80, 0x7F80),
-    "float8_e5m2": ("u1", 0x7C, 0x7C),
-    "float8_e4m3fn": ("u1", 0x7F, 0x7F),
-    "float8_e4m3fnuz": ("u1", 0xFF, 0x80),
-    "float8_e5m2fnuz": ("u1", 0xFF, 0x80),
-    "float8_e8m0fnu": ("u1", 0xFF, 0xFF),
+#: How to find NaN/Inf without torch or float arithmetic, on the bits alone: an element is
+#: non-finite when ``bits & mask >= limit`` (IEEE formats: the exponent all ones, whatever the
+#: sign and mantissa), or, for the formats whose only NaN is one pattern and that have no Inf
+#: (the fnuz float8s: 0x80), when ``bits == limit`` (``exact``). Integer compares run in SIMD for
+#: every width; numpy's own float16 reduction is software, and its float32 ``isfinite`` needs a
+#: boolean temporary. A complex number is two of its component floats.
+NONFINITE_RULE: dict[str, tuple[str, int, int, bool]] = {
+    "float64": ("<u8", 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000, False),
+    "float32": ("<u4", 0x7FFF_FFFF, 0x7F80_0000, False),
+    "float16": ("<u2", 0x7FFF, 0x7C00, False),
+    "bfloat16": ("<u2", 0x7FFF, 0x7F80, False),
+    "complex128": ("<u8", 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000, False),
+    "complex64": ("<u4", 0x7FFF_FFFF, 0x7F80_0000, False),
+    "complex32": ("<u2", 0x7FFF, 0x7C00, False),
+    "float8_e5m2": ("u1", 0x7F, 0x7C, False),
+    "float8_e4m3fn": ("u1", 0x7F, 0x7F, False),  # no Inf; NaN is S.1111.111
+    "float8_e4m3fnuz": ("u1", 0xFF, 0x80, True),
+    "float8_e5m2fnuz": ("u1", 0xFF, 0x80, True),
+    "float8_e8m0fnu": ("u1", 0xFF, 0xFF, False),  # unsigned exponent only: 0xFF is NaN
 }

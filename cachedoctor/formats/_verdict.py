@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from cachedoctor.formats._source import Source
 
 R = TypeVar("R")
-_MEMO_BYTES = 64 * 1024  # pickles memoised by their bytes: a cache's are small and repeat
+_MEMO_BYTES = (
+    8 * 1024
+)  # pickles memoised by their bytes: a cache's are small and repeat (hashing a large window costs more than walking it)
 
 TORCH_LOAD = "torch.load(weights_only=False)"
 PICKLE_LOAD = "pickle.load"
@@ -70,7 +72,7 @@ def growing_window(
     """Run ``walk`` on the file's first bytes, reading more (up to ``limit``) while it reports
     running out: the pickles of a file come first, and are small next to its tensors."""
     size = min(src.size, limit)
-    length = min(size, 64 * 1024)
+    length = min(size, 4096)  # what a quick read holds already (FileSource.HEAD): most walks stop in it
     while True:
         window = src.read_at(0, length)
         result = walk(window)

@@ -16,11 +16,11 @@ that collide under either rule are listed by :meth:`ZipDirectory.colliding`.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from cachedoctor.formats._source import Source
 from cachedoctor.formats.interface import ReadError
+from cachedoctor.records import record
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOCATOR = b"PK\x06\x07"
@@ -35,7 +35,10 @@ STORED = 0
 DEFLATED = 8
 
 
-_CENTRAL_ENTRY = struct.Struct("<4sHHHHHHIIIHHHHHII")
+# The central directory entry's fields a reader uses (signature, flags, method, CRC, sizes, name,
+# extra and comment lengths, header offset); versions, times, disk and attributes are skipped.
+_CENTRAL_ENTRY = struct.Struct("<4s4xHH4xIIIHHH8xI")
+_END_RECORD = struct.Struct("<4sHHHHIIH")
 
 
 class ZipMember(NamedTuple):  # a tuple: archives are listed millions of times per scan
@@ -47,7 +50,7 @@ class ZipMember(NamedTuple):  # a tuple: archives are listed millions of times p
     header_offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ZipDirectory:
     members: dict[str, ZipMember]  # by exact name, the last of equal names winning (zipfile's rule)
     cd_offset: int  # where the central directory starts: every member's data ends before it
@@ -164,7 +167,7 @@ def read_directory(src: Source) -> ZipDirectory:
     tail_len = min(size, _TAIL_GUESS)
     tail_start = size - tail_len
     tail = src.exact(tail_start, tail_len)
-    eocd = tail.rfind(_EOCD)
+    eocd = tail_len - 22 if tail[-22:-18] == _EOCD else tail.rfind(_EOCD)  # no archive comment: the usual case
     if eocd < 0 and tail_start > 0:
         tail_len = min(size, _TAIL_GUESS + _MAX_COMMENT + 22)
         tail_start = size - tail_len
@@ -172,7 +175,7 @@ def read_directory(src: Source) -> ZipDirectory:
         eocd = tail.rfind(_EOCD)
     if eocd < 0 or len(tail) - eocd < 22:
         raise ReadError("truncated", "no zip end record: the archive is truncated (failed finding central directory)")
-    (_, disk, cd_disk, n_disk, n_total, cd_size, cd_offset, comment_len) = struct.unpack_from("<4sHHHHIIH", tail, eocd)
+    (_, disk, cd_disk, n_disk, n_total, cd_size, cd_offset, comment_len) = _END_RECORD.unpack_from(tail, eocd)
     if eocd + 22 + comment_len != len(tail):
         raise ReadError(
             "bad-zip",
@@ -218,7 +221,7 @@ def _parse_central(cd: bytes, count: int, cd_offset: int) -> tuple[ZipMember, ..
     unpack, new, end, pos = _CENTRAL_ENTRY.unpack_from, tuple.__new__, len(cd), 0
     try:
         for _ in range(count):
-            (sig, _, _, flags, method, _, _, crc, csize, usize, nlen, xlen, clen, _, _, _, hoff) = unpack(cd, pos)
+            (sig, flags, method, crc, csize, usize, nlen, xlen, clen, hoff) = unpack(cd, pos)
             if sig != _CENTRAL:
                 raise ReadError("bad-zip", f"central directory entry {len(members)} is damaged")
             name_end = pos + 46 + nlen

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from cachedoctor.records import record
 
 if TYPE_CHECKING:
     from cachedoctor.formats._source import Source
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TensorMeta:
     """One tensor inside a cache file.
 
@@ -77,7 +78,7 @@ class TensorMeta:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MemberCrc:
     """A zip member whose data does not match the CRC-32 its central directory records."""
 
@@ -86,7 +87,7 @@ class MemberCrc:
     actual: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FileMeta:
     """Everything a reader learned about one file.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import struct
-from dataclasses import dataclass
+from functools import lru_cache
 
 from cachedoctor.formats import _deep
 from cachedoctor.formats._dtypes import numpy_descr_to_dtype
@@ -19,12 +19,13 @@ from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._verdict import LOADERS, screen
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
+from cachedoctor.records import record
 
 MAGIC = b"\x93NUMPY"
 _MAX_HEADER = 1 << 16
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class NpyHeader:
     dtype: str
     itemsize: int
@@ -61,15 +62,27 @@ def parse_header(head: bytes, where: str) -> NpyHeader:
     if len(head) < start + hlen:
         raise ReadError("truncated", f"{where}: .npy header cut short")
     text = head[start : start + hlen].decode("latin1" if major < 3 else "utf-8", "replace")
+    fields = _fields(text)
+    if isinstance(fields, str):
+        raise ReadError("bad-header", f"{where}: {fields}")
+    dtype, itemsize, shape, fortran_order, is_object = fields
+    return NpyHeader(dtype, itemsize, shape, fortran_order, start + hlen, is_object)
+
+
+@lru_cache(maxsize=1024)
+def _fields(text: str) -> tuple[str, int, tuple[int, ...], bool, bool] | str:
+    """``(dtype, itemsize, shape, fortran_order, is_object)`` of a header's dict literal, or
+    what is wrong with it. Memoised on the text: the arrays of a cache repeat a few headers,
+    and ``literal_eval`` parses Python each time (most of an npz read)."""
     try:
         fields = ast.literal_eval(text.strip())
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as exc:
-        raise ReadError("bad-header", f"{where}: .npy header is not a literal dict ({type(exc).__name__})") from None
+        return f".npy header is not a literal dict ({type(exc).__name__})"
     if not isinstance(fields, dict) or not {"descr", "fortran_order", "shape"} <= fields.keys():
-        raise ReadError("bad-header", f"{where}: .npy header lacks descr/fortran_order/shape")
+        return ".npy header lacks descr/fortran_order/shape"
     shape = fields["shape"]
     if not isinstance(shape, tuple) or not all(type(s) is int and s >= 0 for s in shape):
-        raise ReadError("bad-header", f"{where}: .npy shape {shape!r:.60} is not a tuple of sizes")
+        return f".npy shape {shape!r:.60} is not a tuple of sizes"
     descr = fields["descr"]
     is_object = has_object(descr)
     if is_object:
@@ -78,10 +91,10 @@ def parse_header(head: bytes, where: str) -> NpyHeader:
         try:
             dtype, itemsize = numpy_descr_to_dtype(descr)
         except ValueError as exc:
-            raise ReadError("bad-header", f"{where}: {exc}") from None
+            return str(exc)
     else:
         dtype, itemsize = "numpy:structured", 1
-    return NpyHeader(dtype, itemsize, shape, bool(fields["fortran_order"]), start + hlen, is_object)
+    return dtype, itemsize, shape, bool(fields["fortran_order"]), is_object
 
 
 def has_object(descr: object, depth: int = 0) -> bool:

@@ -151,7 +151,7 @@ class NpzReader(FormatReader):
                 unreadable_reason=failed.message,
             )
         if deep and isinstance(src, BufferSource):
-            crc_bad = _deep.crc_mismatches(src, directory, _deep.member_starts(src, directory))
+            crc_bad = _deep.Members(src, directory).crc_bad
             digest = _deep.digest(src.buffer)
         return FileMeta(
             path,

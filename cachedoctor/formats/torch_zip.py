@@ -8,7 +8,6 @@ never does) and counts NaN/Inf in each floating tensor's view.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -167,27 +166,27 @@ def describe(
     assert walked is not None
 
     deep_src = src if deep and isinstance(src, BufferSource) else None
-    starts = _deep.member_starts(deep_src, directory) if deep_src is not None else {}
+    layout = _deep.Members(deep_src, directory) if deep_src is not None else None
     tensors: list[TensorMeta] = []
     missing: list[str] = []
     for key, rec in walked.tensors:
         record = index.get(fold(f"{prefix}data/{rec.storage.key}"))
         if record is None and rec.storage.key not in missing:
             missing.append(rec.storage.key)
-        t = rec.meta(key, None if record is None else record.size)
-        if deep_src is not None and record is not None and record.method == 0 and record.name in starts:
-            buffer = deep_src.view(starts[record.name], record.size)
-            t = replace(
-                t, nonfinite=_deep.count_nonfinite(buffer, t.dtype, rec.storage_elements, t.offset, t.shape, t.stride)
-            )
-        tensors.append(t)
+        nonfinite = None
+        if layout is not None and record is not None and record.method == 0 and record.name in layout.starts:
+            assert deep_src is not None
+            buffer = deep_src.view(layout.starts[record.name], record.size)
+            nonfinite = _deep.count_nonfinite(buffer, rec.dtype, rec.storage_elements, rec.offset, rec.size, rec.stride)
+        tensors.append(rec.meta(key, None if record is None else record.size, nonfinite))
 
     crc_bad: tuple[MemberCrc, ...] = ()
     file_digest: str | None = None
-    if deep_src is not None:
-        crc_bad = _deep.crc_mismatches(deep_src, directory, starts)
+    if layout is not None:
+        assert deep_src is not None
+        crc_bad = layout.crc_bad
         file_digest = _deep.digest(deep_src.buffer)
-        ambiguous += tuple(n for n in _deep.renamed_members(deep_src, directory) if n not in ambiguous)
+        ambiguous += tuple(n for n in layout.renamed if n not in ambiguous)
     return FileMeta(
         path,
         fmt,

@@ -14,18 +14,13 @@ runs in; an absolute path means the same to both). Subsets that list their image
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cachedoctor import toml
 from cachedoctor.layouts._kohya_buckets import Bucketer, BucketRules
 from cachedoctor.layouts.interface import LayoutError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 #: sd-scripts' defaults (DreamBooth dataset and subset parameters in config_util.py).
 DATASET_DEFAULTS: dict[str, Any] = {
@@ -149,14 +144,14 @@ def load(path: str | None, args: Mapping[str, Any] | None = None) -> KohyaConfig
     path = os.path.abspath(path)
     try:
         with open(path, "rb") as handle:
-            data = tomllib.load(handle)
+            data = toml.load(handle)
     except FileNotFoundError:
         raise LayoutError(path, "no such kohya dataset config") from None
     except IsADirectoryError:
         raise LayoutError(path, "is a folder; --kohya-config names sd-scripts' dataset TOML") from None
     except OSError as exc:
         raise LayoutError(path, f"cannot be read ({exc.strerror})") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (toml.decode_error(), UnicodeDecodeError) as exc:
         raise LayoutError(path, f"not valid TOML ({exc}); fix the file") from None
     general = data.get("general", {})
     datasets = data.get("datasets", [])

@@ -27,11 +27,29 @@ def share(actions: list[Action], rank: distributed.Rank) -> list[Action]:
     return local + [a for a in actions if a.kind is ActionKind.RECOMPUTE]
 
 
-def run_lossless(actions: list[Action], run_id: str, record: Callable[[ItemResult], None]) -> None:
-    """Lossless rewrites, moves and clean-ups, one after another in this process. (Threads were
-    measured and lost: the per-file work is mostly Python holding the GIL; bench/README.md.)"""
-    for action in actions:
-        record(_run_local(action, run_id))
+def run_lossless(
+    actions: list[Action],
+    run_id: str,
+    record: Callable[[ItemResult], None],
+    record_batch: Callable[[list[ItemResult]], None] | None = None,
+) -> None:
+    """Lossless rewrites, moves and clean-ups in plan order, in this process; the rewrites made
+    durable a folder batch at a time (``batch.py``: one journal transaction per batch through
+    ``record_batch`` when given, else ``record`` per item). (Threads were measured and lost: the
+    per-file work is mostly Python holding the GIL; bench/README.md.)"""
+    from cachedoctor.repair.batch import Batcher, lossless_bytes
+    from cachedoctor.repair.verify import problems_of
+
+    def each(results: list[ItemResult]) -> None:
+        for result in results:
+            record(result)
+
+    with Batcher(run_id, record_batch or each, lossless_bytes, problems_of) as batcher:
+        for action in actions:
+            if action.kind.lossless:
+                batcher.add(action)
+            else:
+                record(_run_local(action, run_id))
 
 
 def _run_local(action: Action, run_id: str) -> ItemResult:

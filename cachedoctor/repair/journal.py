@@ -264,6 +264,19 @@ class Journal:
                 (result.state.value, result.message, result.quarantined, time.time(), self.run_id, result.path),
             )
 
+    def record_many(self, results: list[ItemResult]) -> None:
+        """Several results in one transaction (a batch of rewrites: one commit, not one a file)."""
+        if not results:
+            return
+        now = time.time()
+        with _guard(self.path), self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany(
+                "UPDATE items SET state=?, message=?, quarantined=COALESCE(?, quarantined), updated=? "
+                "WHERE run_id=? AND path=?",
+                [(r.state.value, r.message, r.quarantined, now, self.run_id, r.path) for r in results],
+            )
+
     def finish(self, status: str = "done") -> None:
         with _guard(self.path), self.db:
             self.db.execute("UPDATE runs SET status=?, finished=? WHERE run_id=?", (status, time.time(), self.run_id))

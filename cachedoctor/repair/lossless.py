@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from cachedoctor.repair.model import NotRewritable
-from cachedoctor.repair.torch_io import TORCH_FORMATS, load_safely, serialize
+from cachedoctor.repair.torch_io import TORCH_FORMATS, load_checked, load_safely, serialize
 
 
 def transform(obj: Any, clone: bool) -> Any:
@@ -49,6 +49,8 @@ def same(a: Any, b: Any) -> bool:
             return False
         if a.dtype != b.dtype or a.shape != b.shape:
             return False
+        if a.device == b.device and (a.data_ptr(), a.stride()) == (b.data_ptr(), b.stride()):
+            return True  # the very same memory (``rewrite-cpu`` of a tensor already on cpu): equal bits
         return _bits(a) == _bits(b)
     if isinstance(a, dict):
         return isinstance(b, dict) and list(a) == list(b) and all(same(a[k], b[k]) for k in a)
@@ -73,11 +75,25 @@ def rewrite_bytes(path: str, clone: bool) -> bytes:
     caller. (Loading the new bytes again as well cost half the rewrite's time and checked what
     ``torch.save`` does, not what we do.)
     """
-    obj, fmt = load_safely(path)
+    return rewrite_from(path, None, clone)
+
+
+def rewrite_from(path: str, raw: bytes | None, clone: bool) -> bytes:
+    """:func:`rewrite_bytes` of ``raw``, the bytes already read from ``path`` (read once)."""
+    obj, fmt = load_checked(path, raw)
     new = transform(obj, clone)
     if not same(obj, new):
         raise NotRewritable("the rewritten tensors would differ from the original (not written)")
     return serialize(new, fmt)
 
 
-__all__ = ["TORCH_FORMATS", "NotRewritable", "load_safely", "rewrite_bytes", "same", "serialize", "transform"]
+__all__ = [
+    "TORCH_FORMATS",
+    "NotRewritable",
+    "load_safely",
+    "rewrite_bytes",
+    "rewrite_from",
+    "same",
+    "serialize",
+    "transform",
+]

@@ -60,6 +60,8 @@ class Quarantine:
         self.root = root
         self.run_id = run_id
         self.folder = os.path.join(quarantine_root(root), run_id)
+        self._made: set[str] = set()  # folders this object created or found (no mkdir per file)
+        self._records: list[str] = []  # records of ``keep(sync=False)``, until ``write_records``
 
     def destination(self, path: str) -> str:
         rel = os.path.relpath(path, self.root)
@@ -67,17 +69,29 @@ class Quarantine:
             raise ValueError(f"{path} is outside the cache root {self.root}")
         return os.path.join(self.folder, rel)
 
-    def keep(self, path: str, reasons: tuple[str, ...], action: str) -> str:
-        """Preserve ``path``'s current content (it is about to be replaced); idempotent."""
+    def keep(self, path: str, reasons: tuple[str, ...], action: str, *, sync: bool = True) -> str:
+        """Preserve ``path``'s current content (it is about to be replaced); idempotent.
+        ``sync=False``: the caller fsyncs the destination's folder before it replaces ``path``
+        (one fsync for a batch of files; ``batch.py``)."""
         dest = self.destination(path)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        folder = os.path.dirname(dest)
+        if folder not in self._made:
+            os.makedirs(folder, exist_ok=True)
+            self._made.add(folder)
         if os.path.lexists(dest):
             if _same(dest, path):
                 return dest  # a resumed run already linked it
             dest = _free_name(dest)
-        transfer(path, dest, keep_source=True)
-        self._record(dest, path, reasons, action)
+        transfer(path, dest, keep_source=True, sync=sync)
+        self._record(dest, path, reasons, action, now=sync)
         return dest
+
+    def write_records(self) -> None:
+        """Append the records that ``keep(sync=False)`` held back, in one write."""
+        if self._records:
+            lines, self._records = "".join(self._records), []
+            with open(os.path.join(self.folder, RECORDS), "a", encoding="utf-8") as out:
+                out.write(lines)
 
     def move(self, path: str, reasons: tuple[str, ...], action: str) -> str:
         """Move ``path`` out of the cache into the quarantine."""
@@ -100,7 +114,9 @@ class Quarantine:
                     n += 1
         return n
 
-    def _record(self, dest: str, original: str, reasons: tuple[str, ...], action: str) -> None:
+    def _record(self, dest: str, original: str, reasons: tuple[str, ...], action: str, now: bool = True) -> None:
+        """Explain a quarantined file; ``now=False`` holds it for :meth:`write_records` (records are
+        advisory: the folder tree is the truth, so one held back by a kill loses nothing)."""
         record = {
             "path": os.path.relpath(dest, self.folder),
             "original": original,
@@ -109,8 +125,12 @@ class Quarantine:
             "size": os.lstat(dest).st_size,  # a broken symlink is kept as the link
             "time": time.time(),
         }
+        line = json.dumps(record, sort_keys=True) + "\n"
+        if not now:
+            self._records.append(line)
+            return
         with open(os.path.join(self.folder, RECORDS), "a", encoding="utf-8") as out:
-            out.write(json.dumps(record, sort_keys=True) + "\n")  # advisory: the folder tree is the truth,
+            out.write(line)  # advisory: the folder tree is the truth,
             out.flush()  # so no fsync here (the file itself was made durable before this)
 
 

@@ -29,8 +29,9 @@ from cachedoctor.repair.quarantine import Quarantine
 
 def crash_point(name: str) -> None:
     """A named point in a repair; with ``CACHEDOCTOR_TEST_KILL_AT=N`` the N-th one SIGKILLs the
-    process, so crash tests can stop a real repair between any two durable steps."""
-    if kill_due("CACHEDOCTOR_TEST_KILL_AT"):
+    process, so crash tests can stop a real repair between any two durable steps
+    (``CACHEDOCTOR_TEST_KILL_AT_POINT=NAME``: the first point of that name)."""
+    if kill_due("CACHEDOCTOR_TEST_KILL_AT") or os.environ.get("CACHEDOCTOR_TEST_KILL_AT_POINT") == name:
         kill_self()
 
 

@@ -1,8 +1,9 @@
 """``cachedoctor repair`` end to end: scan, plan, confirm, act (journaled), rescan, judge.
 
 Lossless actions and quarantine moves run in this process; recomputes go to the workers. Each
-finished item is written to the journal of its cache root as soon as it is known, so a crash
-loses at most the items in flight. The run ends with a fresh scan of the same folders: the
+finished item is written to the journal of its cache root as soon as it is known (a batch of
+lossless rewrites in one transaction, once the batch is durable), so a crash loses at most the
+items in flight. The run ends with a fresh scan of the same folders: the
 exit code says whether what was repaired is now clean.
 """
 
@@ -219,6 +220,17 @@ def repair(
         if action is not None and not action.blocked:
             stages.step(RECOMPUTE if action.kind is ActionKind.RECOMPUTE else LOSSLESS)
 
+    def record_batch(results: list[ItemResult]) -> None:  # a batch of rewrites: one journal commit per root
+        with lock:
+            outcome.results.extend(r for r in results if r.state is not ItemState.DONE)
+            per_root: dict[str, list[ItemResult]] = {}
+            for result in results:
+                per_root.setdefault(by_path[result.path].root, []).append(result)
+            for root, part in per_root.items():
+                journals[root].record_many(part)
+        for _result in results:
+            stages.step(LOSSLESS)
+
     by_path = {a.path: a for a in plan.actions}
     for action in plan.actions:
         if action.blocked:
@@ -227,7 +239,7 @@ def repair(
     try:
         lossless = [a for a in mine if a.kind is not ActionKind.RECOMPUTE]
         stages.start(LOSSLESS, len(lossless))
-        run_lossless(lossless, outcome.run_id or "", record)
+        run_lossless(lossless, outcome.run_id or "", record, record_batch)
         recompute_actions = [a for a in mine if a.kind is ActionKind.RECOMPUTE]
         if recompute_actions:
             recompute(recompute_actions, options, outcome, record, rank, devices_for, stages)

@@ -25,10 +25,19 @@ TORCH_FORMATS = frozenset({"torch-zip", "torch-gzip", "torch-legacy"})
 
 def load_safely(path: str) -> tuple[Any, str]:
     """The object a torch.save file holds, on cpu, and its format; never runs pickle code."""
+    return load_checked(path, None)
+
+
+def load_checked(path: str, raw: bytes | None) -> tuple[Any, str]:
+    """:func:`load_safely` of ``raw``, the bytes already read from ``path`` (``None``: read them
+    here). The restricted reader judges those same bytes first (its quick read: the zip
+    directory and the pickle), in memory (:func:`cachedoctor.formats.read_bytes`)."""
     import torch
 
+    from cachedoctor.formats import read_bytes, read_file
+
     try:
-        meta = read_file(path, deep=False)
+        meta = read_file(path) if raw is None else read_bytes(path, raw)
     except ReadError as exc:
         raise NotRewritable(f"unreadable ({exc.message})") from None
     if meta is None:
@@ -37,8 +46,9 @@ def load_safely(path: str) -> tuple[Any, str]:
         raise NotRewritable(f"a {meta.format} file holds no storages to rewrite")
     if meta.foreign_globals or meta.unreadable_reason:
         raise NotRewritable("its pickle names globals outside the allow-list; it is never loaded")
-    with open(path, "rb") as handle:
-        raw = handle.read()
+    if raw is None:
+        with open(path, "rb") as handle:
+            raw = handle.read()
     if meta.format == "torch-gzip":
         raw = gzip.decompress(raw)
     try:

@@ -1,7 +1,8 @@
 """Judge a file repair is about to put in place with the checks the next scan will run on it.
 
 A repair must never write a file its own scan would reject. So the new content, still under
-its temp name beside the target, is read deep and judged by every rule: the file checks (CRCs,
+its temp name beside the target, is read deep (a lossless rewrite's from the bytes it just
+wrote, in memory) and judged by every rule: the file checks (CRCs,
 NaN/Inf, device tags, leaks), the peer checks among the entry's healthy neighbours (rank,
 channels, dtype: what catches an encoder whose latents have 3 channels where the cache has 4),
 and the dataset checks against what the layout expects of the entry (the bucket's size). Any
@@ -24,11 +25,18 @@ if TYPE_CHECKING:
     from cachedoctor.scan.outcome import Outcome
 
 
-def problems_of(action: Action, temp: str) -> str | None:
-    """What the scan would find wrong with ``temp`` once it is ``action.path`` (``None``: nothing)."""
-    from cachedoctor.scan import inspect_file
+def problems_of(action: Action, temp: str, data: bytes | None = None) -> str | None:
+    """What the scan would find wrong with ``temp`` once it is ``action.path`` (``None``: nothing).
+    With ``data``, the bytes just written to ``temp``, they are judged in memory as the file at
+    ``action.path`` (:func:`cachedoctor.scan.inspect_bytes`) instead of reading ``temp`` back."""
+    if data is not None:
+        from cachedoctor.scan import inspect_bytes
 
-    outcome = inspect_file(temp, deep=True, unsaved=True)
+        outcome = inspect_bytes(action.path, data)
+    else:
+        from cachedoctor.scan import inspect_file
+
+        outcome = inspect_file(temp, deep=True, unsaved=True)
     if outcome.status != "read":
         return f"cannot be read back ({outcome.error or 'not a cache file'})"
     found = list(outcome.findings)

@@ -13,4 +13,22 @@ def inspect_file(path: str, *, deep: bool = True, unsaved: bool = False) -> Outc
     return inspect(path, deep=deep, unsaved=unsaved)
 
 
-__all__ = ["Outcome", "ScanError", "ScanOptions", "ScanResult", "ScanStats", "TargetError", "inspect_file", "scan"]
+def inspect_bytes(path: str, data: bytes) -> Outcome:
+    """``inspect_file(path, deep=True, unsaved=True)`` of bytes in memory (see
+    :func:`cachedoctor.scan.worker.inspect_bytes`)."""
+    from cachedoctor.scan.worker import inspect_bytes as inspect
+
+    return inspect(path, data)
+
+
+__all__ = [
+    "Outcome",
+    "ScanError",
+    "ScanOptions",
+    "ScanResult",
+    "ScanStats",
+    "TargetError",
+    "inspect_bytes",
+    "inspect_file",
+    "scan",
+]

@@ -7,13 +7,12 @@ rescan in which nothing changed reads no file and loads no reader.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from cachedoctor.checks import PeerEntry
 from cachedoctor.findings import Finding
+from cachedoctor.records import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Outcome:
     path: str
     size: int

@@ -9,11 +9,13 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 
 from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
-from cachedoctor.formats import FileMeta, ReadError, Tally, UnreadableFile, claims_cache, read_file
+from cachedoctor.findings import Finding
+from cachedoctor.formats import FileMeta, ReadError, Tally, UnreadableFile, claims_cache, read_bytes, read_file
 from cachedoctor.lifetime import reraise_interrupt
 from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.watchdog import FileTimeout, file_timer, mark
@@ -21,6 +23,7 @@ from cachedoctor.scan.watchdog import FileTimeout, file_timer, mark
 #: Read errors that, under a name that does not claim a cache format, mean "not ours".
 _FOREIGN_PROBLEMS = frozenset({"empty", "unknown-format", "not-torch", "legacy-tar"})
 _RESOLUTION = re.compile(r"\d+x\d+")
+_QUICK_CHECKS = tuple(check for check in FILE_CHECKS if not check.deep_only)
 
 
 def inspect_path(path: str, *, deep: bool, entry_facts: bool = False, digest: bool = False) -> Outcome:
@@ -71,28 +74,54 @@ def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False, tem
             return Outcome(path, 0, "skipped", mtime_ns=mtime or 0)
         return Outcome(path, 0, "error", error=exc.message, mtime_ns=mtime or 0, io_bytes=tally.taken)
     except ReadError as exc:
-        size = _size(path)
-        if exc.problem in _FOREIGN_PROBLEMS and not claims_cache(path):
-            # an empty file, a foreign zip or pickle
-            return Outcome(path, size, "skipped", mtime_ns=mtime or 0, io_bytes=tally.taken)
-        return _judge(Inspected(path, size, error=exc), None, mtime, io=tally.taken)
+        return _judged_error(path, exc, _size(path), mtime, tally.taken)
     except Exception as exc:  # a reader bug must not stop a scan of a million files
         reraise_interrupt(exc)
-        return Outcome(
-            path,
-            _size(path),
-            "error",
-            mtime_ns=mtime or 0,
-            error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it",
-            io_bytes=tally.taken,
-        )
-    if meta is None:
-        size = _size(path)
-        if not claims_cache(path):
-            return Outcome(path, size, "skipped", mtime_ns=mtime or 0, io_bytes=tally.taken)
-        error = ReadError("unknown-format", "not a torch.save, safetensors or npz file, though its name says so")
-        return _judge(Inspected(path, size, error=error), None, mtime, io=tally.taken)
-    return _judge(Inspected(path, meta.size, meta=meta), meta.format, mtime, digest, io=tally.taken)
+        return _reader_bug(path, exc, _size(path), mtime, tally.taken)
+    return _judged(path, meta, _size, mtime, digest, tally.taken)
+
+
+def inspect_bytes(path: str, data: bytes) -> Outcome:
+    """:func:`inspect_file` (deep, ``unsaved``) of ``data`` as the file at ``path``: repair
+    judges the bytes it is about to put in place without writing and reading them back."""
+    try:
+        meta = read_bytes(path, data, deep=True)
+    except ReadError as exc:
+        return _judged_error(path, exc, len(data), 0, len(data))
+    except Exception as exc:  # a reader bug: the bytes are not vouched for
+        reraise_interrupt(exc)
+        return _reader_bug(path, exc, len(data), 0, len(data))
+    return _judged(path, meta, lambda _: len(data), 0, False, len(data))
+
+
+def _judged(
+    path: str, meta: FileMeta | None, size_of: Callable[[str], int], mtime: int | None, digest: bool, io: int
+) -> Outcome:
+    """The outcome of a read that ended: ``meta``, or ``None`` for bytes no reader knows."""
+    if meta is not None:
+        return _judge(Inspected(path, meta.size, meta=meta), meta.format, mtime, digest, io=io)
+    size = size_of(path)
+    if not claims_cache(path):
+        return Outcome(path, size, "skipped", mtime_ns=mtime or 0, io_bytes=io)
+    error = ReadError("unknown-format", "not a torch.save, safetensors or npz file, though its name says so")
+    return _judge(Inspected(path, size, error=error), None, mtime, io=io)
+
+
+def _judged_error(path: str, exc: ReadError, size: int, mtime: int | None, io: int) -> Outcome:
+    if exc.problem in _FOREIGN_PROBLEMS and not claims_cache(path):  # an empty file, a foreign zip or pickle
+        return Outcome(path, size, "skipped", mtime_ns=mtime or 0, io_bytes=io)
+    return _judge(Inspected(path, size, error=exc), None, mtime, io=io)
+
+
+def _reader_bug(path: str, exc: Exception, size: int, mtime: int | None, io: int) -> Outcome:
+    return Outcome(
+        path,
+        size,
+        "error",
+        mtime_ns=mtime or 0,
+        error=f"internal error while reading ({type(exc).__name__}: {exc}); please report it",
+        io_bytes=io,
+    )
 
 
 def _read(path: str, deep: bool, tally: Tally) -> FileMeta | None:
@@ -139,7 +168,10 @@ def _judge(item: Inspected, fmt: str | None, mtime: int | None, digest: bool = F
     meta = item.meta
     deep = meta is not None and meta.deep
     xxh3 = meta.digest if digest and deep and meta is not None else None
-    findings = tuple(f for check in FILE_CHECKS if deep or not check.deep_only for f in check.check_file(item))
+    found: list[Finding] = []
+    for check in FILE_CHECKS if deep else _QUICK_CHECKS:
+        found.extend(check.check_file(item))
+    findings = tuple(found)
     group, peer = peer_record(meta) if meta is not None and not meta.foreign_globals else (None, None)
     paired = meta if mtime is not None else None  # a dataset scan pairs the file's shapes and values
     return Outcome(
@@ -164,9 +196,13 @@ def peer_record(meta: FileMeta) -> tuple[str | None, PeerEntry | None]:
     if not meta.tensors:
         return None, None
     tensors = tuple(PeerTensor(_peer_key(t.key), t.dtype, t.shape) for t in meta.tensors)
-    family = "torch" if meta.format.startswith("torch") else meta.format
-    group = f"{family}|{meta.container}|{','.join(sorted({t.key for t in tensors}))}"
-    return group, PeerEntry(meta.path, tensors)
+    return _group_key(meta.format, meta.container, tuple(t.key for t in tensors)), PeerEntry(meta.path, tensors)
+
+
+@lru_cache(maxsize=4096)
+def _group_key(fmt: str, container: str, keys: tuple[str, ...]) -> str:
+    family = "torch" if fmt.startswith("torch") else fmt
+    return f"{family}|{container}|{','.join(sorted(set(keys)))}"
 
 
 @lru_cache(maxsize=4096)

@@ -37,9 +37,11 @@ from repair_factories import POOL, Dataset, simpletuner, tree_bytes
 
 pytestmark = pytest.mark.slow
 
-#: Crash points one replacement passes (mid-write, before-keep, before-replace, after-replace)
-#: and one quarantine move passes (before-move, after-move); see ``repair/execute.py``.
-POINTS_PER_REPLACE, POINTS_PER_MOVE = 4, 2
+#: Crash points one replacement passes (mid-write, before-keep, before-replace, after-replace),
+#: one quarantine move passes (before-move, after-move), and one batch of lossless rewrites
+#: passes once (before-record: every file of the batch replaced, the journal not yet told); see
+#: ``repair/replace.py`` and ``repair/batch.py``.
+POINTS_PER_REPLACE, POINTS_PER_MOVE, POINTS_PER_BATCH = 4, 2, 1
 TIMEOUT_S = 180
 
 
@@ -54,10 +56,15 @@ class Broken:
     expected: dict[str, torch.Tensor]  # what each replaced latent must hold afterwards
     replaced: list[str] = field(default_factory=list)  # paths a replacement writes (recompute, rewrite, clone)
     moved: list[str] = field(default_factory=list)  # paths moved to the quarantine
+    batches: int = 1  # batches of lossless rewrites (all of them lie in the vae folder: one)
 
     @property
     def crash_points(self) -> int:
-        return POINTS_PER_REPLACE * len(self.replaced) + POINTS_PER_MOVE * len(self.moved)
+        return (
+            POINTS_PER_REPLACE * len(self.replaced)
+            + POINTS_PER_MOVE * len(self.moved)
+            + POINTS_PER_BATCH * self.batches
+        )
 
     @property
     def journal(self) -> Path:
@@ -72,7 +79,8 @@ def broken(root: Path, n: int = 12, *, leak: bool = True, **kw: object) -> Broke
     """``n`` images, and in their cache: one latent missing and one truncated (recompute), two
     saved with ``cuda:0`` storages (rewrite-cpu), one batch-leaked view (clone-storage, with
     ``leak``), a stray ``tmpXXXXXXXX`` (partial-write) and an orphan latent (both quarantine).
-    That is 5 replacements and 2 moves: 24 crash points, over the 20 the issue asks for.
+    That is 5 replacements, 2 moves and one batch of lossless rewrites: 25 crash points, over
+    the 20 the issue asks for.
 
     Not thread-safe (``saved_on`` patches torch's global serialization registry): build
     datasets one at a time."""
@@ -334,7 +342,7 @@ def test_a_full_run_passes_exactly_the_counted_crash_points(
     reached), k = N + 1 runs to the end and repairs everything (there is no point N + 1). The
     unkilled run is a fresh ``python -m cachedoctor``, start-up included."""
     last, beyond = build_all(template, [tmp_path / "last", tmp_path / "beyond"])
-    assert last.crash_points == 24 >= 20
+    assert last.crash_points == 25 >= 20
     with borrowed(zygotes) as z:
         killed = run(repair_argv(last), last.ds.root, z, CACHEDOCTOR_TEST_KILL_AT=str(last.crash_points))
         assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -417,6 +425,36 @@ def test_sigkill_at_random_times_then_repair_again(
             if proc.returncode not in (0, -signal.SIGKILL):
                 problems.append(f"kill {i} at {delay:.2f}s: exit {proc.returncode} {out[-500:]} {err[-500:]}")
             problems += after_kill_problems(b, f"kill {i} at {delay:.2f}s of {duration:.2f}s", z)
+    assert problems == [], "\n".join(problems)
+
+
+def test_sigkill_between_a_batch_and_its_journal_record(
+    tmp_path: Path, template: Broken, zygotes: queue.Queue[Zygote]
+) -> None:
+    """The window that batching opens: the three lossless rewrites are in place (their old
+    bytes in the quarantine, the folder fsynced) but the journal's transaction for the batch
+    never committed, so their rows still say ``planned``. The killed run left exactly that, and
+    the next repair resumes the run, plans nothing for those files (the scan finds them healthy)
+    and ends with everything ``repaired_problems`` checks."""
+    b = clone(template, tmp_path / "ds")
+    rewritten = b.replaced[2:5]  # the two cuda-tagged latents and the leaked view (``broken()``)
+    with borrowed(zygotes) as z:
+        first = run(repair_argv(b), b.ds.root, z, CACHEDOCTOR_TEST_KILL_AT_POINT="before-record")
+        assert first.returncode == -signal.SIGKILL, first.stdout + first.stderr
+        run_id = running_run(b)
+        assert run_id is not None
+        db = sqlite3.connect(f"file:{b.journal}?mode=ro", uri=True)
+        try:
+            states = dict(db.execute("SELECT path, state FROM items WHERE run_id = ?", (run_id,)).fetchall())
+        finally:
+            db.close()
+        assert {p: states[p] for p in rewritten} == dict.fromkeys(rewritten, "planned")
+        for p in rewritten:
+            now = torch.load(p, weights_only=True)
+            assert torch.equal(now, b.expected[p]) and now.untyped_storage().nbytes() == now.nbytes
+        kept = quarantined(b)
+        assert all(b.defective[os.path.relpath(p, b.ds.vae)] in kept for p in rewritten)
+        problems = after_kill_problems(b, "before-record", z, journaled=True)
     assert problems == [], "\n".join(problems)
 
 

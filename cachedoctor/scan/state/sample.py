@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from fractions import Fraction
 
 from cachedoctor.scan.state.store import StateStore, sig_of
 from cachedoctor.scan.walk import Folder
@@ -28,6 +27,8 @@ class Sample:
     @classmethod
     def parse(cls, text: str) -> Sample:
         """``N%`` (decimals allowed) or ``N/M``; raises ``ValueError`` saying what is expected."""
+        from fractions import Fraction  # only when --sample is given
+
         raw = text.strip()
         try:
             if raw.endswith("%"):
