@@ -98,7 +98,9 @@ class Slots:
     def stuck(self, slot: int, seconds: float) -> tuple[int, int] | None:
         """``(pid, file index)`` when the chunk in ``slot`` has been on one file for too long."""
         pid, index, started = self.array[slot * 3 : slot * 3 + 3]
-        if pid and index >= 0 and time.monotonic() - started > STARVED * seconds + GRACE:
+        # ``started`` is 0 between a slot's take() and its worker's first mark(): a read that
+        # catches the worker between its writes must not see "on a file since boot".
+        if pid and index >= 0 and started > 0 and time.monotonic() - started > STARVED * seconds + GRACE:
             return int(pid), int(index)
         return None
 
@@ -117,6 +119,6 @@ def mark(slot: int | None, index: int) -> None:
     if slot is None or _worker_slots is None:
         return
     base = slot * 3
-    _worker_slots[base] = os.getpid()
+    _worker_slots[base + 2] = time.monotonic()  # the time first: the parent reads the three fields unlocked
     _worker_slots[base + 1] = index
-    _worker_slots[base + 2] = time.monotonic()
+    _worker_slots[base] = os.getpid()

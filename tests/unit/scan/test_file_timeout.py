@@ -126,3 +126,21 @@ def test_a_waiting_read_gets_three_times_the_limit_a_busy_one_does_not() -> None
         while time.monotonic() < end:  # busy: stopped soon after 0.4 s
             pass
         arm(False)
+
+
+def test_a_slot_read_between_the_workers_writes_is_not_a_stuck_file() -> None:
+    """The parent reads a worker's slot (pid, file index, start) without a lock. Caught after a
+    fresh slot's index was written but before its start time (still 0 from take()), it once read
+    "on this file since boot" and killed a healthy worker: a clean SDXL file was reported as a
+    read-timeout by a 2-worker scan on an idle machine."""
+    import multiprocessing
+    import time
+
+    from cachedoctor.scan.watchdog import Slots
+
+    slots = Slots(2, multiprocessing.get_context("fork"))
+    slot = slots.take()
+    slots.array[slot * 3 : slot * 3 + 2] = [float(os.getpid()), 0.0]  # pid and index written, start not yet
+    assert slots.stuck(slot, 10.0) is None
+    slots.array[slot * 3 + 2] = time.monotonic() - 100.0  # on file 0 for 100 s: stuck indeed
+    assert slots.stuck(slot, 10.0) == (os.getpid(), 0)
