@@ -25,7 +25,6 @@ them, and their old bytes are in the run's quarantine (``tests/crash``, point ``
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -34,11 +33,10 @@ from dataclasses import dataclass
 
 from cachedoctor.atomic import TEMP_SUFFIX, fsync_dir, temp_prefix_for
 from cachedoctor.faults import could_not_write
-from cachedoctor.lifetime import reraise_interrupt
 from cachedoctor.repair.locks import held
-from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, NotRewritable, RepairError, Stat
+from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
 from cachedoctor.repair.quarantine import Quarantine
-from cachedoctor.repair.replace import crash_point, disk_full
+from cachedoctor.repair.replace import crash_point, failed
 
 #: Files per batch: the crash window of step 4 and the locks held at once stay small, the
 #: folder fsyncs (two per batch) a rounding error.
@@ -225,14 +223,8 @@ def _prepare(
         return written
     except RepairError:
         raise
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise disk_full(path, exc) from None
-        return ItemResult(path, action.kind, ItemState.FAILED, f"{exc.strerror or exc}")
     except Exception as exc:  # one bad file must not stop the run
-        reraise_interrupt(exc)
-        state = ItemState.BLOCKED if isinstance(exc, NotRewritable) else ItemState.FAILED
-        return ItemResult(path, action.kind, state, str(exc) or type(exc).__name__)
+        return failed(path, action, exc)
     finally:
         if temp is not None:
             with contextlib.suppress(OSError):

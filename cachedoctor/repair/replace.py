@@ -118,15 +118,21 @@ def run_action(
             raise
         except Unfit as exc:
             return ItemResult(path, action.kind, ItemState.FAILED, f"not written: the new file {exc}")
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise disk_full(path, exc) from None
-            return ItemResult(path, action.kind, ItemState.FAILED, f"{exc.strerror or exc}")
         except Exception as exc:  # one bad file must not stop the run
-            reraise_interrupt(exc)
-            state = ItemState.BLOCKED if isinstance(exc, NotRewritable) else ItemState.FAILED
-            return ItemResult(path, action.kind, state, str(exc) or type(exc).__name__)
+            return failed(path, action, exc)
         return ItemResult(path, action.kind, ItemState.VERIFIED, "written and checked", dest, action.bytes, len(data))
+
+
+def failed(path: str, action: Action, exc: Exception) -> ItemResult:
+    """What one file's failure means: a full disk stops the run (:func:`disk_full` raises);
+    anything else fails this file only, or blocks it when it is no file to rewrite."""
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise disk_full(path, exc) from None
+        return ItemResult(path, action.kind, ItemState.FAILED, f"{exc.strerror or exc}")
+    reraise_interrupt(exc)
+    state = ItemState.BLOCKED if isinstance(exc, NotRewritable) else ItemState.FAILED
+    return ItemResult(path, action.kind, state, str(exc) or type(exc).__name__)
 
 
 def _cleanup(action: Action) -> ItemResult:
