@@ -48,11 +48,11 @@ def test_ctrl_c_exits_130(script: str, tmp_path: Path) -> None:
     import signal
     import time
 
-    data = pt_bytes(latent(h=96, w=96))
-    for i in range(4000):
+    data = pt_bytes(latent(h=32, w=32))  # many small files: the scan takes long, the set writes fast
+    for i in range(10000):
         (tmp_path / f"{i:05d}.pt").write_bytes(data)
     started = tmp_path / ".cachedoctor" / "state.sqlite"  # made once the CLI is imported and scanning
-    for delay in (0.0, 0.05, 0.2, 0.4):
+    for delay in (0.0, 0.02, 0.05, 0.2, 0.4):
         shutil.rmtree(started.parent, ignore_errors=True)
         proc = subprocess.Popen(
             [script, "scan", str(tmp_path), "--deep", "-j", "1", "--format", "json"],
