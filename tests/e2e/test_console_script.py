@@ -59,6 +59,9 @@ def test_ctrl_c_exits_130(script: str, tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            # as from a terminal: a suite started in the background (`make test &`) passes SIGINT
+            # on ignored, and a Python started so never turns Ctrl-C into KeyboardInterrupt
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 60
         while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
