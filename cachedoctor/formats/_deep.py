@@ -103,7 +103,7 @@ def count_nonfinite(
     plan = _plan(dtype, numel, offset, tuple(shape), None if stride is None else tuple(stride))
     if plan is None or plan.words * plan.itemsize > len(buffer):
         return None
-    if plan.empty == 0:
+    if plan.empty:
         return 0
     import numpy as np
 
@@ -136,7 +136,7 @@ class _Plan(NamedTuple):
     last: int  # one past its last word (contiguous views)
     shape: tuple[int, ...]  # strided views: the shape and byte strides as_strided takes
     strides: tuple[int, ...] | None
-    empty: int | None  # 0: the view has no element
+    empty: bool  # the view has no element
 
 
 @lru_cache(maxsize=1024)
@@ -152,7 +152,7 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
     for s in shape:
         count *= s
     if count == 0:
-        return _Plan(word, itemsize, mask, limit, exact, parts, words, 0, 0, shape, None, 0)
+        return _Plan(word, itemsize, mask, limit, exact, parts, words, 0, 0, shape, None, True)
     contiguous = _contiguous(shape)
     stride = stride if stride is not None else contiguous
     span = 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=False))
@@ -160,9 +160,9 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
         return None
     first = offset * parts
     if stride == contiguous:
-        return _Plan(word, itemsize, mask, limit, exact, parts, words, first, first + span * parts, shape, None, None)
+        return _Plan(word, itemsize, mask, limit, exact, parts, words, first, first + span * parts, shape, None, False)
     strides = (*(s * itemsize * parts for s in stride), itemsize)
-    return _Plan(word, itemsize, mask, limit, exact, parts, words, first, 0, (*shape, parts), strides, None)
+    return _Plan(word, itemsize, mask, limit, exact, parts, words, first, 0, (*shape, parts), strides, False)
 
 
 #: Where the next file goes in the read buffer, past a 64-byte boundary (``formats.read_file``):
@@ -184,10 +184,6 @@ def _count_flat(np: Any, flat: Any, mask: int, limit: int, exact: bool) -> int:
     scratch = _scratch.get(flat.dtype.str)
     if scratch is None:
         scratch = _scratch[flat.dtype.str] = np.empty(_SLICE, dtype=flat.dtype)
-    if flat.size <= _SLICE:  # the usual latent: one slice
-        masked = scratch[: flat.size]
-        np.bitwise_and(flat, mask, out=masked)
-        return int(np.count_nonzero(masked >= limit)) if masked.max() >= limit else 0
     found = 0
     for start in range(0, flat.size, _SLICE):
         part = flat[start : start + _SLICE]

@@ -53,16 +53,11 @@ def run_lossless(
 
 
 def _run_local(action: Action, run_id: str) -> ItemResult:
-    from cachedoctor.repair.lossless import rewrite_bytes
+    """A move to the quarantine or a clean-up (lossless rewrites go through the batch)."""
     from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.replace import run_action
-    from cachedoctor.repair.verify import problems_of
 
-    quarantine = Quarantine(action.root, run_id)
-    if action.kind.lossless:
-        clone = action.kind is ActionKind.CLONE_STORAGE
-        return run_action(action, quarantine, lambda a: rewrite_bytes(a.path, clone), problems_of)
-    return run_action(action, quarantine)
+    return run_action(action, Quarantine(action.root, run_id))
 
 
 def recompute(

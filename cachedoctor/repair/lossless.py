@@ -67,19 +67,15 @@ def _bits(t: Any) -> bytes:
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
 
-def rewrite_bytes(path: str, clone: bool) -> bytes:
-    """The new bytes for ``path``; raises :class:`NotRewritable`.
+def rewrite_from(path: str, raw: bytes, clone: bool) -> bytes:
+    """The new bytes for ``path``, made from ``raw``, its bytes as read once; raises
+    :class:`NotRewritable`.
 
     The tensors to be saved are compared bit for bit with those read before anything is
-    written; the written file is then read back deep (CRCs, structure, storage sizes) by the
-    caller. (Loading the new bytes again as well cost half the rewrite's time and checked what
-    ``torch.save`` does, not what we do.)
+    written; the new bytes are then judged deep (CRCs, structure, storage sizes) by the caller,
+    in memory. (Loading the new bytes again as well cost half the rewrite's time and checked
+    what ``torch.save`` does, not what we do.)
     """
-    return rewrite_from(path, None, clone)
-
-
-def rewrite_from(path: str, raw: bytes | None, clone: bool) -> bytes:
-    """:func:`rewrite_bytes` of ``raw``, the bytes already read from ``path`` (read once)."""
     obj, fmt = load_checked(path, raw)
     new = transform(obj, clone)
     if not same(obj, new):
@@ -91,7 +87,6 @@ __all__ = [
     "TORCH_FORMATS",
     "NotRewritable",
     "load_safely",
-    "rewrite_bytes",
     "rewrite_from",
     "same",
     "serialize",
