@@ -7,7 +7,7 @@ from cachedoctor.checks.broken_link import BrokenLink
 from cachedoctor.checks.corrupt_archive import CorruptArchive
 from cachedoctor.checks.device_tagged import DeviceTagged
 from cachedoctor.checks.dtype_mismatch import DtypeMismatch
-from cachedoctor.checks.interface import Check, Found, Inspected, PeerEntry, PeerGroup, PeerTensor
+from cachedoctor.checks.interface import Check, Found, Inspected, PeerEntry, PeerGroup, PeerTensor, RunView
 from cachedoctor.checks.missing_entry import MissingEntry
 from cachedoctor.checks.name_collision import NameCollision
 from cachedoctor.checks.non_finite import NonFinite
@@ -41,6 +41,7 @@ KINDS: dict[str, Check] = {c.kind: c for c in CHECKS}
 FILE_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_file is not Check.check_file)
 PEER_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_peers is not Check.check_peers)
 ENTRY_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_entry is not Check.check_entry)
+RUN_CHECKS: tuple[Check, ...] = tuple(c for c in CHECKS if type(c).check_run is not Check.check_run)
 
 __all__ = [
     "CHECKS",
@@ -48,11 +49,13 @@ __all__ = [
     "FILE_CHECKS",
     "KINDS",
     "PEER_CHECKS",
+    "RUN_CHECKS",
     "Check",
     "Found",
     "Inspected",
     "PeerEntry",
     "PeerGroup",
     "PeerTensor",
+    "RunView",
     "is_temp_name",
 ]

@@ -20,7 +20,7 @@ from cachedoctor.records import record
 
 if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
     from cachedoctor.formats.interface import FileMeta, ReadError
-    from cachedoctor.layouts.interface import Expected
+    from cachedoctor.layouts.interface import DatasetPlan, Expected
 
 _H = TypeVar("_H", bound=Hashable)
 
@@ -112,6 +112,21 @@ class Found:
     values: tuple[tuple[str, tuple[float, ...]], ...] = ()  # tiny arrays by key (kohya original_size)
 
 
+@dataclass(slots=True)
+class RunView:
+    """What the scan knows of the training run once every folder is closed.
+
+    ``dataset`` is the layout's plan (the trainer's configuration, each item's bucket), or
+    ``None`` when the scan compared cache files with each other only. ``world_size`` and
+    ``batch_size`` are the run's, as the caller gave them or the trainer's configuration holds
+    them (``None``: not known, and rules that need them say nothing).
+    """
+
+    dataset: DatasetPlan | None = None
+    world_size: int | None = None
+    batch_size: int | None = None
+
+
 class Check(abc.ABC):
     kind: ClassVar[str]
     severity: ClassVar[Severity]
@@ -125,6 +140,11 @@ class Check(abc.ABC):
         return ()
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
+        return ()
+
+    def check_run(self, run: RunView) -> Iterable[Finding]:
+        """Judge the training run as a whole, once every folder is closed (how the buckets split
+        over the ranks, settings that lose the cache): rules about no single file."""
         return ()
 
     def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING
 
+from cachedoctor.checks import RUN_CHECKS, RunView
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
 from cachedoctor.progress import LIST, SCAN
@@ -43,6 +44,8 @@ class ScanOptions:
     sample: Sample | None = None  # deep-read this share, chosen through the state (implies deep reads)
     deep_changed: bool = False  # read deep whatever changed since the state's record (recover)
     file_timeout: float | None = 10.0  # seconds to judge one file before it is reported (read-timeout)
+    world_size: int | None = None  # the training run's ranks (rank-imbalance); None: from the trainer's config
+    batch_size: int | None = None  # its batch size per rank; None: from the trainer's config
 
     @property
     def mode(self) -> str:
@@ -152,6 +155,7 @@ def _scan(
         run_pool(chain([first], chunks), workers, collector, options.file_timeout)
     if matcher is not None:
         collector.findings.extend(matcher.finish())
+    collector.findings.extend(judge_run(RunView(dataset, options.world_size, options.batch_size)))
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
     findings = sorted(collector.findings, key=Finding.sort_key)
     for path in chain((f.path for f in findings), (e.path for e in errors)):
@@ -174,6 +178,11 @@ def _scan(
         )
     unchecked = sorted(collector.unchecked)
     return ScanResult(roots, options, findings, stats, errors, 0.0, dataset, notes, unchecked, special)
+
+
+def judge_run(run: RunView) -> list[Finding]:
+    """The rules about the training run as a whole (``Check.check_run``), once every folder is in."""
+    return [finding for check in RUN_CHECKS for finding in check.check_run(run)]
 
 
 def special_note(entries: list[tuple[str, str]], shown: int = 5) -> str:
