@@ -6,6 +6,7 @@ from cachedoctor.checks.batch_leak import BatchLeak
 from cachedoctor.checks.broken_link import BrokenLink
 from cachedoctor.checks.corrupt_archive import CorruptArchive
 from cachedoctor.checks.device_tagged import DeviceTagged
+from cachedoctor.checks.distribution_outlier import DistributionOutlier
 from cachedoctor.checks.dtype_mismatch import DtypeMismatch
 from cachedoctor.checks.interface import Check, Found, Inspected, PeerEntry, PeerGroup, PeerTensor, RunView
 from cachedoctor.checks.missing_entry import MissingEntry
@@ -33,6 +34,7 @@ CHECKS: tuple[Check, ...] = (
     OrphanEntry(),
     StaleEntry(),
     NameCollision(),
+    DistributionOutlier(),
 )
 
 KINDS: dict[str, Check] = {c.kind: c for c in CHECKS}

@@ -48,10 +48,16 @@ class PeerTensor:
 
 @record
 class PeerEntry:
-    """What peer checks need of one file: small, so a folder of a million entries fits."""
+    """What peer checks need of one file: small, so a folder of a million entries fits.
+
+    ``stats`` (deep reads only) holds each finite latent's per-channel means and standard
+    deviations as ``(peer key, 2*C float32 bytes)``: 32 bytes for an SD latent, kept apart from
+    ``tensors`` so that files of one structure still share one variant.
+    """
 
     path: str
     tensors: tuple[PeerTensor, ...]
+    stats: tuple[tuple[str, bytes], ...] = ()
 
 
 class PeerGroup:

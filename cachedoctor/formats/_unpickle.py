@@ -150,7 +150,9 @@ class TensorRecord:
         ref = self.storage
         return ref.numel if ref.dtype is not None else ref.numel // max(ITEMSIZE.get(self.dtype, 1), 1)
 
-    def meta(self, key: str, record_bytes: int | None, nonfinite: int | None = None) -> TensorMeta:
+    def meta(
+        self, key: str, record_bytes: int | None, nonfinite: int | None = None, stats: bytes | None = None
+    ) -> TensorMeta:
         """The tensor as readers report it; ``record_bytes`` is its storage record's size, if found."""
         itemsize = ITEMSIZE.get(self.dtype, 1)
         ref = self.storage
@@ -167,6 +169,7 @@ class TensorRecord:
             record_bytes=record_bytes,
             location=ref.location,
             nonfinite=nonfinite,
+            stats=stats,
         )
 
 

@@ -40,6 +40,7 @@ class TensorMeta:
     record_bytes: int | None = None
     location: str | None = None
     nonfinite: int | None = None  # deep mode only: NaN/Inf elements in the tensor's view
+    stats: bytes | None = None  # deep mode, finite latents: per-channel means then stds, float32 (_channel_stats)
 
     @property
     def numel(self) -> int:

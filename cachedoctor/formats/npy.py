@@ -14,6 +14,7 @@ import struct
 from functools import lru_cache
 
 from cachedoctor.formats import _deep
+from cachedoctor.formats._channel_stats import channel_stats
 from cachedoctor.formats._dtypes import numpy_descr_to_dtype
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
@@ -173,7 +174,10 @@ def with_nonfinite(t: TensorMeta, header: NpyHeader, data: memoryview) -> Tensor
     if len(data) < header.nbytes:
         return t
     count = _deep.count_nonfinite(data, t.dtype, t.storage_numel, 0, t.shape, None)
-    return t if count is None else replace(t, nonfinite=count)
+    if count is None:
+        return t
+    stats = channel_stats(t.key, data, t.dtype, 0, t.shape, None) if count == 0 else None
+    return replace(t, nonfinite=count, stats=stats)
 
 
 class NpyReader(FormatReader):

@@ -11,6 +11,7 @@ import json
 import struct
 
 from cachedoctor.formats import _deep
+from cachedoctor.formats._channel_stats import channel_stats
 from cachedoctor.formats._dtypes import ITEMSIZE, SAFETENSORS_DTYPE
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
@@ -113,5 +114,9 @@ def _entry(key: str, value: object) -> tuple[TensorMeta, int, int]:
 def _with_nonfinite(t: TensorMeta, src: BufferSource, start: int) -> TensorMeta:
     from dataclasses import replace
 
-    count = _deep.count_nonfinite(src.view(start, t.record_bytes or 0), t.dtype, t.numel, 0, t.shape, None)
-    return t if count is None else replace(t, nonfinite=count)
+    data = src.view(start, t.record_bytes or 0)
+    count = _deep.count_nonfinite(data, t.dtype, t.numel, 0, t.shape, None)
+    if count is None:
+        return t
+    stats = channel_stats(t.key, data, t.dtype, 0, t.shape, None) if count == 0 else None
+    return replace(t, nonfinite=count, stats=stats)

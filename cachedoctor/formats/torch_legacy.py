@@ -14,6 +14,7 @@ import struct
 from dataclasses import replace
 
 from cachedoctor.formats import _deep
+from cachedoctor.formats._channel_stats import channel_stats
 from cachedoctor.formats._dtypes import ITEMSIZE
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
@@ -113,11 +114,11 @@ class TorchLegacyReader(FormatReader):
                 missing.append(rec.storage.key)
             t = rec.meta(key, None if record is None else record[1])
             if deep and isinstance(src, BufferSource) and record is not None:
-                count = _deep.count_nonfinite(
-                    src.view(*record), t.dtype, rec.storage_elements, t.offset, t.shape, t.stride
-                )
+                data = src.view(*record)
+                count = _deep.count_nonfinite(data, t.dtype, rec.storage_elements, t.offset, t.shape, t.stride)
                 if count is not None:
-                    t = replace(t, nonfinite=count)
+                    stats = channel_stats(key, data, t.dtype, t.offset, t.shape, t.stride) if count == 0 else None
+                    t = replace(t, nonfinite=count, stats=stats)
             tensors.append(t)
         digest = _deep.digest(src.buffer) if deep and isinstance(src, BufferSource) else None
         return FileMeta(

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 from cachedoctor.formats import _deep
+from cachedoctor.formats._channel_stats import channel_stats
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, FileSource, Source
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, Walked, walk, zip_storage_ref
@@ -173,12 +174,14 @@ def describe(
         record = index.get(fold(f"{prefix}data/{rec.storage.key}"))
         if record is None and rec.storage.key not in missing:
             missing.append(rec.storage.key)
-        nonfinite = None
+        nonfinite = stats = None
         if layout is not None and record is not None and record.method == 0 and record.name in layout.starts:
             assert deep_src is not None
             buffer = deep_src.view(layout.starts[record.name], record.size)
             nonfinite = _deep.count_nonfinite(buffer, rec.dtype, rec.storage_elements, rec.offset, rec.size, rec.stride)
-        tensors.append(rec.meta(key, None if record is None else record.size, nonfinite))
+            if nonfinite == 0:
+                stats = channel_stats(key, buffer, rec.dtype, rec.offset, rec.size, rec.stride)
+        tensors.append(rec.meta(key, None if record is None else record.size, nonfinite, stats))
 
     crc_bad: tuple[MemberCrc, ...] = ()
     file_digest: str | None = None

@@ -196,7 +196,8 @@ def peer_record(meta: FileMeta) -> tuple[str | None, PeerEntry | None]:
     if not meta.tensors:
         return None, None
     tensors = tuple(PeerTensor(_peer_key(t.key), t.dtype, t.shape) for t in meta.tensors)
-    return _group_key(meta.format, meta.container, tuple(t.key for t in tensors)), PeerEntry(meta.path, tensors)
+    stats = tuple((_peer_key(t.key), t.stats) for t in meta.tensors if t.stats is not None)
+    return _group_key(meta.format, meta.container, tuple(t.key for t in tensors)), PeerEntry(meta.path, tensors, stats)
 
 
 @lru_cache(maxsize=4096)

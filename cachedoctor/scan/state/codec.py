@@ -7,6 +7,7 @@ absent (the file is read again) rather than trusted.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from typing import Any
@@ -40,8 +41,7 @@ def finding_from_json(row: list[Any], folder: str) -> Finding:
 def outcome_to_text(o: Outcome) -> str:
     """Everything of an outcome but its path, size and mtime (the row holds those)."""
     peer = [[t.key, t.dtype, list(t.shape)] for t in o.peer.tensors] if o.peer is not None else None
-    return json.dumps(
-        {
+    row: dict[str, Any] = {
             "s": o.status,
             "f": [finding_to_json(f, os.path.dirname(o.path)) for f in o.findings],
             "g": o.group,
@@ -49,9 +49,10 @@ def outcome_to_text(o: Outcome) -> str:
             "fmt": o.format,
             "sh": [[k, list(s)] for k, s in o.shapes],
             "v": [[k, list(v)] for k, v in o.values],
-        },
-        separators=(",", ":"),
-    )
+        }
+    if o.peer is not None and o.peer.stats:  # deep reads of latents: their channel statistics
+        row["st"] = [[k, base64.b64encode(b).decode()] for k, b in o.peer.stats]
+    return json.dumps(row, separators=(",", ":"))
 
 
 def outcome_from_text(path: str, size: int, mtime_ns: int, text: str) -> Outcome | None:
@@ -60,7 +61,10 @@ def outcome_from_text(path: str, size: int, mtime_ns: int, text: str) -> Outcome
         d = json.loads(text)
         peer = None
         if d["p"] is not None:
-            peer = PeerEntry(path, tuple(PeerTensor(k, dt, tuple(s)) for k, dt, s in d["p"]))
+            stats = tuple((k, base64.b64decode(b, validate=True)) for k, b in d.get("st", ()))
+            if any(len(b) % 8 for _, b in stats):  # float32 means and stds, two per channel
+                return None
+            peer = PeerEntry(path, tuple(PeerTensor(k, dt, tuple(s)) for k, dt, s in d["p"]), stats)
         return Outcome(
             path,
             size,
@@ -73,7 +77,7 @@ def outcome_from_text(path: str, size: int, mtime_ns: int, text: str) -> Outcome
             shapes=tuple((k, tuple(s)) for k, s in d["sh"]),
             values=tuple((k, tuple(v)) for k, v in d["v"]),
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):  # binascii.Error is a ValueError
         return None
 
 

@@ -1,0 +1,181 @@
+"""``distribution-outlier``: a latent whose values are unlike its peers' (deep).
+
+A latent encoded with another VAE or another scaling, or from a blank image, has the right
+shape, dtype and CRC; training on it silently degrades. What gives it away is its per-channel
+mean and standard deviation (measured in the deep pass, ``formats/_channel_stats.py``) next to
+the robust statistics (median and MAD) of the other latents of the same key and channel count
+in the same folder. Natural images vary a lot (flat, textured, dark, bright), so a file is
+flagged only when it is many robust deviations away *and* off by a clear factor; a folder of
+fewer than :data:`MIN_PEERS` such latents is not judged.
+
+Three scores per file, each on its peers' spread of that score:
+
+- **scale**: the median over channels of ``log(std) - peers' median log(std)``, a factor shared
+  by every channel (a missing or wrong ``scaling_factor``, a blank image);
+- **shift**: the median over channels of the mean's offset from the peers' median, in units of
+  the peers' median std (a Flux shift not applied);
+- **channel**: the largest per-channel deviation of a mean or log-std once the file's own
+  scale and shift are taken out (another VAE: its channels mean something else).
+
+Thresholds, and the false-alarm and detection rates they give, are in docs/kinds.md.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from cachedoctor.checks.interface import Check, PeerGroup
+from cachedoctor.findings import Finding, Fix, Severity
+
+MIN_PEERS = 20  # latents of one key and channel count in a folder, at least, to judge any of them
+DEVIATIONS = 8.0  # robust deviations (MAD x 1.4826) a score must exceed
+MIN_FACTOR = 1.3  # and a scale factor at least this far from 1 (identical files have a MAD of ~0)
+#: A scale factor this far off needs fewer deviations: natural images spread their std over
+#: ~10x (flat to grainy), so a 5.5x unscaled latent is only ~4 deviations from the median.
+CLEAR_UP, CLEAR_DOWN, CLEAR_DEVIATIONS = 3.0, 1 / 8, 4.0
+MIN_SHIFT = 0.15  # a common mean shift, in units of the peers' std, at least this large
+MIN_CHANNEL_STD = 0.7  # a channel's own std off by at least 2x (log units)
+MIN_CHANNEL_MEAN = 0.75  # or its own mean off by at least this, in units of the peers' std
+_MAD_FLOOR = 0.01  # the spread never taken below this (log units, std units): identical files
+
+
+class DistributionOutlier(Check):
+    kind = "distribution-outlier"
+    severity = Severity.WARNING
+    fix = Fix.RECOMPUTE
+    summary = "a latent's per-channel mean/std far from its peers' (deep): wrong VAE, scaling or blank image"
+    why = (
+        "A latent encoded with another VAE, without the scaling factor (x1/0.18215: std about "
+        "5.5x its peers), with SD1.5's factor in an SDXL cache, without the Flux shift, or "
+        "from a blank or failed image decodes, has the right shape and passes every other "
+        "check; the model trains on it as if it were right and learns the wrong thing, or "
+        "the loss spikes on its batches. Only its values, next to its peers', say so."
+    )
+    repair = (
+        "recompute: the item is encoded again with the configured encoder and the old file "
+        "goes to the quarantine. A warning, because an unusual but real image can be an "
+        "outlier too: look at the source image first (a blank image needs a new image, not "
+        "a new latent), and pass --severity distribution-outlier=info to silence it."
+    )
+    deep_only = True
+
+    def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
+        samples: dict[tuple[str, int], list[tuple[str, bytes]]] = defaultdict(list)
+        for entry in group.entries:
+            for key, stats in entry.stats:
+                samples[(key, len(stats) // 8)].append((entry.path, stats))
+        for (key, channels), items in sorted(samples.items()):
+            if len(items) >= MIN_PEERS and channels > 0:
+                yield from self._judge(key, channels, items)
+
+    def _judge(self, key: str, channels: int, items: list[tuple[str, bytes]]) -> Iterable[Finding]:
+        import numpy as np
+
+        n = len(items)
+        values = np.frombuffer(b"".join(b for _, b in items), dtype="<f4").reshape(n, 2, channels)
+        means = values[:, 0, :].astype(np.float64)
+        logs = np.log(np.maximum(values[:, 1, :].astype(np.float64), 1e-12))
+        log_dev = logs - np.median(logs, axis=0)
+        unit = float(np.exp(np.median(logs)))  # the peers' typical std: the unit of mean offsets
+        mean_dev = (means - np.median(means, axis=0)) / unit
+        scale = np.median(log_dev, axis=1)  # log factor shared by the channels
+        shift = np.median(mean_dev, axis=1)
+        own_log = log_dev - scale[:, None]  # what each channel does beyond the file's own scale/shift
+        own_mean = mean_dev - shift[:, None]
+        z_scale = _robust_z(np, scale)
+        z_shift = _robust_z(np, shift)
+        z_log = _robust_z(np, own_log)
+        z_mean = _robust_z(np, own_mean)
+        peers = n - 1
+        for i, (path, _) in enumerate(items):
+            factor = float(np.exp(scale[i]))
+            if _scale_off(factor, float(z_scale[i])):
+                yield self._scale(path, key, channels, factor, float(z_scale[i]), peers)
+            elif abs(z_shift[i]) > DEVIATIONS and abs(shift[i]) > MIN_SHIFT:
+                yield self.finding(
+                    path,
+                    f"{key or 'latent'}: mean shifted by {shift[i]:+.2f} std in every channel "
+                    f"({abs(z_shift[i]):.0f} robust deviations from {peers} peers): Flux shift not applied?",
+                    key=key,
+                    channels=channels,
+                    shift=round(float(shift[i]), 4),
+                    deviations=round(float(abs(z_shift[i])), 1),
+                    peers=peers,
+                )
+            else:
+                yield from self._channel(path, key, channels, i, (own_log, z_log), (own_mean, z_mean), peers)
+
+    def _scale(self, path: str, key: str, channels: int, factor: float, z: float, peers: int) -> Finding:
+        if factor >= 3:
+            guess = "unscaled latents?"
+        elif factor > 1:
+            guess = "another scaling factor (SD1.5's in an SDXL cache)?"
+        elif factor <= 0.2:
+            guess = "a blank image?"
+        else:
+            guess = "another scaling factor, or a nearly blank image?"
+        shown = f"{factor:.1f}" if factor >= 0.95 else f"{factor:.2g}"
+        return self.finding(
+            path,
+            f"{key or 'latent'}: std {shown}x its peers ({abs(z):.0f} robust deviations from {peers} peers): {guess}",
+            key=key,
+            channels=channels,
+            factor=round(factor, 4),
+            deviations=round(abs(z), 1),
+            peers=peers,
+        )
+
+    def _channel(
+        self,
+        path: str,
+        key: str,
+        channels: int,
+        i: int,
+        logs: tuple[Any, Any],
+        means: tuple[Any, Any],
+        peers: int,
+    ) -> Iterable[Finding]:
+        worst: tuple[float, str, int, float] | None = None
+        for what, (dev, z), floor in (("std", logs, MIN_CHANNEL_STD), ("mean", means, MIN_CHANNEL_MEAN)):
+            row, zrow = dev[i], z[i]
+            for c in range(channels):
+                if abs(zrow[c]) > DEVIATIONS and abs(row[c]) > floor and (worst is None or abs(zrow[c]) > worst[0]):
+                    worst = (abs(float(zrow[c])), what, c, float(row[c]))
+        if worst is None:
+            return
+        z, what, c, dev = worst
+        offset = f"{dev:+.2f} std" if what == "mean" else f"{float(_exp(dev)):.2f}x"
+        yield self.finding(
+            path,
+            f"{key or 'latent'}: channel {c} {what} {offset} off its peers ({z:.0f} robust deviations "
+            f"from {peers} peers) while the others agree: another VAE?",
+            key=key,
+            channels=channels,
+            channel=c,
+            stat=what,
+            deviation=round(dev, 4),
+            deviations=round(z, 1),
+            peers=peers,
+        )
+
+
+def _scale_off(factor: float, z: float) -> bool:
+    """Many deviations and a clear factor, or a factor no healthy image reaches and fewer."""
+    if abs(z) > DEVIATIONS and not (1 / MIN_FACTOR < factor < MIN_FACTOR):
+        return True
+    return (factor >= CLEAR_UP and z > CLEAR_DEVIATIONS) or (factor <= CLEAR_DOWN and z < -CLEAR_DEVIATIONS)
+
+
+def _robust_z(np: Any, x: Any) -> Any:
+    """``(x - median) / (1.4826 * MAD)`` along the files, the MAD floored (identical files)."""
+    centre = np.median(x, axis=0)
+    mad = 1.4826 * np.median(np.abs(x - centre), axis=0)
+    return (x - centre) / np.maximum(mad, _MAD_FLOOR)
+
+
+def _exp(x: float) -> float:
+    import math
+
+    return math.exp(x)

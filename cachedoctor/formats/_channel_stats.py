@@ -1,0 +1,158 @@
+"""Deep mode: each latent's per-channel mean and standard deviation, for ``distribution-outlier``.
+
+A latent encoded with another VAE or another scaling (a missing ``x scaling_factor``, SD1.5's
+factor in an SDXL cache, a Flux shift not applied) or from a blank image has the right shape,
+dtype and CRC; only its values say so, and only next to its peers'. The readers call
+:func:`channel_stats` in the deep pass, on the bytes :func:`_deep.count_nonfinite` just
+checked (only finite tensors: a file with NaN is ``non-finite`` already).
+
+Cost: a deep scan is memory-bound and must stay so (+10% at most, docs/performance.md). Whole
+rows are sampled, evenly spread, until each channel has about :data:`_SAMPLE` elements (a
+128x128 SDXL latent: every 8th row): the spread of the mean and standard deviation over a few
+thousand values is far below the spread between images, and the same rows are taken whatever
+the dtype, so a cache's files are measured alike. Sums run in float32 (a matrix-vector product
+and a dot per channel, both SIMD); fp16 goes through numpy's cast, bf16 is its bits shifted into
+float32, fp8 a 256-entry table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+_SAMPLE = 2048  # elements per channel, at least (whole rows)
+_MAX_CHANNELS = 128  # LTX-Video's VAE has 128; text embeddings are wider and are never [C,H,W]
+_NOT_LATENT = ("embed", "prompt", "text", "mask", "hidden", "pooled", "time_ids", "token")
+
+#: dtype -> the numpy dtype its bits are read as
+_WORD = {
+    "float32": "<f4",
+    "float64": "<f8",
+    "float16": "<f2",
+    "bfloat16": "<u2",
+    "float8_e4m3fn": "u1",
+    "float8_e5m2": "u1",
+    "float8_e4m3fnuz": "u1",
+    "float8_e5m2fnuz": "u1",
+}
+#: fp8 layouts: (exponent bits, mantissa bits, bias)
+_FP8 = {
+    "float8_e4m3fn": (4, 3, 7),
+    "float8_e5m2": (5, 2, 15),
+    "float8_e4m3fnuz": (4, 3, 8),
+    "float8_e5m2fnuz": (5, 2, 16),
+}
+
+
+def latent_dims(key: str, shape: Sequence[int]) -> tuple[int, int, int] | None:
+    """``(channels, rows, width)`` of a latent-like tensor, or ``None``.
+
+    Latents are ``[C,H,W]``, ``[1,C,H,W]`` or video ``[C,F,H,W]`` (rows: ``F*H``) with
+    2..128 channels and both spatial sizes above 1. Text embeddings (``[L,D]``, ``[1,L,D]``)
+    and masks are not latents, and keys that name them are skipped whatever their shape.
+    """
+    dims = tuple(shape)
+    if len(dims) == 4 and dims[0] == 1:
+        dims = dims[1:]
+    if len(dims) == 3:
+        channels, rows, width = dims
+        height = rows
+    elif len(dims) == 4:
+        channels, frames, height, width = dims
+        rows = frames * height
+    else:
+        return None
+    if not (2 <= channels <= _MAX_CHANNELS and height > 1 and width > 1):
+        return None
+    lowered = key.lower()
+    if any(word in lowered for word in _NOT_LATENT):
+        return None
+    return channels, rows, width
+
+
+def channel_stats(
+    key: str,
+    buffer: memoryview,
+    dtype: str,
+    offset: int,
+    shape: Sequence[int],
+    stride: Sequence[int] | None,
+) -> bytes | None:
+    """Per-channel mean then standard deviation, ``2*C`` little-endian float32, of a latent-like
+    tensor whose storage starts at ``buffer`` (``offset`` in elements); ``None`` for other
+    tensors, dtypes without a cheap decoding, and non-contiguous views."""
+    word = _WORD.get(dtype)
+    if word is None:
+        return None
+    dims = latent_dims(key, shape)
+    if dims is None or (stride is not None and tuple(stride) != _contiguous(tuple(shape))):
+        return None
+    channels, rows, width = dims
+    import numpy as np
+
+    itemsize = 8 if word == "<f8" else 4 if word == "<f4" else 2 if word in ("<f2", "<u2") else 1
+    count = channels * rows * width
+    if (offset + count) * itemsize > len(buffer):
+        return None
+    data = np.frombuffer(buffer, dtype=word, count=count, offset=offset * itemsize).reshape(channels, rows, width)
+    step = max(1, rows // -(-_SAMPLE // width))
+    x = _decode(np, data[:, ::step, :] if step > 1 else data, dtype).reshape(channels, -1)
+    n = x.shape[1]
+    sums = x @ _ones(n)
+    squares = np.einsum("ij,ij->i", x, x)
+    mean = sums / n
+    std = np.sqrt(np.maximum(squares / n - mean * mean, 0.0))
+    return np.concatenate((mean, std)).astype("<f4").tobytes()
+
+
+def _decode(np: Any, part: Any, dtype: str) -> Any:
+    """``part`` as a contiguous float32 array."""
+    if dtype == "float32":
+        return np.ascontiguousarray(part)
+    if dtype == "bfloat16":
+        return (part.astype(np.uint32) << 16).view(np.float32)
+    if dtype in _FP8:
+        return _fp8_table(dtype)[part]
+    return part.astype(np.float32)
+
+
+@lru_cache(maxsize=8)
+def _ones(n: int) -> Any:
+    import numpy as np
+
+    return np.ones(n, dtype=np.float32)
+
+
+@lru_cache(maxsize=8)
+def _fp8_table(dtype: str) -> Any:
+    """The 256 values of an fp8 format (NaN patterns decode to something finite: a tensor with
+    NaN never gets here)."""
+    import numpy as np
+
+    exp_bits, man_bits, bias = _FP8[dtype]
+    bits = np.arange(256)
+    sign = np.where(bits & 0x80, -1.0, 1.0)
+    exponent = (bits >> man_bits) & ((1 << exp_bits) - 1)
+    mantissa = (bits & ((1 << man_bits) - 1)) / float(1 << man_bits)
+    normal = (1.0 + mantissa) * np.exp2(exponent - bias)
+    subnormal = mantissa * np.exp2(1 - bias)
+    return (sign * np.where(exponent == 0, subnormal, normal)).astype(np.float32)
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(stride))
+
+
+def decode_stats(stats: bytes) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(means, stds)`` of :func:`channel_stats`' bytes (pure Python: for tests and reports)."""
+    from array import array
+
+    values = array("f")
+    values.frombytes(stats)
+    half = len(values) // 2
+    return tuple(values[:half]), tuple(values[half:])
