@@ -34,10 +34,12 @@ DEVIATIONS = 8.0  # robust deviations (MAD x 1.4826) a score must exceed
 MIN_FACTOR = 1.3  # and a scale factor at least this far from 1 (identical files have a MAD of ~0)
 #: A scale factor this far off needs fewer deviations: natural images spread their std over
 #: ~10x (flat to grainy), so a 5.5x unscaled latent is only ~4 deviations from the median.
-CLEAR_UP, CLEAR_DOWN, CLEAR_DEVIATIONS = 3.0, 1 / 8, 4.0
+CLEAR_UP, CLEAR_DOWN, CLEAR_DEVIATIONS = 3.0, 1 / 8, 3.0
+CLEAR_SHIFT = 3.5  # likewise a common mean shift of 3.5 std: healthy images stay within ~2.5 (99.9th percentile)
 MIN_SHIFT = 0.15  # a common mean shift, in units of the peers' std, at least this large
-MIN_CHANNEL_STD = 0.7  # a channel's own std off by at least 2x (log units)
-MIN_CHANNEL_MEAN = 0.75  # or its own mean off by at least this, in units of the peers' std
+CHANNEL_DEVIATIONS = 12.0  # one channel alone: its spread is tighter and noisier (small latents)
+MIN_CHANNEL_STD = 1.1  # a channel's own std off by at least 3x (log units)
+MIN_CHANNEL_MEAN = 1.0  # or its own mean off by at least this, in units of the peers' std
 _MAD_FLOOR = 0.01  # the spread never taken below this (log units, std units): identical files
 
 
@@ -93,7 +95,7 @@ class DistributionOutlier(Check):
             factor = float(np.exp(scale[i]))
             if _scale_off(factor, float(z_scale[i])):
                 yield self._scale(path, key, channels, factor, float(z_scale[i]), peers)
-            elif abs(z_shift[i]) > DEVIATIONS and abs(shift[i]) > MIN_SHIFT:
+            elif _shift_off(float(shift[i]), float(z_shift[i])):
                 yield self.finding(
                     path,
                     f"{key or 'latent'}: mean shifted by {shift[i]:+.2f} std in every channel "
@@ -141,7 +143,7 @@ class DistributionOutlier(Check):
         for what, (dev, z), floor in (("std", logs, MIN_CHANNEL_STD), ("mean", means, MIN_CHANNEL_MEAN)):
             row, zrow = dev[i], z[i]
             for c in range(channels):
-                if abs(zrow[c]) > DEVIATIONS and abs(row[c]) > floor and (worst is None or abs(zrow[c]) > worst[0]):
+                if abs(zrow[c]) > CHANNEL_DEVIATIONS and abs(row[c]) > floor and (worst is None or abs(zrow[c]) > worst[0]):
                     worst = (abs(float(zrow[c])), what, c, float(row[c]))
         if worst is None:
             return
@@ -166,6 +168,10 @@ def _scale_off(factor: float, z: float) -> bool:
     if abs(z) > DEVIATIONS and not (1 / MIN_FACTOR < factor < MIN_FACTOR):
         return True
     return (factor >= CLEAR_UP and z > CLEAR_DEVIATIONS) or (factor <= CLEAR_DOWN and z < -CLEAR_DEVIATIONS)
+
+
+def _shift_off(shift: float, z: float) -> bool:
+    return (abs(z) > DEVIATIONS and abs(shift) > MIN_SHIFT) or (abs(shift) >= CLEAR_SHIFT and abs(z) > CLEAR_DEVIATIONS)
 
 
 def _robust_z(np: Any, x: Any) -> Any:
