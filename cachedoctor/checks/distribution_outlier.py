@@ -22,6 +22,7 @@ Thresholds, and the false-alarm and detection rates they give, are in docs/kinds
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -91,8 +92,12 @@ class DistributionOutlier(Check):
         z_log = _robust_z(np, own_log)
         z_mean = _robust_z(np, own_mean)
         peers = n - 1
-        for i, (path, _) in enumerate(items):
-            factor = float(np.exp(scale[i]))
+        # Only files some score puts past the smallest threshold are looked at one by one.
+        near = (np.abs(z_scale) > CLEAR_DEVIATIONS) | (np.abs(z_shift) > CLEAR_DEVIATIONS)
+        near |= (np.abs(z_log) > CHANNEL_DEVIATIONS).any(axis=1) | (np.abs(z_mean) > CHANNEL_DEVIATIONS).any(axis=1)
+        for i in np.flatnonzero(near).tolist():
+            path = items[i][0]
+            factor = math.exp(float(scale[i]))
             if _scale_off(factor, float(z_scale[i])):
                 yield self._scale(path, key, channels, factor, float(z_scale[i]), peers)
             elif _shift_off(float(shift[i]), float(z_shift[i])):
@@ -148,7 +153,7 @@ class DistributionOutlier(Check):
         if worst is None:
             return
         z, what, c, dev = worst
-        offset = f"{dev:+.2f} std" if what == "mean" else f"{float(_exp(dev)):.2f}x"
+        offset = f"{dev:+.2f} std" if what == "mean" else f"{math.exp(dev):.2f}x"
         yield self.finding(
             path,
             f"{key or 'latent'}: channel {c} {what} {offset} off its peers ({z:.0f} robust deviations "
@@ -179,9 +184,3 @@ def _robust_z(np: Any, x: Any) -> Any:
     centre = np.median(x, axis=0)
     mad = 1.4826 * np.median(np.abs(x - centre), axis=0)
     return (x - centre) / np.maximum(mad, _MAD_FLOOR)
-
-
-def _exp(x: float) -> float:
-    import math
-
-    return math.exp(x)
