@@ -148,7 +148,11 @@ class DistributionOutlier(Check):
         for what, (dev, z), floor in (("std", logs, MIN_CHANNEL_STD), ("mean", means, MIN_CHANNEL_MEAN)):
             row, zrow = dev[i], z[i]
             for c in range(channels):
-                if abs(zrow[c]) > CHANNEL_DEVIATIONS and abs(row[c]) > floor and (worst is None or abs(zrow[c]) > worst[0]):
+                if (
+                    abs(zrow[c]) > CHANNEL_DEVIATIONS
+                    and abs(row[c]) > floor
+                    and (worst is None or abs(zrow[c]) > worst[0])
+                ):
                     worst = (abs(float(zrow[c])), what, c, float(row[c]))
         if worst is None:
             return

@@ -109,14 +109,12 @@ def channel_stats(
     sums = (block @ ones).tolist()  # one matrix-vector product: C sums, then C sums of squares
     n = taken * width
     means = [total / n for total in sums[:channels]]
-    stds = [math.sqrt(max(q / n - m * m, 0.0)) for q, m in zip(sums[channels:], means)]
+    stds = [math.sqrt(max(q / n - m * m, 0.0)) for q, m in zip(sums[channels:], means, strict=True)]
     return struct.pack(f"<{2 * channels}f", *means, *stds)
 
 
 @lru_cache(maxsize=1024)
-def _layout(
-    key: str, shape: tuple[int, ...], stride: tuple[int, ...] | None
-) -> tuple[int, int, int, int, int] | None:
+def _layout(key: str, shape: tuple[int, ...], stride: tuple[int, ...] | None) -> tuple[int, int, int, int, int] | None:
     """``(channels, rows, width, row step, rows taken)`` of a contiguous latent-like tensor: the
     files of a bucket share it, so it is worked out once."""
     dims = latent_dims(key, shape)

@@ -42,14 +42,14 @@ def outcome_to_text(o: Outcome) -> str:
     """Everything of an outcome but its path, size and mtime (the row holds those)."""
     peer = [[t.key, t.dtype, list(t.shape)] for t in o.peer.tensors] if o.peer is not None else None
     row: dict[str, Any] = {
-            "s": o.status,
-            "f": [finding_to_json(f, os.path.dirname(o.path)) for f in o.findings],
-            "g": o.group,
-            "p": peer,
-            "fmt": o.format,
-            "sh": [[k, list(s)] for k, s in o.shapes],
-            "v": [[k, list(v)] for k, v in o.values],
-        }
+        "s": o.status,
+        "f": [finding_to_json(f, os.path.dirname(o.path)) for f in o.findings],
+        "g": o.group,
+        "p": peer,
+        "fmt": o.format,
+        "sh": [[k, list(s)] for k, s in o.shapes],
+        "v": [[k, list(v)] for k, v in o.values],
+    }
     if o.peer is not None and o.peer.stats:  # deep reads of latents: their channel statistics
         row["st"] = [[k, base64.b64encode(b).decode()] for k, b in o.peer.stats]
     return json.dumps(row, separators=(",", ":"))

@@ -101,9 +101,9 @@ def test_identical_files_guard_the_spread(tmp_path: Path) -> None:
     assert outliers(write_cache(tmp_path / "near", latents)) == []
     latents[-1] = DEFECTS["unscaled"](base)
     (finding,) = outliers(write_cache(tmp_path / "far", latents))
-    assert finding.path == str(tmp_path / "far" / f"img_{PEERS:06d}.npz") and finding.details["factor"] == pytest.approx(
-        1 / 0.18215, rel=1e-3
-    )
+    assert finding.path == str(tmp_path / "far" / f"img_{PEERS:06d}.npz") and finding.details[
+        "factor"
+    ] == pytest.approx(1 / 0.18215, rel=1e-3)
 
 
 def test_a_rescan_through_the_state_database_gives_the_same_finding(tmp_path: Path) -> None:
@@ -113,7 +113,9 @@ def test_a_rescan_through_the_state_database_gives_the_same_finding(tmp_path: Pa
     settle(folder)
     first = [f for f in scan([str(folder)], ScanOptions(deep=True, workers=1, state="auto")).findings if f.kind == KIND]
     assert len(first) == 1
-    np.savez(folder / "img_000010.npz", latents=latents[10] * np.float32(1.01))  # one peer changes: the folder is judged again
+    np.savez(
+        folder / "img_000010.npz", latents=latents[10] * np.float32(1.01)
+    )  # one peer changes: the folder is judged again
     settle(folder)
     again = scan([str(folder)], ScanOptions(workers=1, state="auto", deep_changed=True))
     assert again.stats.files_reused == PEERS  # the others' statistics came from the state database
