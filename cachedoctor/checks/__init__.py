@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cachedoctor.checks.batch_leak import BatchLeak
 from cachedoctor.checks.broken_link import BrokenLink
+from cachedoctor.checks.config_hazard import ConfigHazard
 from cachedoctor.checks.corrupt_archive import CorruptArchive
 from cachedoctor.checks.device_tagged import DeviceTagged
 from cachedoctor.checks.dtype_mismatch import DtypeMismatch
@@ -33,6 +34,7 @@ CHECKS: tuple[Check, ...] = (
     OrphanEntry(),
     StaleEntry(),
     NameCollision(),
+    ConfigHazard(),
 )
 
 KINDS: dict[str, Check] = {c.kind: c for c in CHECKS}

@@ -27,6 +27,7 @@ from cachedoctor.layouts import _recompute
 from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
 from cachedoctor.layouts._simpletuner_buckets import bucket_sizes
+from cachedoctor.layouts._simpletuner_hazards import hazards
 from cachedoctor.layouts.interface import (
     Claim,
     DatasetPlan,
@@ -121,6 +122,7 @@ class SimpleTunerLayout(Layout):
                     f"a remote dataset also uses the text-embed cache {text.cache_dir}, "
                     "so orphans there were not reported"
                 )
+        plan.hazards.extend(hazards(cfg))
         return plan
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
