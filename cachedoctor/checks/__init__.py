@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cachedoctor.checks.batch_leak import BatchLeak
+from cachedoctor.checks.bit_rot import BitRot
 from cachedoctor.checks.broken_link import BrokenLink
 from cachedoctor.checks.config_hazard import ConfigHazard
 from cachedoctor.checks.corrupt_archive import CorruptArchive
@@ -34,6 +35,7 @@ CHECKS: tuple[Check, ...] = (
     OrphanEntry(),
     StaleEntry(),
     NameCollision(),
+    BitRot(),
     ConfigHazard(),
 )
 
