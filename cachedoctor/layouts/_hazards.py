@@ -82,31 +82,31 @@ def accelerate_counts(path: str | None) -> tuple[int | None, int | None]:
 
 
 def sniff_gzip(folder: str, suffix: str, limit: int = SNIFF_FILES) -> tuple[int, int]:
-    """``(gzip, sampled)``: of the first ``limit`` files named ``*suffix`` below ``folder``, how
-    many start with gzip's magic bytes (two bytes read per file)."""
+    """``(gzip, sampled)``: of the first ``limit`` files named ``*suffix`` below ``folder`` (in
+    directory order), how many start with gzip's magic bytes (two bytes read per file)."""
     gzipped = sampled = 0
     stack = [folder]
     while stack and sampled < limit:
         try:
-            with os.scandir(stack.pop()) as entries:
-                listed = sorted(entries, key=lambda e: e.name)
+            entries = os.scandir(stack.pop())
         except OSError:
             continue
-        for entry in listed:
-            if sampled >= limit:
-                break
-            if entry.name.startswith("."):
-                continue  # .cachedoctor/ (state, quarantine) is not the trainer's
-            if entry.is_dir(follow_symlinks=False):
-                stack.append(entry.path)
-            elif entry.name.endswith(suffix) and entry.is_file():
-                try:
-                    with open(entry.path, "rb") as handle:
-                        head = handle.read(2)
-                except OSError:
-                    continue
-                sampled += 1
-                gzipped += head == GZIP_MAGIC
+        with entries:  # directory order, stopping at ``limit``: a folder of a million is not listed whole
+            for entry in entries:
+                if sampled >= limit:
+                    break
+                if entry.name.startswith("."):
+                    continue  # .cachedoctor/ (state, quarantine) is not the trainer's
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.name.endswith(suffix) and entry.is_file():
+                    try:
+                        with open(entry.path, "rb") as handle:
+                            head = handle.read(2)
+                    except OSError:
+                        continue
+                    sampled += 1
+                    gzipped += head == GZIP_MAGIC
     return gzipped, sampled
 
 

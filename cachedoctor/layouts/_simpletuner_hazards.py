@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable
 from itertools import combinations
 
 from cachedoctor import fsinfo
@@ -37,8 +38,28 @@ COMPRESSION = "bghira/SimpleTuner#1297"
 MULTI_NODE = "bghira/SimpleTuner#1446"
 
 
-def hazards(cfg: config.SimpleTunerConfig, mounts: str = fsinfo.MOUNTS) -> list[Hazard]:
-    """Every hazard of the config ``cfg`` (``mounts``: where the file systems are listed)."""
+def text_families(texts: Iterable[config.Backend]) -> dict[str, Counter[str]]:
+    """Text-embed cache folder -> embeds per model family (the ``-<family>.pt`` suffix): one
+    listing of each folder, for the layout's family guess and for :func:`hazards`."""
+    found: dict[str, Counter[str]] = {}
+    for text in texts:
+        if text.cache_dir and text.cache_dir not in found:
+            names = names_in(text.cache_dir)
+            found[text.cache_dir] = Counter(n[:-3].rpartition("-")[2] for n in names if n.endswith(".pt") and "-" in n)
+    return found
+
+
+def most_common(families: dict[str, Counter[str]]) -> str | None:
+    """The family most embeds carry, over every text-embed cache (what the trainer wrote)."""
+    total: Counter[str] = sum(families.values(), Counter())
+    return total.most_common(1)[0][0] if total else None
+
+
+def hazards(
+    cfg: config.SimpleTunerConfig, families: dict[str, Counter[str]] | None = None, mounts: str = fsinfo.MOUNTS
+) -> list[Hazard]:
+    """Every hazard of the config ``cfg``; ``families`` is :func:`text_families` of its text-embed
+    datasets when the caller listed them already, ``mounts`` where the file systems are listed."""
     trainer_path = os.path.join(os.path.dirname(cfg.path), "config.json")
     trainer = config._trainer_config(cfg.path)
     processes, machines = _run_size(trainer, cfg.base)
@@ -62,7 +83,7 @@ def hazards(cfg: config.SimpleTunerConfig, mounts: str = fsinfo.MOUNTS) -> list[
                 )
             )
     found.extend(_shared_vae_dirs(cfg, images))
-    found.extend(_mixed_text_families(texts))
+    found.extend(_mixed_text_families(texts, families if families is not None else text_families(texts)))
     found.extend(_compression(cfg, trainer_path, images, texts))
     found.extend(_network(cfg, trainer_path, images, texts, machines, mounts))
     return found
@@ -112,14 +133,12 @@ def _shared_vae_dirs(cfg: config.SimpleTunerConfig, images: list[config.Backend]
     return found
 
 
-def _mixed_text_families(texts: list[config.Backend]) -> list[Hazard]:
+def _mixed_text_families(texts: list[config.Backend], by_folder: dict[str, Counter[str]]) -> list[Hazard]:
     """A text-embed cache holding the embeds of more than one model family (on-disk fact)."""
     found = []
     for backend in texts:
         assert backend.cache_dir is not None
-        families = Counter(
-            name[:-3].rpartition("-")[2] for name in names_in(backend.cache_dir) if name.endswith(".pt") and "-" in name
-        )
+        families = by_folder.get(backend.cache_dir, Counter())
         if len(families) < 2:
             continue
         listed = ", ".join(f"{family} ({n})" for family, n in sorted(families.items()))

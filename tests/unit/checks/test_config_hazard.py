@@ -218,7 +218,9 @@ def test_network_cache_written_by_several_machines(
     if machines is not None:
         edit(st, "config.json", {"num_machines": machines})
     cfg = _simpletuner_config.load(LayoutOptions(config=str(st / "config" / "multidatabackend.json")))
-    found = [h for h in hazards(cfg, network_mounts(tmp_path, st / "cache")) if h.name == "network-cache-multi-node"]
+    found = [
+        h for h in hazards(cfg, mounts=network_mounts(tmp_path, st / "cache")) if h.name == "network-cache-multi-node"
+    ]
     if expected is None:
         assert found == []
         return
