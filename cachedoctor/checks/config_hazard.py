@@ -34,10 +34,13 @@ class ConfigHazard(Check):
         "(bghira/SimpleTuner#1263, #1646 put {model_family} in cache paths for that reason). "
         "compress_disk_cache off over gzip files: SimpleTuner gunzips only with the option on, so "
         "it cannot load them and deletes each one whose error says 'invalid load key' (its reader "
-        "data_backend/local.py; bghira/SimpleTuner#1297 fixed the same reading for S3); on over "
-        "plain files is harmless and not reported. A cache on NFS, CIFS, Lustre and the like written "
-        "by several machines: one node sees another's new files late and reports them missing "
-        "(bghira/SimpleTuner#1446); when num_machines is not in the config it is worded as a risk."
+        "data_backend/local.py; no issue thread found, bghira/SimpleTuner#1297 is the pull request "
+        "'s3 backend fix for reading compressed cache'); on over plain files is harmless (its gunzip "
+        "falls back to the raw bytes) and not reported. A cache on NFS, CIFS, Lustre and the like "
+        "written by several machines: a network file system caches attributes and listings per "
+        "machine, so one node can miss entries another wrote (bghira/SimpleTuner#1446: a "
+        "multi-machine run stopped on a text embed missing from the cache); when num_machines is "
+        "not in the config it is worded as a risk."
     )
     repair = (
         "none: the cache may be healthy today; the setting is what loses it. Change the setting the "

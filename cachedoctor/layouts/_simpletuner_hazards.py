@@ -216,8 +216,8 @@ def _network(
                 "network-cache-multi-node",
                 folder,
                 f"cache folder on {kind}",
-                f"{who}; a network file system shows one machine's new files to another late (attribute "
-                "and directory caching), so the trainer reports entries missing that another node wrote",
+                f"{who}; a network file system caches attributes and listings per machine, so one node "
+                "can miss entries another wrote, and the trainer stops on a missing cache file",
                 "a node-local cache_dir per machine (or cache once on one machine before the run)",
                 MULTI_NODE,
             )

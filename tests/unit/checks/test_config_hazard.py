@@ -252,3 +252,17 @@ def test_repair_leaves_a_hazard_alone(st: Path) -> None:
     code, out, err = cli("repair", "--config", str(config), "--dry-run", "--workers", "1")
     assert (code, err) == (0, "") and "1 finding(s) in 1 file(s)" in out and "nothing to repair" in out
     assert config.read_bytes() == before
+
+
+def test_github_annotation_names_the_config(st: Path) -> None:
+    def share(entries: list[dict]) -> None:
+        dataset(entries, "photos")["cache_dir_vae"] = "cache/vae/renders"
+
+    config = edit(st, "multidatabackend.json", share)
+    code, out, err = cli("scan", "--config", str(config), "--workers", "1", "--format", "github", cwd=str(st))
+    assert (code, err) == (1, "")  # 1: photos' latents are missing from renders' folder (missing-entry)
+    assert (
+        "::warning file=config/multidatabackend.json,title=config-hazard::datasets 'photos' and 'renders': "
+        "one cache_dir_vae" in out
+    )
+    assert "SimpleTuner refuses to start with two identical cache_dir_vae" in out
