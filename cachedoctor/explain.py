@@ -158,6 +158,11 @@ def how_found(check: KindInfo | Any) -> str:
             f"Needs the dataset: scan with {_DATASET}. A scan of the cache files alone never reports "
             "it. A quick scan is enough."
         )
+    if not text:  # a rule about the run as a whole (Check.check_run)
+        text = (
+            f"Judged once per scan, about the run as a whole: needs the dataset ({_DATASET}); a quick "
+            "scan is enough. Rules about ranks also need the run's size (--world-size, or the trainer's config)."
+        )
     return text.strip()
 
 

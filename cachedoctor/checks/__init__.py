@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from cachedoctor.checks.batch_leak import BatchLeak
+from cachedoctor.checks.bit_rot import BitRot
 from cachedoctor.checks.broken_link import BrokenLink
+from cachedoctor.checks.config_hazard import ConfigHazard
 from cachedoctor.checks.corrupt_archive import CorruptArchive
 from cachedoctor.checks.device_tagged import DeviceTagged
 from cachedoctor.checks.distribution_outlier import DistributionOutlier
@@ -34,6 +36,8 @@ CHECKS: tuple[Check, ...] = (
     OrphanEntry(),
     StaleEntry(),
     NameCollision(),
+    BitRot(),
+    ConfigHazard(),
     DistributionOutlier(),
 )
 
