@@ -105,12 +105,24 @@ def channel_stats(
         np.take(_table(dtype), part, out=rows_in)
     else:
         np.copyto(rows_in, part, casting="unsafe")
-    np.multiply(values, values, out=squares)
-    sums = (block @ ones).tolist()  # one matrix-vector product: C sums, then C sums of squares
+    with np.errstate(over="ignore", invalid="ignore"):  # finite values near float32's limit square to inf
+        np.multiply(values, values, out=squares)
+        sums = (block @ ones).tolist()  # one matrix-vector product: C sums, then C sums of squares
     n = taken * width
-    means = [total / n for total in sums[:channels]]
-    stds = [math.sqrt(max(q / n - m * m, 0.0)) for q, m in zip(sums[channels:], means, strict=True)]
+    means = [_finite(total / n) for total in sums[:channels]]
+    stds = [_finite(math.sqrt(max(q / n - m * m, 0.0))) for q, m in zip(sums[channels:], means, strict=True)]
     return struct.pack(f"<{2 * channels}f", *means, *stds)
+
+
+def _finite(value: float) -> float:
+    """An overflowed sum as the largest float32 (a file of such values is an outlier, not a
+    NaN that would blind its peers' medians)."""
+    if math.isfinite(value):
+        return value
+    return -_F32_MAX if value < 0 else _F32_MAX
+
+
+_F32_MAX = 3.4028234663852886e38
 
 
 @lru_cache(maxsize=1024)
