@@ -71,13 +71,14 @@ class DistributionOutlier(Check):
                 samples[(key, len(stats) // 8)].append((entry.path, stats))
         for (key, channels), items in sorted(samples.items()):
             if len(items) >= MIN_PEERS and channels > 0:
-                yield from self._judge(key, channels, items)
+                yield from self._judge(key or "<root>", channels, items)  # a bare tensor: <root>, as elsewhere
 
     def _judge(self, key: str, channels: int, items: list[tuple[str, bytes]]) -> Iterable[Finding]:
         import numpy as np
 
         n = len(items)
         values = np.frombuffer(b"".join(b for _, b in items), dtype="<f4").reshape(n, 2, channels)
+        values = np.nan_to_num(values, nan=0.0)  # a tampered state row must not blind the medians
         means = values[:, 0, :].astype(np.float64)
         logs = np.log(np.maximum(values[:, 1, :].astype(np.float64), 1e-12))
         log_dev = logs - np.median(logs, axis=0)
@@ -103,7 +104,7 @@ class DistributionOutlier(Check):
             elif _shift_off(float(shift[i]), float(z_shift[i])):
                 yield self.finding(
                     path,
-                    f"{key or 'latent'}: mean shifted by {shift[i]:+.2f} std in every channel "
+                    f"{key}: mean shifted by {shift[i]:+.2f} std in every channel "
                     f"({abs(z_shift[i]):.0f} robust deviations from {peers} peers): Flux shift not applied?",
                     key=key,
                     channels=channels,
@@ -126,7 +127,7 @@ class DistributionOutlier(Check):
         shown = f"{factor:.1f}" if factor >= 0.95 else f"{factor:.2g}"
         return self.finding(
             path,
-            f"{key or 'latent'}: std {shown}x its peers ({abs(z):.0f} robust deviations from {peers} peers): {guess}",
+            f"{key}: std {shown}x its peers ({abs(z):.0f} robust deviations from {peers} peers): {guess}",
             key=key,
             channels=channels,
             factor=round(factor, 4),
@@ -160,7 +161,7 @@ class DistributionOutlier(Check):
         offset = f"{dev:+.2f} std" if what == "mean" else f"{math.exp(dev):.2f}x"
         yield self.finding(
             path,
-            f"{key or 'latent'}: channel {c} {what} {offset} off its peers ({z:.0f} robust deviations "
+            f"{key}: channel {c} {what} {offset} off its peers ({z:.0f} robust deviations "
             f"from {peers} peers) while the others agree: another VAE?",
             key=key,
             channels=channels,
