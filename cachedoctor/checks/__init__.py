@@ -13,6 +13,7 @@ from cachedoctor.checks.name_collision import NameCollision
 from cachedoctor.checks.non_finite import NonFinite
 from cachedoctor.checks.orphan_entry import OrphanEntry
 from cachedoctor.checks.partial_write import PartialWrite, is_temp_name
+from cachedoctor.checks.rank_imbalance import DroppedBucket, RankImbalance
 from cachedoctor.checks.read_timeout import ReadTimeout
 from cachedoctor.checks.shape_mismatch import ShapeMismatch
 from cachedoctor.checks.stale_entry import StaleEntry
@@ -33,6 +34,8 @@ CHECKS: tuple[Check, ...] = (
     OrphanEntry(),
     StaleEntry(),
     NameCollision(),
+    RankImbalance(),
+    DroppedBucket(),
 )
 
 KINDS: dict[str, Check] = {c.kind: c for c in CHECKS}

@@ -21,6 +21,7 @@ from cachedoctor.records import record
 if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
     from cachedoctor.formats.interface import FileMeta, ReadError
     from cachedoctor.layouts.interface import DatasetPlan, Expected
+    from cachedoctor.layouts.samplers.interface import Buckets
 
 _H = TypeVar("_H", bound=Hashable)
 
@@ -125,6 +126,9 @@ class RunView:
     dataset: DatasetPlan | None = None
     world_size: int | None = None
     batch_size: int | None = None
+    #: each dataset's buckets with its world and batch size resolved (flags over the trainer's
+    #: config), counted before the scan consumed the plan (``layouts/samplers/census.py``)
+    buckets: tuple[Buckets, ...] = ()
 
 
 class Check(abc.ABC):

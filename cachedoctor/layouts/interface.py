@@ -25,6 +25,7 @@ from cachedoctor.errors import PathError
 
 if TYPE_CHECKING:
     from cachedoctor.formats.interface import FileMeta
+    from cachedoctor.layouts.samplers.interface import Sampling
 
 
 class LayoutError(PathError):
@@ -96,6 +97,7 @@ class DatasetPlan:
     entry_suffixes: tuple[str, ...] = (".pt", ".npz", ".safetensors", ".npy")
     source_suffixes: tuple[str, ...] = ()  # files in walked folders that are dataset items, not cache
     parts: list[LayoutPart] = field(default_factory=list)  # which layout each part of the targets got, and why
+    sampling: list[Sampling] = field(default_factory=list)  # how the trainer samples each dataset (rank-imbalance)
 
     def add(self, entry: Expected, folder_path: str | None = None) -> None:
         """Expect ``entry`` (in ``folder_path``, its folder, when the caller knows it); a second

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from cachedoctor.checks import RUN_CHECKS, RunView
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
+from cachedoctor.layouts.samplers.census import gather
 from cachedoctor.progress import LIST, SCAN
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.folders import Collector, Record, ScanError, ScanStats
@@ -134,6 +135,7 @@ def _scan(
     walk_errors: list[WalkError] = []
     if dataset is not None and options.exclude:  # what the walk leaves out is not expected either
         drop_excluded(dataset, roots, options.exclude)
+    buckets, run_notes = gather(dataset, options.world_size, options.batch_size)  # before the matcher consumes the plan
     matcher = DatasetMatcher(dataset) if dataset is not None else None
     count = _Count(progress, roots, options.exclude, states) if progress is not None else None
     collector = Collector(count, matcher)
@@ -155,7 +157,7 @@ def _scan(
         run_pool(chain([first], chunks), workers, collector, options.file_timeout)
     if matcher is not None:
         collector.findings.extend(matcher.finish())
-    collector.findings.extend(judge_run(RunView(dataset, options.world_size, options.batch_size)))
+    collector.findings.extend(judge_run(RunView(dataset, options.world_size, options.batch_size, tuple(buckets))))
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
     findings = sorted(collector.findings, key=Finding.sort_key)
     for path in chain((f.path for f in findings), (e.path for e in errors)):
@@ -166,7 +168,7 @@ def _scan(
     if progress is not None:
         progress(SCAN, stats.files_seen, stats.files_seen)
     special = special_note(collector.special) if collector.special else None
-    notes = [special] if special else []
+    notes = ([special] if special else []) + run_notes
     for store in states.stores:
         store.finish(
             [r for r in roots if os.path.isdir(r) and store.covers(r)],
