@@ -21,7 +21,7 @@ from cachedoctor.findings import Fix
 
 WIDTH = 80  #: the width when none is given (no terminal)
 _INDENT = "  "
-_METHODS = ("check_file", "check_peers", "check_entry")
+_METHODS = ("check_file", "check_peers", "check_entry", "check_run")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class KindInfo:
     per_file: bool = False  # implements check_file
     peers: bool = False  # implements check_peers
     entry: bool = False  # implements check_entry
+    run: bool = False  # implements check_run (the run as a whole)
 
     @classmethod
     def of(cls, check: Any) -> KindInfo:
@@ -157,6 +158,11 @@ def how_found(check: KindInfo | Any) -> str:
         text = (
             f"Needs the dataset: scan with {_DATASET}. A scan of the cache files alone never reports "
             "it. A quick scan is enough."
+        )
+    elif check.run:
+        text = (
+            "Judged once per scan, about the training run as a whole (the dataset's configuration and "
+            "buckets, and the run's settings), not about one file. A quick scan is enough."
         )
     return text.strip()
 
