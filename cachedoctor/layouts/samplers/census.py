@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from cachedoctor.layouts.interface import DatasetPlan
 
 
+#: layouts whose items cachedoctor can count per bucket (OneTrainer keeps one cache per epoch's
+#: variation and its AspectBatchSorting is not modelled; a mixed tree has several samplers)
+_MODELLED = ("simpletuner", "kohya", "manifest")
+
+
 class _Tally:
     __slots__ = ("counts", "index", "info", "listed", "sequence", "unknown")
 
@@ -44,6 +49,8 @@ def gather(plan: DatasetPlan | None, world_size: int | None, batch_size: int | N
     infos = plan.sampling
     if world_size is None and batch_size is None and not any(i.world_size or i.batch_size for i in infos):
         return [], []  # nothing says this is a multi-GPU run: stay silent, pay nothing
+    if plan.layout not in _MODELLED:
+        return [], [f"rank balance not judged: {plan.layout}'s sampler is not modelled"]
     tallies = _count(plan, infos)
     for known in infos:
         if known.counts is not None and known.name not in tallies:  # the trainer's own index
@@ -58,6 +65,11 @@ def gather(plan: DatasetPlan | None, world_size: int | None, batch_size: int | N
         world = world_size or (info.world_size if info else None)
         batch = batch_size or (info.batch_size if info else None)
         if not tally.counts:
+            if tally.unknown:
+                notes.append(
+                    f"dataset {name!r}: no bucket is known for its {tally.unknown} image(s) (kohya: pass "
+                    "--resolution or --kohya-config); rank balance not judged"
+                )
             continue
         if world is None or batch is None:
             missing = "world size (--world-size)" if world is None else "batch size (--batch-size)"
@@ -99,9 +111,11 @@ def _count(plan: DatasetPlan, infos: list[Sampling]) -> dict[str, _Tally]:
         index, counts, listed, sequence = tally.index, tally.counts, tally.listed, tally.sequence
         for found in entries.values():
             for entry in found:
-                if entry.role != "latent" or not entry.source_exists or not entry.in_index:
+                if entry.role not in ("latent", "image") or not entry.source_exists or not entry.in_index:
                     continue
                 hw = entry.latent_hw
+                if hw is None and entry.shape is not None and len(entry.shape) >= 3:
+                    hw = (entry.shape[-2], entry.shape[-1])  # a manifest's exact shape
                 if hw is None:
                     tally.unknown += 1 + len(entry.also)
                     continue

@@ -95,7 +95,15 @@ def bucket_index(path: str) -> dict[str, int] | None:
 
 def kohya(config: KohyaConfig) -> list[Sampling]:
     """One entry per subset, named after its ``[[datasets]]`` table (the batches are cut per
-    dataset; its subsets share the batch size and each has its own ``num_repeats``)."""
+    dataset; its subsets share the batch size and each has its own ``num_repeats``). Without a
+    TOML (``--train_data_dir``), each ``<repeats>_<name>`` folder is a subset listed ``repeats``
+    times (``train_util.py`` ``DreamBoothDataset``: the number before the first ``_``)."""
+    if config.inherit:
+        return [
+            Sampling("kohya", "kohya", (path,), repeats=times, listed_times=times)
+            for s in config.subsets
+            for path, times in _repeat_folders(s.image_dir)
+        ]
     return [
         Sampling(
             f"datasets[{s.dataset}]" if s.dataset else "kohya",
@@ -107,3 +115,16 @@ def kohya(config: KohyaConfig) -> list[Sampling]:
         )
         for s in config.subsets
     ]
+
+
+def _repeat_folders(root: str) -> list[tuple[str, int]]:
+    try:
+        names = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        head, sep, _ = name.partition("_")
+        if sep and head.isdigit() and int(head) > 0:
+            out.append((os.path.join(root, name), int(head)))
+    return out
