@@ -125,10 +125,14 @@ def _count(plan: DatasetPlan, infos: list[Sampling]) -> dict[str, _Tally]:
                     i = index[label] = len(counts)
                     counts.append(0)
                     listed.append(0)
-                n = 1 + len(entry.also)  # items that collide on one file are each sampled
-                counts[i] += n
-                listed[i] += n * times
-                for _ in range(n):
+                if entry.also:  # items that collide on one file are each sampled
+                    n = 1 + len(entry.also)
+                    counts[i] += n
+                    listed[i] += n * times
+                    sequence.extend([i] * n)
+                else:
+                    counts[i] += 1
+                    listed[i] += times
                     sequence.append(i)
     return tallies
 
