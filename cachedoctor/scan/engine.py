@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from cachedoctor.checks import RUN_CHECKS, RunView
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
-from cachedoctor.layouts.samplers.census import gather
+from cachedoctor.layouts.samplers.census import from_shapes, gather
 from cachedoctor.progress import LIST, SCAN
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.folders import Collector, Record, ScanError, ScanStats
@@ -139,6 +140,8 @@ def _scan(
     matcher = DatasetMatcher(dataset) if dataset is not None else None
     count = _Count(progress, roots, options.exclude, states) if progress is not None else None
     collector = Collector(count, matcher)
+    if dataset is None and (options.world_size or options.batch_size):
+        collector.shapes = Counter()  # no dataset: the run's buckets are the latent shapes read
     collector.watch([os.path.abspath(w) for w in watch if os.path.isdir(w)])
     folders = walk(roots, walk_errors, options.exclude)
     chunks = _chunks(count.listing(folders) if count is not None else folders, options, collector, keep, states)
@@ -157,6 +160,10 @@ def _scan(
         run_pool(chain([first], chunks), workers, collector, options.file_timeout)
     if matcher is not None:
         collector.findings.extend(matcher.finish())
+    if collector.shapes is not None:
+        buckets, run_notes = from_shapes(
+            collector.shapes, roots[0], options.world_size, options.batch_size, collector.shapes_unknown
+        )
     collector.findings.extend(judge_run(RunView(dataset, options.world_size, options.batch_size, tuple(buckets))))
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
     findings = sorted(collector.findings, key=Finding.sort_key)

@@ -83,3 +83,29 @@ def test_only_the_world_size_is_a_note_not_a_finding() -> None:
         note = f"note: dataset '{dataset}': no batch size (--batch-size) given or in the trainer's config; rank balance not judged"
         assert note in flat
     assert "No findings." in flat
+
+
+def test_without_a_dataset_the_latent_shapes_read_are_the_buckets(tmp_path: Path) -> None:
+    cache = tmp_path / "vae"
+    shutil.copytree(DATASET / "output" / "cache" / "vae", cache)
+    args = ("--layout", "none", "--world-size", "2", "--batch-size", "2")
+    first = scan_json(str(cache), *args)
+    [dropped] = [f for f in first["findings"] if f["kind"] == "dropped-bucket"]
+    assert dropped["path"] == str(cache)
+    assert dropped["details"]["dropped"] == {"8x6": 1, "8x8": 1, "16x16": 2, "16x12": 1, "12x16": 1}
+    assert dropped["details"]["trainer_known"] is False
+    # a rescan takes both folders from the state database, with the counts recorded there
+    again = scan_json(str(cache), *args)
+    assert [f["details"] for f in again["findings"]] == [dropped["details"]]
+
+
+def test_counts_missing_from_the_state_database_are_a_note(tmp_path: Path) -> None:
+    cache = tmp_path / "vae"
+    shutil.copytree(DATASET / "output" / "cache" / "vae", cache)
+    assert cli("scan", str(cache), "--layout", "none")[0] == 0  # records the folders without counts
+    code, out, err = cli("scan", str(cache), "--layout", "none", "--world-size", "2", "--batch-size", "2")
+    assert (code, err) == (0, "")
+    assert (
+        "note: 2 folder(s) were taken from the state database without their latent shapes: the rank balance "
+        "counts only the rest (scan once with --no-state to count them all)"
+    ) in " ".join(out.split())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from cachedoctor.layouts.samplers.interface import Buckets, Sampling
@@ -41,11 +42,7 @@ class _Tally:
 def gather(plan: DatasetPlan | None, world_size: int | None, batch_size: int | None) -> tuple[list[Buckets], list[str]]:
     """The datasets to judge (with their world and batch size) and notes on what is missing."""
     if plan is None:
-        if world_size is not None or batch_size is not None:
-            return [], [
-                "rank-imbalance needs the dataset's buckets: scan with the trainer's config (--config, --kohya-config) or its layout"
-            ]
-        return [], []
+        return [], []  # the scan counts the latent shapes it reads instead (:func:`from_shapes`)
     infos = plan.sampling
     if world_size is None and batch_size is None and not any(i.world_size or i.batch_size for i in infos):
         return [], []  # nothing says this is a multi-GPU run: stay silent, pay nothing
@@ -146,3 +143,46 @@ def _owner(folder: str, infos: list[Sampling]) -> Sampling | None:
             if (folder == root or folder.startswith(root.rstrip(os.sep) + os.sep)) and len(root) > depth:
                 best, depth = info, len(root)
     return best
+
+
+#: tensor keys (normalised, as peers see them) that hold a latent: a bare tensor (""), kohya's
+#: ``latents`` (and multi-resolution ``latents_HxW``), a dict's ``latent``
+LATENT_KEYS = ("", "latents", "latent", "latents_HxW")
+
+
+def latent_hw(tensors: Iterable[tuple[str, tuple[int, ...]]]) -> tuple[int, int] | None:
+    """The latent's (H, W) among one file's ``(key, shape)`` tensors, or ``None``: ``[C, H, W]``
+    (C > 1: a ``[1, L, D]`` text embed is not one), ``[1, C, H, W]``, ``[C, F, H, W]``."""
+    for key, shape in tensors:
+        if key in LATENT_KEYS and ((len(shape) == 3 and shape[0] > 1) or len(shape) == 4):
+            return shape[-2], shape[-1]
+    return None
+
+
+def from_shapes(
+    counts: Mapping[tuple[int, int], int], where: str, world_size: int | None, batch_size: int | None, unknown: int
+) -> tuple[list[Buckets], list[str]]:
+    """The run's buckets when the scan knows no dataset: the latent shapes it read, as one
+    dataset whose trainer is unknown (Sana's rules stand in, and the finding says so).
+    ``unknown``: folders taken unchanged from the state database with no counts recorded."""
+    if world_size is None and batch_size is None:
+        return [], []
+    notes = []
+    if unknown:
+        notes.append(
+            f"{unknown} folder(s) were taken from the state database without their latent shapes: "
+            "the rank balance counts only the rest (scan once with --no-state to count them all)"
+        )
+    if world_size is None or batch_size is None:
+        missing = "world size (--world-size)" if world_size is None else "batch size (--batch-size)"
+        return [], [*notes, f"no {missing} given; rank balance not judged"]
+    if not counts:
+        return [], [*notes, "no latent found to count per bucket; rank balance not judged"]
+    buckets = Buckets(
+        "cache",
+        {f"{h}x{w}": n for (h, w), n in counts.items()},
+        batch_size=batch_size,
+        world_size=world_size,
+        path=where,
+    )
+    return [buckets], [*notes, "no dataset configuration: buckets counted from the latent shapes read, trainer unknown"]

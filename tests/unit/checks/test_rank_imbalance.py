@@ -122,3 +122,12 @@ def test_census_takes_simpletuners_own_bucket_index() -> None:
     plan.layout = "simpletuner"
     [buckets], _ = gather(plan, 2, 1)
     assert dict(buckets.counts) == index and buckets.trainer == "simpletuner"
+
+
+def test_latent_shapes_exclude_text_embeds() -> None:
+    from cachedoctor.layouts.samplers.census import latent_hw
+
+    assert latent_hw([("", (16, 64, 48))]) == (64, 48)
+    assert latent_hw([("latents", (4, 32, 32)), ("latents_flipped", (4, 32, 32))]) == (32, 32)
+    assert latent_hw([("", (1, 77, 2048))]) is None  # a [1, L, D] text embed
+    assert latent_hw([("prompt_embeds", (4, 77, 2048))]) is None
