@@ -110,10 +110,7 @@ def test_census_flags_win_over_the_config_and_a_missing_one_is_a_note() -> None:
 
 def test_census_is_silent_when_nothing_says_multi_gpu() -> None:
     assert gather(_plan(3, 2, []), None, None) == ([], [])
-    assert gather(None, None, None) == ([], [])
-    assert gather(None, 8, 4)[1] == [
-        "rank-imbalance needs the dataset's buckets: scan with the trainer's config (--config, --kohya-config) or its layout"
-    ]
+    assert gather(None, 8, 4) == ([], [])  # no plan: the scan counts the latent shapes instead
 
 
 def test_census_takes_simpletuners_own_bucket_index() -> None:
