@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cachedoctor.checks.batch_leak import BatchLeak
+from cachedoctor.checks.bit_rot import BitRot
 from cachedoctor.checks.broken_link import BrokenLink
 from cachedoctor.checks.corrupt_archive import CorruptArchive
 from cachedoctor.checks.device_tagged import DeviceTagged
@@ -34,6 +35,7 @@ CHECKS: tuple[Check, ...] = (
     OrphanEntry(),
     StaleEntry(),
     NameCollision(),
+    BitRot(),
     RankImbalance(),
     DroppedBucket(),
 )

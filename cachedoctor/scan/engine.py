@@ -287,7 +287,7 @@ def _chunks(
                     whole=False,
                 )
             items, reused = plan.to_read, plan.reused
-            record = Record(store, plan.sigs, {p for p, d in items if d}, plan.gone, plan.digest)
+            record = Record(store, plan.sigs, {p for p, d in items if d}, plan.gone, plan.digest, plan.recorded)
         collector.stats.files_deep += sum(1 for _, deep in items if deep)  # attempted: a torn file counts too
         n = (len(items) + size - 1) // size + (1 if reused else 0)
         folder_id = collector.open_folder(folder.path, n, record)

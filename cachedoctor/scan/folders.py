@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cachedoctor.checks import PEER_CHECKS, Found, PeerEntry, PeerGroup
+from cachedoctor.checks.bit_rot import BitRot
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.samplers.census import latent_hw
 from cachedoctor.scan.dataset import DatasetMatcher
@@ -22,6 +23,7 @@ from cachedoctor.scan.state.plan import decode_result, folder_result
 from cachedoctor.scan.state.store import Sig, StateStore, Upsert
 
 Progress = Callable[[int, int], None]  # (files done, bytes done)
+BIT_ROT = BitRot()
 
 
 @dataclass(slots=True)
@@ -60,16 +62,49 @@ class _FolderState:
 class Record:
     """What the state database gets for a folder once its last chunk is in."""
 
-    __slots__ = ("store", "sigs", "deep", "gone", "digest", "fresh", "read", "skipped", "bytes", "formats", "settled")
+    __slots__ = (
+        "store",
+        "sigs",
+        "deep",
+        "gone",
+        "digest",
+        "recorded",
+        "fresh",
+        "read",
+        "skipped",
+        "bytes",
+        "formats",
+        "settled",
+    )
 
     def __init__(
-        self, store: StateStore, sigs: dict[str, Sig], deep: set[str], gone: list[str], digest: str | None
+        self,
+        store: StateStore,
+        sigs: dict[str, Sig],
+        deep: set[str],
+        gone: list[str],
+        digest: str | None,
+        recorded: dict[str, str] | None = None,
     ) -> None:
         self.store, self.sigs, self.deep, self.gone, self.digest = store, sigs, deep, gone, digest
+        self.recorded = recorded or {}  # unchanged files read deep again -> their last deep read's xxh3
         self.fresh: list[Upsert] = []
         self.read = self.skipped = self.bytes = 0
         self.formats: Counter = Counter()
         self.settled = digest is not None
+
+
+def _compare_digest(o: Outcome, recorded: str) -> Outcome:
+    """A deep read of a file unchanged since its last one, with ``bit-rot`` added when its bytes
+    no longer hash (or parse) as they did; the finding stays in the outcome the state keeps, so
+    quick rescans report it too."""
+    if o.transient or o.status == "error":
+        return o  # a timeout says nothing about the bytes; an I/O error is reported as one
+    unreadable = o.xxh3 is None and not o.deep
+    finding = BIT_ROT.judge(o.path, recorded, o.xxh3, unreadable=unreadable)
+    if finding is None:
+        return o
+    return replace(o, status="read", findings=(*o.findings, finding))
 
 
 class Collector:
@@ -139,6 +174,8 @@ class Collector:
         record = state.record
         read_before = stats.files_read
         for o in outcomes:
+            if record is not None and fresh and o.path in record.recorded:
+                o = _compare_digest(o, record.recorded[o.path])
             stats.files_seen += 1
             stats.io_bytes += o.io_bytes
             if matcher is not None and not o.broken_link:  # a link to nothing: its entry is missing
@@ -194,13 +231,16 @@ class Collector:
             return
         if fresh and sig is not None:
             deep_scan = record.store.scan_id if o.path in record.deep else None
+            xxh3 = o.xxh3
+            if any(f.kind == BIT_ROT.kind for f in o.findings):  # keep the good digest: every deep read says it again
+                xxh3 = record.recorded.get(o.path, xxh3)
             record.fresh.append(
                 Upsert(
                     os.path.basename(o.path),
                     sig,
                     record.store.is_racy(sig.mtime_ns, sig.ctime_ns),
                     deep_scan,
-                    o.xxh3,
+                    xxh3,
                     outcome_to_text(o),
                 )
             )

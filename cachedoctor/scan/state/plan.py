@@ -2,7 +2,8 @@
 
 A file is read again when its stat changed since the recorded read, when it was recorded as
 racy, when this scan reads it deep (``--deep``, the ``--sample`` share, or ``deep_changed``
-for a file that changed), or when its row does not decode. A folder whose every file is
+for a file that changed), or when its row does not decode. An unchanged file read deep again
+carries the digest of its last deep read, which its bytes must still match. A folder whose every file is
 unchanged, with no deep read due, is settled by its recorded result alone.
 """
 
@@ -96,6 +97,9 @@ class FolderPlan:
     to_read: list[tuple[str, bool]] = field(default_factory=list)  # (path, deep)
     gone: list[str] = field(default_factory=list)  # names recorded here that are no longer listed
     digest: str | None = None  # the listing's digest, when every file is settled (not racy)
+    #: path -> the xxh3 of its last deep read, for the files read deep again though unchanged
+    #: since: their bytes must hash the same (``bit-rot``)
+    recorded: dict[str, str] = field(default_factory=dict)
 
 
 def plan_folder(
@@ -160,6 +164,8 @@ def plan_folder(
             plan.reused.append(outcome)
         else:
             plan.to_read.append((path, read_deep))
+            if read_deep and unchanged and row is not None and row.xxh3:
+                plan.recorded[path] = row.xxh3
     plan.gone = list(rows)
     return plan, None
 
