@@ -32,6 +32,8 @@ images were listed, which is the same order for a dataset cached in one pass.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from cachedoctor.layouts.samplers.interface import Buckets, RankSplit, Sampler, ceil_div, share
 
 
@@ -87,8 +89,9 @@ class SimpleTunerSampler(Sampler):
                 f"of the split ({sum(counts.values())} images over {world_size} ranks)",
             )
         runs = [_Rank(order, mine, batch_size) for mine in local]
-        first = [run.epoch() for run in runs]
-        second = [run.epoch() for run in runs]
+        passes = repeats + 1  # a training epoch samples the dataset repeats + 1 times
+        first = [run.epochs(passes) for run in runs]
+        second = [run.epochs(passes) for run in runs]
         by_bucket = {b: tuple(f[1].get(b, 0) for f in first) for b in order}
         steps = tuple(f[0] for f in first)
         later = tuple(s[0] for s in second)
@@ -111,6 +114,17 @@ class _Rank:
         self.local = local
         self.batch = batch_size
         self.current: int | None = None
+
+    def epochs(self, passes: int) -> tuple[int, dict[str, int], set[str]]:
+        """``passes`` sampler epochs in a row, added up: one training epoch of a dataset with
+        ``repeats = passes - 1``."""
+        steps, per_bucket, skipped = 0, Counter[str](), set[str]()
+        for _ in range(passes):
+            n, per, gone = self.epoch()
+            steps += n
+            per_bucket.update(per)
+            skipped |= gone
+        return steps, dict(per_bucket), skipped
 
     def epoch(self) -> tuple[int, dict[str, int], set[str]]:
         """Batches in one epoch, per bucket, and the buckets retired with unseen images."""

@@ -33,6 +33,12 @@ def test_simpletuner_unpadded_split_leaves_one_rank_a_step_short() -> None:
     )
 
 
+def test_simpletuner_repeats_run_the_sampler_again_within_the_epoch() -> None:
+    # repeats 1: two sampler passes per training epoch, each starting one bucket further on
+    split = SIMPLETUNER.split(Buckets("d", {"a": 5, "b": 5}, 1, options=NO_PAD), 2, 2)
+    assert split.steps == (6, 4)
+
+
 def test_simpletuner_padded_split_is_even() -> None:
     split = SIMPLETUNER.split(Buckets("d", {"a": 5, "b": 5}, 0), 2, 2)
     assert split.steps == (3, 3) and not split.uneven
@@ -92,7 +98,8 @@ def test_unknown_trainer_falls_back_to_sana() -> None:
 @pytest.mark.parametrize("case", GOLDEN["simpletuner"]["cases"], ids=lambda c: f"W{c['world_size']}B{c['batch_size']}")
 def test_simpletuner_matches_its_sampler(case: dict[str, Any]) -> None:
     options = NO_PAD if case["max_train_steps"] else {}
-    split = SIMPLETUNER.split(Buckets("d", case["counts"], 0, options=options), case["world_size"], case["batch_size"])
+    buckets = Buckets("d", case["counts"], case["repeats"], options=options)
+    split = SIMPLETUNER.split(buckets, case["world_size"], case["batch_size"])
     second = split.epochs[0] if split.epochs else split.steps
     assert [list(split.steps), list(second)] == case["epochs"]
 
@@ -112,7 +119,8 @@ def test_kohya_matches_accelerate(case: dict[str, Any]) -> None:
     assert list(split.steps) == case["steps"]
 
 
-def test_golden_cases_include_uneven_and_dropping_ones() -> None:
+def test_golden_cases_include_uneven_and_repeated_ones() -> None:
+    assert sum(1 for c in GOLDEN["simpletuner"]["cases"] if c["repeats"]) >= 10
     uneven = [c for c in GOLDEN["simpletuner"]["cases"] if any(len(set(e)) > 1 for e in c["epochs"])]
-    assert len(uneven) >= 10
+    assert len(uneven) >= 5
     assert sum(1 for c in GOLDEN["sana"]["cases"] if len(set(c["steps"])) > 1) >= 10
