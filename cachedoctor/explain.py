@@ -21,7 +21,7 @@ from cachedoctor.findings import Fix
 
 WIDTH = 80  #: the width when none is given (no terminal)
 _INDENT = "  "
-_METHODS = ("check_file", "check_peers", "check_entry", "check_run")
+_METHODS = ("check_file", "check_peers", "check_entry")
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,6 @@ class KindInfo:
     per_file: bool = False  # implements check_file
     peers: bool = False  # implements check_peers
     entry: bool = False  # implements check_entry
-    run: bool = False  # implements check_run (the run as a whole)
 
     @classmethod
     def of(cls, check: Any) -> KindInfo:
@@ -159,10 +158,10 @@ def how_found(check: KindInfo | Any) -> str:
             f"Needs the dataset: scan with {_DATASET}. A scan of the cache files alone never reports "
             "it. A quick scan is enough."
         )
-    elif check.run:
+    if not text:  # a rule about the run as a whole (Check.check_run)
         text = (
-            "Judged once per scan, about the training run as a whole (the dataset's configuration and "
-            "buckets, and the run's settings), not about one file. A quick scan is enough."
+            f"Judged once per scan, about the run as a whole: needs the dataset ({_DATASET}); a quick "
+            "scan is enough. Rules about ranks also need the run's size (--world-size, or the trainer's config)."
         )
     return text.strip()
 

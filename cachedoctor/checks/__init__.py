@@ -5,6 +5,7 @@ from __future__ import annotations
 from cachedoctor.checks.batch_leak import BatchLeak
 from cachedoctor.checks.bit_rot import BitRot
 from cachedoctor.checks.broken_link import BrokenLink
+from cachedoctor.checks.config_hazard import ConfigHazard
 from cachedoctor.checks.corrupt_archive import CorruptArchive
 from cachedoctor.checks.device_tagged import DeviceTagged
 from cachedoctor.checks.dtype_mismatch import DtypeMismatch
@@ -36,6 +37,7 @@ CHECKS: tuple[Check, ...] = (
     StaleEntry(),
     NameCollision(),
     BitRot(),
+    ConfigHazard(),
     RankImbalance(),
     DroppedBucket(),
 )

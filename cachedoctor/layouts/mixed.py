@@ -45,6 +45,7 @@ class MixedPlan(DatasetPlan):
             mixed.items += plan.items
             mixed.notes.extend(f"{part.root}: {note}" for note in plan.notes)  # which part it is about
             mixed.skipped.extend(plan.skipped)
+            mixed.hazards.extend(plan.hazards)
             suffixes.update(plan.source_suffixes)
         mixed.source_suffixes = tuple(sorted(suffixes))
         return mixed

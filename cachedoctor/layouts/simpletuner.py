@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +26,7 @@ from cachedoctor.layouts import _recompute
 from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
 from cachedoctor.layouts._simpletuner_buckets import bucket_sizes
+from cachedoctor.layouts._simpletuner_hazards import hazards, most_common, text_families
 from cachedoctor.layouts.interface import (
     Claim,
     DatasetPlan,
@@ -93,7 +93,8 @@ class SimpleTunerLayout(Layout):
         if default_text is None and len(texts) == 1:
             default_text = next(iter(texts.values()))
         # the suffix on the files wins over config.json: it is what the trainer wrote
-        family = options.model_family or _family_from_files(texts.values()) or cfg.model_family
+        families = text_families(texts.values())  # listed once: the family guess and the hazards
+        family = options.model_family or most_common(families) or cfg.model_family
         if texts and family is None:
             plan.notes.append("model family unknown, so text embeds were not compared; pass --model-family")
         trainer = config._trainer_config(cfg.path)  # train_batch_size, num_processes (rank-imbalance)
@@ -124,6 +125,7 @@ class SimpleTunerLayout(Layout):
                     f"a remote dataset also uses the text-embed cache {text.cache_dir}, "
                     "so orphans there were not reported"
                 )
+        plan.hazards.extend(hazards(cfg, families))
         return plan
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
@@ -273,15 +275,6 @@ def _captions(
     if strategy == "instanceprompt" and isinstance(raw.get("instance_prompt"), str):
         return [raw["instance_prompt"]], image, None
     return None, image, None
-
-
-def _family_from_files(texts: Any) -> str | None:
-    counts: Counter = Counter()
-    for text in texts:
-        for name in names_in(text.cache_dir) if text.cache_dir else ():
-            if name.endswith(".pt") and "-" in name:
-                counts[name[:-3].rsplit("-", 1)[1]] += 1
-    return counts.most_common(1)[0][0] if counts else None
 
 
 def _add_root(plan: DatasetPlan, folder: str) -> None:
