@@ -42,7 +42,8 @@ def setup(args, ctx):
 
 def methods(args, ctx):
     from cachedoctor.checks import RunView
-    from cachedoctor.checks.rank_imbalance import DroppedBucket, RankImbalance
+    from cachedoctor.checks.dropped_bucket import DroppedBucket
+    from cachedoctor.checks.rank_imbalance import RankImbalance
     from cachedoctor.layouts.samplers import SAMPLERS
     from cachedoctor.layouts.samplers.census import gather
 

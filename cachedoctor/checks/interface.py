@@ -139,6 +139,7 @@ class Check(abc.ABC):
     why: ClassVar[str] = ""  # ``explain``: why it breaks training (the error the trainer shows, or the silent damage)
     repair: ClassVar[str] = ""  # ``explain``: what ``cachedoctor repair`` does about it, and when it cannot
     deep_only: ClassVar[bool] = False
+    found: ClassVar[str] = ""  # ``explain``: how the scan finds it, where the method it implements does not say
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         return ()

@@ -4,7 +4,8 @@ in a dataset plan (before the scan consumes it)."""
 from __future__ import annotations
 
 from cachedoctor.checks import RunView
-from cachedoctor.checks.rank_imbalance import DroppedBucket, RankImbalance
+from cachedoctor.checks.dropped_bucket import DroppedBucket
+from cachedoctor.checks.rank_imbalance import RankImbalance
 from cachedoctor.findings import Fix, Severity
 from cachedoctor.layouts.interface import DatasetPlan, Expected
 from cachedoctor.layouts.samplers.census import gather
