@@ -38,6 +38,7 @@ class KindInfo:
     per_file: bool = False  # implements check_file
     peers: bool = False  # implements check_peers
     entry: bool = False  # implements check_entry
+    found: str = ""  # the check's own account of how it is found (run-level and state-bound kinds)
 
     @classmethod
     def of(cls, check: Any) -> KindInfo:
@@ -46,7 +47,7 @@ class KindInfo:
             return check
         from cachedoctor.checks import Check
 
-        own = [getattr(type(check), m) is not getattr(Check, m) for m in _METHODS]
+        per_file, peers, entry = (getattr(type(check), m) is not getattr(Check, m) for m in _METHODS)
         return cls(
             check.kind,
             check.severity.value,
@@ -55,7 +56,10 @@ class KindInfo:
             check.why,
             check.repair,
             bool(check.deep_only),
-            *own,
+            per_file,
+            peers,
+            entry,
+            getattr(check, "found", ""),
         )
 
 
@@ -126,6 +130,8 @@ def check_for(kind: str) -> KindInfo:
 def how_found(check: KindInfo | Any) -> str:
     """Quick or ``--deep``; from the files alone or only with the dataset (a check or its :class:`KindInfo`)."""
     check = KindInfo.of(check)
+    if check.found:
+        return check.found
     per_file, peers, entry = check.per_file, check.peers, check.entry
     if check.deep_only:
         text = "Needs --deep: a quick scan does not read tensor data."

@@ -56,6 +56,8 @@ def scan_options(
         state=state_choice(settings.state.value, default_state),
         sample=Sample.parse(text) if text else None,
         file_timeout=settings.file_timeout.value,
+        world_size=settings.world_size.value,
+        batch_size=settings.batch_size.value,
     )
 
 

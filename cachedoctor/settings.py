@@ -80,6 +80,8 @@ class Settings:
     sample: Setting
     file_timeout: Setting  # seconds to judge one file before it is reported as read-timeout
     allow_empty: Setting  # targets with no cache file (and no dataset entry) pass instead of exit 2
+    world_size: Setting  # the training run's ranks (rank-imbalance); None: from the trainer's config
+    batch_size: Setting  # its batch size per rank; None: from the trainer's config
     file: str | None = None  # the config file used, if any
 
     NAMES = (
@@ -98,6 +100,8 @@ class Settings:
         "sample",
         "file_timeout",
         "allow_empty",
+        "world_size",
+        "batch_size",
     )
 
     def items(self) -> list[tuple[str, Setting]]:
@@ -288,6 +292,8 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "sample": ("sample", _sample, "SAMPLE"),
     "file_timeout": ("file-timeout", _seconds, "FILE_TIMEOUT"),
     "allow_empty": ("allow-empty", _bool, "ALLOW_EMPTY"),
+    "world_size": ("world-size", _workers, "WORLD_SIZE"),
+    "batch_size": ("batch-size", _workers, "BATCH_SIZE"),
 }
 _DEFAULTS: dict[str, Any] = {
     "paths": (),
@@ -305,6 +311,8 @@ _DEFAULTS: dict[str, Any] = {
     "sample": None,
     "file_timeout": 10.0,
     "allow_empty": False,
+    "world_size": None,
+    "batch_size": None,
 }
 _RELATIVE = ("config", "kohya_config", "manifest", "state")  # file paths, relative to the config file's folder
 

@@ -9,6 +9,7 @@ from cachedoctor.checks.config_hazard import ConfigHazard
 from cachedoctor.checks.corrupt_archive import CorruptArchive
 from cachedoctor.checks.device_tagged import DeviceTagged
 from cachedoctor.checks.distribution_outlier import DistributionOutlier
+from cachedoctor.checks.dropped_bucket import DroppedBucket
 from cachedoctor.checks.dtype_mismatch import DtypeMismatch
 from cachedoctor.checks.interface import Check, Found, Inspected, PeerEntry, PeerGroup, PeerTensor, RunView
 from cachedoctor.checks.missing_entry import MissingEntry
@@ -16,6 +17,7 @@ from cachedoctor.checks.name_collision import NameCollision
 from cachedoctor.checks.non_finite import NonFinite
 from cachedoctor.checks.orphan_entry import OrphanEntry
 from cachedoctor.checks.partial_write import PartialWrite, is_temp_name
+from cachedoctor.checks.rank_imbalance import RankImbalance
 from cachedoctor.checks.read_timeout import ReadTimeout
 from cachedoctor.checks.shape_mismatch import ShapeMismatch
 from cachedoctor.checks.stale_entry import StaleEntry
@@ -38,6 +40,8 @@ CHECKS: tuple[Check, ...] = (
     NameCollision(),
     BitRot(),
     ConfigHazard(),
+    RankImbalance(),
+    DroppedBucket(),
     DistributionOutlier(),
 )
 

@@ -33,6 +33,11 @@ class BitRot(Check):
         "Check the disk (SMART, `zpool scrub`, the file server's logs): other files may rot next."
     )
     deep_only = True
+    found = (
+        "Needs a deep read (--deep, or the --sample share) and the state database: a file that "
+        "an earlier scan read deep, whose size, times and inode are unchanged since, is hashed "
+        "again and compared with the digest recorded then. A scan with --no-state never reports it."
+    )
 
     def judge(self, path: str, recorded: str, now: str | None, *, unreadable: bool = False) -> Finding | None:
         """The finding for a deep read of an unchanged file, given the digest the state recorded

@@ -48,6 +48,14 @@ class ConfigHazard(Check):
         "is reported when --world-size (or the trainer's num_processes) says more than one."
     )
 
+    found = (
+        "Judged once per scan from the trainer's configuration, as the layout reads it "
+        "(--config multidatabackend.json with its config.json, and the accelerate config it "
+        "names), and from the cache folders' file system and first files; a quick scan is "
+        "enough. The hazards that hold only on several GPUs need the run's size: --world-size, "
+        "or num_processes in the trainer's config."
+    )
+
     def check_run(self, run: RunView) -> Iterable[Finding]:
         if run.dataset is None:
             return

@@ -21,6 +21,7 @@ from cachedoctor.records import record
 if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
     from cachedoctor.formats.interface import FileMeta, ReadError
     from cachedoctor.layouts.interface import DatasetPlan, Expected
+    from cachedoctor.layouts.samplers.interface import Buckets
 
 _H = TypeVar("_H", bound=Hashable)
 
@@ -131,6 +132,9 @@ class RunView:
     dataset: DatasetPlan | None = None
     world_size: int | None = None
     batch_size: int | None = None
+    #: each dataset's buckets with its world and batch size resolved (flags over the trainer's
+    #: config), counted before the scan consumed the plan (``layouts/samplers/census.py``)
+    buckets: tuple[Buckets, ...] = ()
 
 
 class Check(abc.ABC):
@@ -141,6 +145,7 @@ class Check(abc.ABC):
     why: ClassVar[str] = ""  # ``explain``: why it breaks training (the error the trainer shows, or the silent damage)
     repair: ClassVar[str] = ""  # ``explain``: what ``cachedoctor repair`` does about it, and when it cannot
     deep_only: ClassVar[bool] = False
+    found: ClassVar[str] = ""  # ``explain``: how the scan finds it, where the method it implements does not say
 
     def check_file(self, item: Inspected) -> Iterable[Finding]:
         return ()

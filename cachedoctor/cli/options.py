@@ -240,3 +240,23 @@ __all__ = [
     "WorkersOption",
     "YesOption",
 ]
+
+# --- the training run (rank-imbalance) ---
+WorldSizeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--world-size",
+        metavar="N",
+        min=1,
+        help="GPUs (ranks) of the training run, to predict rank imbalance (default: the trainer's config).",
+    ),
+]
+BatchSizeOption = Annotated[
+    int | None,
+    typer.Option(
+        "--batch-size",
+        metavar="B",
+        min=1,
+        help="Per-GPU batch size of the training run, to predict rank imbalance (default: the trainer's config).",
+    ),
+]

@@ -14,6 +14,7 @@ from cachedoctor.cli.environment import NORMAL, QUIET, current
 from cachedoctor.cli.options import (
     NO_PATH,
     AllowEmptyOption,
+    BatchSizeOption,
     BucketNoUpscaleOption,
     BucketResoStepsOption,
     ColorChoice,
@@ -41,6 +42,7 @@ from cachedoctor.cli.options import (
     StateOption,
     VerboseOption,
     WorkersOption,
+    WorldSizeOption,
 )
 from cachedoctor.cli.report_file import check_writable, write_report
 from cachedoctor.cli.settings import resolve
@@ -93,6 +95,8 @@ def scan(
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
     allow_empty: AllowEmptyOption = None,
+    world_size: WorldSizeOption = None,
+    batch_size: BatchSizeOption = None,
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit
@@ -123,6 +127,8 @@ def scan(
         sample=sample,
         file_timeout=file_timeout,
         allow_empty=allow_empty,
+        world_size=world_size,
+        batch_size=batch_size,
     )
     if settings.sample.value and settings.state.value is False:
         raise UsageError(

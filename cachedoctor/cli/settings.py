@@ -15,6 +15,7 @@ import typer
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     AllowEmptyOption,
+    BatchSizeOption,
     BucketNoUpscaleOption,
     BucketResoStepsOption,
     ConfigOption,
@@ -35,6 +36,7 @@ from cachedoctor.cli.options import (
     SampleOption,
     StateOption,
     WorkersOption,
+    WorldSizeOption,
 )
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
@@ -101,6 +103,8 @@ def settings_show(
     sample: SampleOption = None,
     file_timeout: FileTimeoutOption = None,
     allow_empty: AllowEmptyOption = None,
+    world_size: WorldSizeOption = None,
+    batch_size: BatchSizeOption = None,
 ) -> int:
     """Print each setting, its value and where it came from (the same options as scan)."""
     from cachedoctor.settings import show_value
@@ -128,6 +132,8 @@ def settings_show(
         sample=sample,
         file_timeout=file_timeout,
         allow_empty=allow_empty,
+        world_size=world_size,
+        batch_size=batch_size,
     )
     print(f"config file: {settings.file or '(none found)'}", file=env.stdout)
     rows = [(name.replace("_", "-"), _shown(name, s.value, show_value), s.source) for name, s in settings.items()]

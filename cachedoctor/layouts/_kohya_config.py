@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cachedoctor import toml
@@ -52,6 +52,9 @@ class KohyaSubset:
     random_crop: bool = False
     caption_extension: str = ".caption"
     resize_interpolation: str | None = None
+    num_repeats: int = 1  # times sd-scripts lists each image per epoch
+    batch_size: int | None = None  # the dataset's batch_size (None: the training script's --train_batch_size)
+    dataset: int = 0  # which [[datasets]] table (1-based; 0: none, the command line's folders)
 
     def bucketer(self) -> Bucketer:
         return Bucketer(self.rules)
@@ -175,8 +178,13 @@ def load(path: str | None, args: Mapping[str, Any] | None = None) -> KohyaConfig
             continue
         chain = [dataset, general, cli]
         rules = _rules(chain, path)
+        batch = _pick("batch_size", [dataset, general], None)
         for m, subset in enumerate(items, 1):
-            subsets.append(_subset(subset, chain, rules, folder, f"{where}.subsets[{m}]"))
+            made = _subset(subset, chain, rules, folder, f"{where}.subsets[{m}]")
+            repeats = _pick("num_repeats", [subset, *chain], 1)
+            subsets.append(
+                replace(made, num_repeats=repeats if isinstance(repeats, int) else 1, batch_size=batch, dataset=n)
+            )
     return KohyaConfig(subsets, skipped)
 
 

@@ -26,6 +26,7 @@ from cachedoctor.errors import PathError
 if TYPE_CHECKING:
     from cachedoctor.formats.interface import FileMeta
     from cachedoctor.layouts._hazards import Hazard
+    from cachedoctor.layouts.samplers.interface import Sampling
 
 
 class LayoutError(PathError):
@@ -97,6 +98,7 @@ class DatasetPlan:
     entry_suffixes: tuple[str, ...] = (".pt", ".npz", ".safetensors", ".npy")
     source_suffixes: tuple[str, ...] = ()  # files in walked folders that are dataset items, not cache
     parts: list[LayoutPart] = field(default_factory=list)  # which layout each part of the targets got, and why
+    sampling: list[Sampling] = field(default_factory=list)  # how the trainer samples each dataset (rank-imbalance)
     hazards: list[Hazard] = field(default_factory=list)  # trainer settings known to lose the cache (config-hazard)
 
     def add(self, entry: Expected, folder_path: str | None = None) -> None:

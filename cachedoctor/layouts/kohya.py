@@ -44,6 +44,7 @@ from cachedoctor.layouts.interface import (
     SpecOrWhy,
     Template,
 )
+from cachedoctor.layouts.samplers import from_config as samplers_from_config
 
 if TYPE_CHECKING:
     from cachedoctor.formats.interface import FileMeta
@@ -118,6 +119,7 @@ class KohyaLayout(Layout):
             )
             arch = "sdxl"
         if config is not None:
+            plan.sampling.extend(samplers_from_config.kohya(config))
             plan.skipped.extend(config.skipped)
             if not config.subsets and not config.skipped:
                 raise LayoutError(

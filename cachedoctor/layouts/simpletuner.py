@@ -38,6 +38,7 @@ from cachedoctor.layouts.interface import (
     SpecOrWhy,
     Template,
 )
+from cachedoctor.layouts.samplers import from_config as samplers_from_config
 
 CONFIG_NAMES = ("multidatabackend.json", os.path.join("config", "multidatabackend.json"))
 _CAPTION_LIMIT = 1 << 20  # a caption file larger than this is not a caption
@@ -96,9 +97,11 @@ class SimpleTunerLayout(Layout):
         family = options.model_family or most_common(families) or cfg.model_family
         if texts and family is None:
             plan.notes.append("model family unknown, so text embeds were not compared; pass --model-family")
+        trainer = config._trainer_config(cfg.path)  # train_batch_size, num_processes (rank-imbalance)
         for backend in cfg.backends:
             if backend.dataset_type != "image":
                 continue
+            plan.sampling.extend(s for s in (samplers_from_config.simpletuner(backend, trainer),) if s)
             if backend.cache_dir_vae:
                 container = "torch-gzip" if cfg.compressed else "torch-zip"
                 self._defaults[os.path.normpath(backend.cache_dir_vae)] = (cfg.latent_dtype, container)

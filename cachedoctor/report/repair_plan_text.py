@@ -46,6 +46,8 @@ def print_plan(outcome: RepairOutcome, env: Environment) -> None:
             f"resuming interrupted run {gone.run_id}: {len(gone.verified)} item(s) were finished before it "
             f"stopped, {len(gone.unfinished)} were not; this scan shows what is still to do"
         )
+    for finding in run_level(result.findings):  # no file to act on, but what to change before training
+        lines.say(f"{finding.severity.value}: {finding.kind}: {lines.rel(finding.path)}: {finding.message}", "  ")
     if not plan.actions and not plan.needs_person:
         lines.say("nothing to repair")
         return
@@ -81,6 +83,13 @@ def print_plan(outcome: RepairOutcome, env: Environment) -> None:
         )
 
 
+def run_level(findings: list[Any]) -> list[Any]:
+    """Findings no repair acts on that are about the run, not a file (a setting that loses the
+    cache, ranks that would get unequal steps): repair says them, since a trainer who repairs
+    before a run never sees the scan's report."""
+    return [f for f in findings if f.fix.value == "none" and f.kind != "name-collision"]
+
+
 def _entry(lines: Lines, action: Any) -> str:
     return f"{lines.rel(action.path)}: {', '.join(action.reasons)}"
 
@@ -94,4 +103,4 @@ def _collisions(findings: list[Any]) -> dict[str, list[str]]:
     return out
 
 
-__all__ = ["NEEDS_PERSON", "print_plan"]
+__all__ = ["NEEDS_PERSON", "print_plan", "run_level"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from cachedoctor.checks import RUN_CHECKS, RunView
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
+from cachedoctor.layouts.samplers.census import from_shapes, gather
 from cachedoctor.progress import LIST, SCAN
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.folders import Collector, Record, ScanError, ScanStats
@@ -134,9 +136,12 @@ def _scan(
     walk_errors: list[WalkError] = []
     if dataset is not None and options.exclude:  # what the walk leaves out is not expected either
         drop_excluded(dataset, roots, options.exclude)
+    buckets, run_notes = gather(dataset, options.world_size, options.batch_size)  # before the matcher consumes the plan
     matcher = DatasetMatcher(dataset) if dataset is not None else None
     count = _Count(progress, roots, options.exclude, states) if progress is not None else None
     collector = Collector(count, matcher)
+    if dataset is None and (options.world_size or options.batch_size):
+        collector.shapes = Counter()  # no dataset: the run's buckets are the latent shapes read
     collector.watch([os.path.abspath(w) for w in watch if os.path.isdir(w)])
     folders = walk(roots, walk_errors, options.exclude)
     chunks = _chunks(count.listing(folders) if count is not None else folders, options, collector, keep, states)
@@ -155,7 +160,11 @@ def _scan(
         run_pool(chain([first], chunks), workers, collector, options.file_timeout)
     if matcher is not None:
         collector.findings.extend(matcher.finish())
-    collector.findings.extend(judge_run(RunView(dataset, options.world_size, options.batch_size)))
+    if collector.shapes is not None:
+        buckets, run_notes = from_shapes(
+            collector.shapes, roots[0], options.world_size, options.batch_size, collector.shapes_unknown
+        )
+    collector.findings.extend(judge_run(RunView(dataset, options.world_size, options.batch_size, tuple(buckets))))
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
     findings = sorted(collector.findings, key=Finding.sort_key)
     for path in chain((f.path for f in findings), (e.path for e in errors)):
@@ -166,7 +175,7 @@ def _scan(
     if progress is not None:
         progress(SCAN, stats.files_seen, stats.files_seen)
     special = special_note(collector.special) if collector.special else None
-    notes = [special] if special else []
+    notes = ([special] if special else []) + run_notes
     for store in states.stores:
         store.finish(
             [r for r in roots if os.path.isdir(r) and store.covers(r)],

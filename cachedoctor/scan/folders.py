@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from cachedoctor.checks import PEER_CHECKS, Found, PeerEntry, PeerGroup
 from cachedoctor.checks.bit_rot import BitRot
 from cachedoctor.findings import Finding
+from cachedoctor.layouts.samplers.census import latent_hw
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.state.codec import outcome_to_text
@@ -46,7 +47,7 @@ class ScanError:
 
 
 class _FolderState:
-    __slots__ = ("path", "pending", "groups", "found", "findings", "record")
+    __slots__ = ("path", "pending", "groups", "found", "findings", "record", "shapes")
 
     def __init__(self, path: str, pending: int, record: Record | None = None) -> None:
         self.path = path
@@ -54,6 +55,7 @@ class _FolderState:
         self.groups: dict[str, list[PeerEntry]] = defaultdict(list)
         self.found: dict[str, Found] = {}
         self.findings: list[Finding] = []  # dataset scans: held until the folder's sources are known
+        self.shapes: Counter[tuple[int, int]] = Counter()  # latent (H, W) counts (rank-imbalance)
         self.record = record
 
 
@@ -118,6 +120,10 @@ class Collector:
         self.folders: dict[int, _FolderState] = {}
         self._next_id = 0
         self.unchecked: set[str] = set()  # watched folders nothing under which was checked yet
+        #: latent (H, W) -> files, when the run's buckets come from the scan (no dataset known);
+        #: ``shapes_unknown`` counts folders reused from the state database with none recorded
+        self.shapes: Counter[tuple[int, int]] | None = None
+        self.shapes_unknown = 0
 
     def watch(self, folders: list[str]) -> None:
         self.unchecked = set(folders)
@@ -152,6 +158,11 @@ class Collector:
         stats.bytes_read += result.bytes
         stats.formats.update(result.formats)
         self.findings.extend(result.findings)
+        if self.shapes is not None:
+            if result.shapes is None:
+                self.shapes_unknown += 1 if result.read else 0
+            else:
+                self.shapes.update(result.shapes)
         if self.progress is not None:
             self.progress(stats.files_seen, stats.bytes_read)
         return True
@@ -190,6 +201,10 @@ class Collector:
             (state.findings if matcher is not None or record is not None else self.findings).extend(o.findings)
             if o.group is not None and o.peer is not None:
                 state.groups[o.group].append(o.peer)
+                if self.shapes is not None:
+                    hw = latent_hw((t.key, t.shape) for t in o.peer.tensors)
+                    if hw is not None:
+                        state.shapes[hw] += 1
         if self.unchecked and stats.files_read > read_before:
             self.checked(state.path)
         state.pending -= 1
@@ -254,8 +269,13 @@ class Collector:
             record.store.cache_files += record.read
             result = None
             if record.settled:
-                result = folder_result(record.read, record.skipped, record.bytes, record.formats, found, state.path)
+                shapes = state.shapes if self.shapes is not None else None
+                result = folder_result(
+                    record.read, record.skipped, record.bytes, record.formats, found, state.path, shapes
+                )
             record.store.save(state.path, record.fresh, record.gone, record.digest if record.settled else None, result)
         if self.matcher is not None:
             found = self.matcher.close_folder(state.path, state.found, found)
         self.findings.extend(found)
+        if self.shapes is not None:
+            self.shapes.update(state.shapes)

@@ -171,19 +171,26 @@ def plan_folder(
 
 
 def folder_result(
-    outcomes_read: int, skipped: int, nbytes: int, formats: Counter, findings: list[Finding], folder: str
+    outcomes_read: int,
+    skipped: int,
+    nbytes: int,
+    formats: Counter,
+    findings: list[Finding],
+    folder: str,
+    shapes: Counter[tuple[int, int]] | None = None,
 ) -> str:
-    """A settled folder's result as recorded: what its stats and findings add to a scan."""
-    return json.dumps(
-        {
-            "r": outcomes_read,
-            "k": skipped,
-            "b": nbytes,
-            "fmt": dict(formats),
-            "f": [finding_to_json(f, folder) for f in findings],
-        },
-        separators=(",", ":"),
-    )
+    """A settled folder's result as recorded: what its stats and findings add to a scan, and
+    its latents per (H, W) when the scan counted them (rank-imbalance without a dataset)."""
+    result = {
+        "r": outcomes_read,
+        "k": skipped,
+        "b": nbytes,
+        "fmt": dict(formats),
+        "f": [finding_to_json(f, folder) for f in findings],
+    }
+    if shapes is not None:
+        result["hw"] = [[h, w, n] for (h, w), n in shapes.items()]
+    return json.dumps(result, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +200,7 @@ class FolderResult:
     bytes: int
     formats: dict[str, int]
     findings: list[Finding]
+    shapes: dict[tuple[int, int], int] | None = None  # latent (H, W) -> files, where recorded
 
 
 def decode_result(text: str, folder: str) -> FolderResult | None:
@@ -204,6 +212,7 @@ def decode_result(text: str, folder: str) -> FolderResult | None:
             int(d["b"]),
             {str(k): int(v) for k, v in d["fmt"].items()},
             [finding_from_json(f, folder) for f in d["f"]],
+            {(int(h), int(w)): int(n) for h, w, n in d["hw"]} if "hw" in d else None,
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -251,6 +251,8 @@ def test_repair_leaves_a_hazard_alone(st: Path) -> None:
     before = config.read_bytes()
     code, out, err = cli("repair", "--config", str(config), "--dry-run", "--workers", "1")
     assert (code, err) == (0, "") and "1 finding(s) in 1 file(s)" in out and "nothing to repair" in out
+    said = " ".join(out.split())
+    assert "warning: config-hazard: " in said and 'set "vae_cache_clear_each_epoch": false' in said
     assert config.read_bytes() == before
 
 

@@ -1,0 +1,60 @@
+"""``dropped-bucket``: images the trainer's sampler never trains, for not filling its batches.
+
+A warning apart from ``rank-imbalance`` because it gates differently: the run does not hang,
+but images that were cached never train, and the trainer's log says so once, if at all. It reads
+the same per-run simulation (``rank_split.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from cachedoctor.checks.interface import Check, RunView
+from cachedoctor.checks.rank_split import names, simulate, whose
+from cachedoctor.findings import Finding, Fix, Severity
+
+
+class DroppedBucket(Check):
+    kind = "dropped-bucket"
+    severity = Severity.WARNING
+    fix = Fix.NONE
+    summary = "the trainer's sampler never trains some images of a bucket (too small for its batches)"
+    why = (
+        "Samplers drop what does not fill a batch: SimpleTuner deletes a bucket smaller than "
+        "one batch (with minimum_image_size set); Sana's multi-scale loader drops each rank's "
+        "partial batches (drop_last), and since it reads its ranges in order, the same images "
+        "every epoch, plus the items past the ranks' equal ranges. Those images were cached and "
+        "never train, and the log says so once, if at all."
+    )
+    repair = (
+        "none: the cache is fine. Add images to the bucket, lower the batch size, or move "
+        "the images to a bucket that fills (a different crop or resolution)."
+    )
+
+    found = (
+        "Judged once per scan, about the run as a whole, from the buckets: the dataset's (SimpleTuner's "
+        "bucket indices with --config, kohya's computed buckets, a manifest's shapes) or, without the "
+        "dataset, the latent sizes the scan read in each cache folder (trainer unknown: modelled as "
+        "Sana's sampler, and said so). Needs the run's size: --world-size and --batch-size (or "
+        "world-size / batch-size in cachedoctor.toml), or the trainer's config (SimpleTuner config.json "
+        "num_processes and train_batch_size, kohya's dataset TOML batch_size). A quick scan is enough."
+    )
+
+    def check_run(self, run: RunView) -> Iterable[Finding]:
+        for buckets, split, own in simulate(run):
+            if not split.dropped:
+                continue
+            listed = [f"{b} ({n})" for b, n in split.dropped.items()]
+            total = sum(split.dropped.values())
+            yield self.finding(
+                buckets.path,
+                f"{total} image(s) never train ({whose(split, own)}, batch {buckets.batch_size} on "
+                f"{buckets.world_size} rank(s)): bucket(s) {names(listed)}; add images, lower the batch "
+                "size, or drop those buckets",
+                dataset=buckets.name,
+                trainer=split.sampler,
+                trainer_known=own,
+                world_size=buckets.world_size,
+                batch_size=buckets.batch_size,
+                dropped=dict(split.dropped),
+            )

@@ -1,0 +1,111 @@
+"""``rank-imbalance`` end to end: the SimpleTuner fixture dataset scanned for an 8-GPU run, with
+the run's size from the flags, from ``cachedoctor.toml``, and from SimpleTuner's ``config.json``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.cli_run import cli, scan_json
+
+REPO = Path(__file__).resolve().parents[2]
+DATASET = REPO / "fixtures" / "datasets" / "simpletuner-healthy"
+CONFIG = DATASET / "config" / "multidatabackend.json"
+PHOTOS = (
+    "SimpleTuner stops at start-up: bucket(s) 1.33 (1), 1.0 (7), 0.75 (2) hold fewer than the effective "
+    "batch of 32 (batch 4 x 8 ranks x 1 accumulation); lower the batch size or the GPU count, or add images"
+)
+
+
+def rank_findings(report: dict) -> list[tuple[str, str, str]]:
+    return [
+        (f["kind"], f["path"], f["message"])
+        for f in report["findings"]
+        if f["kind"] in ("rank-imbalance", "dropped-bucket")
+    ]
+
+
+def test_flags_predict_that_simpletuner_refuses_the_split() -> None:
+    report = scan_json("--no-state", "--config", str(CONFIG), "--world-size", "8", "--batch-size", "4")
+    found = rank_findings(report)
+    assert [f[1] for f in found] == [
+        str(DATASET / "cache" / "vae" / "renders"),
+        str(DATASET / "output" / "cache" / "vae" / "sdxl" / "photos"),
+    ]
+    assert found[1] == ("rank-imbalance", str(DATASET / "output" / "cache" / "vae" / "sdxl" / "photos"), PHOTOS)
+    photos = next(f for f in report["findings"] if f["path"].endswith("photos"))
+    assert photos["details"] == {
+        "dataset": "photos",
+        "trainer": "simpletuner",
+        "trainer_known": True,
+        "world_size": 8,
+        "batch_size": 4,
+        "steps": [0] * 8,
+        "buckets": {"1.33": 1, "1.0": 7, "0.75": 2},
+    }
+    assert report["summary"]["by_kind"]["rank-imbalance"] == 2
+
+
+def test_one_gpu_at_batch_one_is_clean() -> None:
+    report = scan_json("--no-state", "--config", str(CONFIG), "--world-size", "1", "--batch-size", "1")
+    assert rank_findings(report) == []
+
+
+def test_world_and_batch_size_from_cachedoctor_toml(tmp_path: Path) -> None:
+    (tmp_path / "cachedoctor.toml").write_text("world-size = 8\nbatch-size = 4\n", encoding="utf-8")
+    code, out, err = cli("scan", "--format", "json", "--no-state", "--config", str(CONFIG), cwd=str(tmp_path))
+    assert (code, err) == (1, "")
+    assert rank_findings(json.loads(out))[1][2] == PHOTOS
+
+
+def test_world_and_batch_size_from_simpletuners_config_and_flags_win(tmp_path: Path) -> None:
+    root = tmp_path / "st"
+    shutil.copytree(DATASET, root)
+    trainer = json.loads((root / "config" / "config.json").read_text(encoding="utf-8"))
+    trainer.update({"--num_processes": 2, "train_batch_size": 2})
+    (root / "config" / "config.json").write_text(json.dumps(trainer), encoding="utf-8")
+    config = str(root / "config" / "multidatabackend.json")
+    report = scan_json("--no-state", "--config", config)
+    photos = next(f for f in report["findings"] if f["path"].endswith("photos"))
+    assert photos["message"].startswith(
+        "SimpleTuner stops at start-up: bucket(s) 1.33 (1), 0.75 (2) hold fewer than the effective batch of 4 "
+        "(batch 2 x 2 ranks x 1 accumulation)"
+    )
+    assert rank_findings(scan_json("--no-state", "--config", config, "--world-size", "1", "--batch-size", "1")) == []
+
+
+def test_only_the_world_size_is_a_note_not_a_finding() -> None:
+    code, out, err = cli("scan", "--no-state", "--config", str(CONFIG), "--world-size", "8")
+    assert (code, err) == (0, "")
+    flat = " ".join(out.split())
+    for dataset in ("photos", "renders"):
+        note = f"note: dataset '{dataset}': no batch size (--batch-size) given or in the trainer's config; rank balance not judged"
+        assert note in flat
+    assert "No findings." in flat
+
+
+def test_without_a_dataset_the_latent_shapes_read_are_the_buckets(tmp_path: Path) -> None:
+    cache = tmp_path / "vae"
+    shutil.copytree(DATASET / "output" / "cache" / "vae", cache)
+    args = ("--layout", "none", "--world-size", "2", "--batch-size", "2")
+    first = scan_json(str(cache), *args)
+    [dropped] = [f for f in first["findings"] if f["kind"] == "dropped-bucket"]
+    assert dropped["path"] == str(cache)
+    assert dropped["details"]["dropped"] == {"8x6": 1, "8x8": 1, "16x16": 2, "16x12": 1, "12x16": 1}
+    assert dropped["details"]["trainer_known"] is False
+    # a rescan takes both folders from the state database, with the counts recorded there
+    again = scan_json(str(cache), *args)
+    assert [f["details"] for f in again["findings"]] == [dropped["details"]]
+
+
+def test_counts_missing_from_the_state_database_are_a_note(tmp_path: Path) -> None:
+    cache = tmp_path / "vae"
+    shutil.copytree(DATASET / "output" / "cache" / "vae", cache)
+    assert cli("scan", str(cache), "--layout", "none")[0] == 0  # records the folders without counts
+    code, out, err = cli("scan", str(cache), "--layout", "none", "--world-size", "2", "--batch-size", "2")
+    assert (code, err) == (0, "")
+    assert (
+        "note: 2 folder(s) were taken from the state database without their latent shapes: the rank balance "
+        "counts only the rest (scan once with --no-state to count them all)"
+    ) in " ".join(out.split())
