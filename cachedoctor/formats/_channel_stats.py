@@ -6,13 +6,14 @@ dtype and CRC; only its values say so, and only next to its peers'. The readers 
 :func:`channel_stats` in the deep pass, on the bytes :func:`_deep.count_nonfinite` just
 checked (only finite tensors: a file with NaN is ``non-finite`` already).
 
-Cost: a deep scan is memory-bound and must stay so (+10% at most, docs/performance.md). Whole
-rows are sampled, evenly spread, until each channel has about :data:`_SAMPLE` elements (a
-128x128 SDXL latent: every 8th row): the spread of the mean and standard deviation over a few
-thousand values is far below the spread between images, and the same rows are taken whatever
-the dtype, so a cache's files are measured alike. Sums run in float32 (a matrix-vector product
-and a dot per channel, both SIMD); fp16 and fp8 are gathered from a table of every value (numpy's
-fp16 cast is software, several times slower), bf16 is its bits shifted into float32.
+Cost: a deep scan is memory-bound and must stay so (docs/performance.md). A grid of every
+step-th row and column is sampled, evenly spread, so that each channel has at least
+:data:`_SAMPLE` values (a 128x128 SDXL latent: every 8th row and column, 16x16): the spread of
+the mean and standard deviation over a few hundred values is far below the spread between
+images, and the same grid is taken whatever the dtype, so a cache's files are measured alike.
+Sums run in float32 (the values and their squares in one block, one matrix-vector product);
+fp16 and fp8 are gathered from a table of every value (numpy's fp16 cast is no faster), bf16
+is its bits shifted into float32.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-_SAMPLE = 512  # elements per channel, at least (whole rows)
+_SAMPLE = 256  # elements per channel, at least: a grid of every step-th row and column
 _MAX_CHANNELS = 128  # LTX-Video's VAE has 128; text embeddings are wider and are never [C,H,W]
 _NOT_LATENT = ("embed", "prompt", "text", "mask", "hidden", "pooled", "time_ids", "token")
 
@@ -90,15 +91,15 @@ def channel_stats(
     layout = _layout(key, tuple(shape), None if stride is None else tuple(stride))
     if layout is None:
         return None
-    channels, rows, width, step, taken = layout
+    channels, rows, width, step, taken, across = layout
     import numpy as np
 
     count = channels * rows * width
     if (offset + count) * _ITEMSIZE[word] > len(buffer):
         return None
     data = np.frombuffer(buffer, dtype=word, count=count, offset=offset * _ITEMSIZE[word])
-    part = data.reshape(channels, rows, width)[:, ::step, :] if step > 1 else data.reshape(channels, rows, width)
-    block, rows_in, values, squares, ones = _scratch(channels, taken, width)
+    part = data.reshape(channels, rows, width)[:, ::step, ::step] if step > 1 else data.reshape(channels, rows, width)
+    block, rows_in, values, squares, ones = _scratch(channels, taken, across)
     if dtype == "bfloat16":
         np.left_shift(part, 16, out=rows_in.view(np.uint32), dtype=np.uint32)
     elif dtype in _FP8 or dtype == "float16":
@@ -112,7 +113,7 @@ def channel_stats(
         with np.errstate(over="ignore", invalid="ignore"):  # finite values near float32's limit square to inf
             np.multiply(values, values, out=squares)
             sums = (block @ ones).tolist()
-    n = taken * width
+    n = taken * across
     means = [_finite(total / n) for total in sums[:channels]]
     stds = [_finite(math.sqrt(max(q / n - m * m, 0.0))) for q, m in zip(sums[channels:], means, strict=True)]
     return struct.pack(f"<{2 * channels}f", *means, *stds)
@@ -130,15 +131,17 @@ _F32_MAX = 3.4028234663852886e38
 
 
 @lru_cache(maxsize=1024)
-def _layout(key: str, shape: tuple[int, ...], stride: tuple[int, ...] | None) -> tuple[int, int, int, int, int] | None:
-    """``(channels, rows, width, row step, rows taken)`` of a contiguous latent-like tensor: the
-    files of a bucket share it, so it is worked out once."""
+def _layout(
+    key: str, shape: tuple[int, ...], stride: tuple[int, ...] | None
+) -> tuple[int, int, int, int, int, int] | None:
+    """``(channels, rows, width, step, rows taken, columns taken)`` of a contiguous latent-like
+    tensor: the files of a bucket share it, so it is worked out once."""
     dims = latent_dims(key, shape)
     if dims is None or (stride is not None and stride != _contiguous(shape)):
         return None
     channels, rows, width = dims
-    step = max(1, rows // -(-_SAMPLE // width))
-    return channels, rows, width, step, -(-rows // step)
+    step = max(1, math.isqrt(rows * width // _SAMPLE))
+    return channels, rows, width, step, -(-rows // step), -(-width // step)
 
 
 _ITEMSIZE = {"<f8": 8, "<f4": 4, "<u2": 2, "u1": 1}

@@ -28,7 +28,7 @@ def test_every_float_format_gives_the_float32_statistics(tmp_path: Path, dtype: 
     x = latent()
     (t,) = read_file(str(save_pt(tmp_path / "a.pt", x.to(dtype))), deep=True).tensors
     means, stds = decode_stats(t.stats or b"")
-    reference = x.to(dtype).float()[:, ::8, :]  # the rows the sample takes: 8 of 64 (512 values a channel)
+    reference = x.to(dtype).float()[:, ::4, ::4]  # the grid the sample takes: every 4th row and column of 64
     assert means == pytest.approx(reference.mean(dim=(1, 2)).tolist(), abs=1e-3)
     assert stds == pytest.approx(reference.std(dim=(1, 2), correction=0).tolist(), rel=1e-3)
 
