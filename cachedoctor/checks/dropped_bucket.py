@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, RunView
-from cachedoctor.checks.rank_split import names, simulate, whose
+from cachedoctor.checks.rank_split import dropped_rule, names, simulate, whose
 from cachedoctor.findings import Finding, Fix, Severity
 
 
@@ -46,10 +46,12 @@ class DroppedBucket(Check):
                 continue
             listed = [f"{b} ({n})" for b, n in split.dropped.items()]
             total = sum(split.dropped.values())
+            world, batch = buckets.world_size or 1, buckets.batch_size or 1
+            rule = dropped_rule(split.sampler, world, batch) if own else ""
             yield self.finding(
                 buckets.path,
-                f"{total} image(s) never train ({whose(split, own)}, batch {buckets.batch_size} on "
-                f"{buckets.world_size} rank(s)): bucket(s) {names(listed)}; add images, lower the batch "
+                f"{total} image(s) never train ({whose(split, own)}, batch {batch} on {world} rank(s)): "
+                f"bucket(s) {names(listed)}{f' ({rule})' if rule else ''}; add images, lower the batch "
                 "size, or drop those buckets",
                 dataset=buckets.name,
                 trainer=split.sampler,

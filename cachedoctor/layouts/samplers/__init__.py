@@ -13,7 +13,9 @@ from cachedoctor.layouts.samplers.onetrainer import OneTrainerSampler
 from cachedoctor.layouts.samplers.sana import SanaSampler
 from cachedoctor.layouts.samplers.simpletuner import SimpleTunerSampler
 
-SAMPLERS: dict[str, Sampler] = {s.name: s for s in (SimpleTunerSampler(), KohyaSampler(), SanaSampler(), OneTrainerSampler())}
+SAMPLERS: dict[str, Sampler] = {
+    s.name: s for s in (SimpleTunerSampler(), KohyaSampler(), SanaSampler(), OneTrainerSampler())
+}
 DEFAULT = "sana"
 
 

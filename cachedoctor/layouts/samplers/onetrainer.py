@@ -36,6 +36,12 @@ class OneTrainerSampler(Sampler):
     name = "onetrainer"
     commit = "23df383 (mgds 3a6994a)"
 
+    def dropped_rule(self, world_size: int, batch_size: int) -> str:
+        return (
+            f"OneTrainer cuts each bucket into global batches of batch x GPUs = {batch_size * world_size}; "
+            "a smaller bucket makes none"
+        )
+
     def split(self, buckets: Buckets, world_size: int, batch_size: int) -> RankSplit:
         global_batch = batch_size * world_size
         by_bucket = {b: (n // global_batch,) * world_size for b, n in buckets.counts.items() if n > 0}
