@@ -40,8 +40,13 @@ def names(items: list[str]) -> str:
     return ", ".join(items[:SHOWN]) + more
 
 
+#: How messages name each modelled trainer (the details keep the model's key).
+TITLES = {"simpletuner": "SimpleTuner", "sana": "Sana", "kohya": "sd-scripts", "onetrainer": "OneTrainer"}
+
+
 def whose(split: RankSplit, own: bool) -> str:
-    return f"{split.sampler}'s sampler" if own else f"trainer unknown, modelled as {split.sampler}'s sampler"
+    title = TITLES.get(split.sampler, split.sampler)
+    return f"{title}'s sampler" if own else f"trainer unknown, modelled as {title}'s sampler"
 
 
 def dropped_rule(trainer: str, world_size: int, batch_size: int) -> str:

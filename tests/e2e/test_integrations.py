@@ -24,12 +24,17 @@ REPO = Path(__file__).resolve().parents[2]
 CI_DOC = (REPO / "docs" / "ci.md").read_text()
 
 #: The job-script snippets of docs/ci.md ("Gates: CI and the start of a training job"), verbatim.
-GATE = 'cachedoctor scan --config multidatabackend.json --fail-on error || exit 1\naccelerate launch train.py "$@"\n'
+GATE = (
+    "cachedoctor scan --config multidatabackend.json --world-size 8 --batch-size 4 --fail-on error || exit 1\n"
+    'accelerate launch --num_processes 8 train.py "$@"\n'
+)
+RUN_SIZE = "--world-size 8 --batch-size 4"
 REPAIR_FIRST = (
     "cachedoctor repair --config multidatabackend.json --encoder diffusers-vae:/models/vae --yes \\\n"
     '  && accelerate launch train.py "$@"\n'
 )
 TRAIN = 'accelerate launch train.py "$@"'
+TRAIN_8 = 'accelerate launch --num_processes 8 train.py "$@"'
 STARTED = "training starts"
 
 
@@ -95,8 +100,13 @@ def test_pre_commit_entry_exits_0_on_a_healthy_cache_and_1_on_a_defect(tmp_path:
 def test_ci_doc_shows_the_hook_and_the_job_snippets() -> None:
     section = CI_DOC[CI_DOC.index("## Gates: CI and the start of a training job") : CI_DOC.index("## Baselines")]
     assert GATE in section and REPAIR_FIRST in section
-    assert "- id: cachedoctor-scan" in section and "args: [path/to/cache]" in section
-    assert "cachedoctor scan --config config/multidatabackend.json --fail-on error" in section
+    assert (
+        "- id: cachedoctor-scan" in section and 'args: [path/to/cache, --world-size, "8", --batch-size, "4"]' in section
+    )
+    assert (
+        "cachedoctor scan --config config/multidatabackend.json --world-size 8 --batch-size 4 --fail-on error"
+        in section
+    )
     assert "cachedoctor explain" in section
     if "--format github" in section:  # the doc may only name report formats that exist
         from cachedoctor.report import OutputFormat
@@ -114,10 +124,14 @@ def bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def job(snippet: str) -> str:
-    """The docs/ci.md snippet with the training command replaced by a marker we can see."""
-    assert TRAIN in snippet
-    return snippet.replace(TRAIN, f"echo {STARTED}")
+def job(snippet: str, run_size: str | None = None) -> str:
+    """The docs/ci.md snippet with the training command replaced by a marker we can see (and
+    the run's size by ``run_size``: the test datasets are too small for 8 GPUs at batch 4)."""
+    assert TRAIN in snippet or TRAIN_8 in snippet
+    if run_size is not None:
+        assert RUN_SIZE in snippet
+        snippet = snippet.replace(RUN_SIZE, run_size)
+    return snippet.replace(TRAIN_8, f"echo {STARTED}").replace(TRAIN, f"echo {STARTED}")
 
 
 @pytest.fixture
@@ -127,19 +141,24 @@ def dataset(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_gate_starts_training_only_on_a_healthy_cache(dataset) -> None:  # type: ignore[no-untyped-def]
-    healthy = bash(job(GATE), dataset.root)
+    one_gpu = job(GATE, "--world-size 1 --batch-size 1")
+    healthy = bash(one_gpu, dataset.root)
     assert (healthy.returncode, healthy.stdout.splitlines()[-1]) == (0, STARTED), healthy.stderr
+    # the doc's run: 8 GPUs at batch 4 want 32 images a step, and 4 cannot make one (SimpleTuner
+    # would stop at start-up): the gate stops the job before the launcher
+    eight = bash(job(GATE), dataset.root)
+    assert eight.returncode == 1 and STARTED not in eight.stdout and "rank-imbalance" in eight.stdout
 
     tagged = dataset.latent_path(dataset.images[0])
     with saved_on("cuda:0"):  # a device-tagged latent is a warning: the job still starts
         save_pt(tagged, torch.load(tagged, weights_only=True))
-    warned = bash(job(GATE), dataset.root)
+    warned = bash(one_gpu, dataset.root)
     assert (warned.returncode, warned.stdout.splitlines()[-1]) == (0, STARTED)
     assert "device-tagged" in warned.stdout
 
     latent_file = dataset.latent_path(dataset.images[1])
     latent_file.write_bytes(latent_file.read_bytes()[:200])  # a truncated latent
-    broken = bash(job(GATE), dataset.root)
+    broken = bash(one_gpu, dataset.root)
     assert broken.returncode == 1 and STARTED not in broken.stdout
     assert "corrupt-archive" in broken.stdout
 
@@ -160,7 +179,7 @@ def test_repair_first_recomputes_then_starts_training(dataset) -> None:  # type:
     done = bash(script, dataset.root)
     assert (done.returncode, done.stdout.splitlines()[-1]) == (0, STARTED), done.stdout + done.stderr
     assert not (dataset.vae / "tmpAb3dE9xZ").exists()
-    assert bash(job(GATE), dataset.root).returncode == 0
+    assert bash(job(GATE, "--world-size 1 --batch-size 1"), dataset.root).returncode == 0
 
 
 def test_repair_first_does_not_start_training_when_something_is_left(dataset) -> None:  # type: ignore[no-untyped-def]

@@ -28,7 +28,7 @@ def test_uneven_simpletuner_split_is_an_error_naming_the_bucket() -> None:
         "/c/vae",
     )
     assert finding.message == (
-        "2 ranks at batch 2 (simpletuner's sampler): ranks take 2 to 3 steps per epoch; bucket(s) 1.0 "
+        "2 ranks at batch 2 (SimpleTuner's sampler): ranks take 2 to 3 steps per epoch; bucket(s) 1.0 "
         "split unevenly. The short rank waits at a collective the others never reach (NCCL timeout): "
         "change the batch size or the GPU count, or drop or fill those buckets; or unset max_train_steps "
         "(SimpleTuner then pads each bucket to the same count on every rank)"
@@ -58,12 +58,12 @@ def test_refused_split_names_the_short_buckets() -> None:
 def test_unknown_trainer_is_modelled_as_sana_and_says_so() -> None:
     buckets = Buckets("manifest", {"8x8": 5, "12x16": 3}, None, None, None, 2, 2, {}, (0, 0, 0, 0, 0, 1, 1, 1), "/c")
     [imbalance] = RankImbalance().check_run(run_of(buckets))
-    assert "(trainer unknown, modelled as sana's sampler)" in imbalance.message
+    assert "(trainer unknown, modelled as Sana's sampler)" in imbalance.message
     assert imbalance.details["steps"] == [2, 1] and imbalance.details["trainer_known"] is False
     [dropped] = DroppedBucket().check_run(run_of(buckets))
     assert (dropped.kind, dropped.severity) == ("dropped-bucket", Severity.WARNING)
     assert dropped.message == (
-        "2 image(s) never train (trainer unknown, modelled as sana's sampler, batch 2 on 2 rank(s)): "
+        "2 image(s) never train (trainer unknown, modelled as Sana's sampler, batch 2 on 2 rank(s)): "
         "bucket(s) 8x8 (1), 12x16 (1); add images, lower the batch size, or drop those buckets"
     )
     assert dropped.details["dropped"] == {"8x8": 1, "12x16": 1}
