@@ -114,7 +114,7 @@ def test_counts_missing_from_the_state_database_are_a_note(tmp_path: Path) -> No
 ONETRAINER = REPO / "fixtures" / "trainers" / "onetrainer" / "cache"
 #: the OneTrainer fixture's 6 images, one per bucket but one (crop resolutions from its aggregate.pt)
 OT_DROPPED = (
-    "6 image(s) never train (onetrainer's sampler, batch 2 on 2 rank(s)): bucket(s) 128x192 (2), "
+    "6 image(s) never train (OneTrainer's sampler, batch 2 on 2 rank(s)): bucket(s) 128x192 (2), "
     "192x128 (1), 64x192 (1), 128x128 (1), 192x64 (1) (OneTrainer cuts each bucket into global "
     "batches of batch x GPUs = 4; a smaller bucket makes none); add images, lower the batch size, "
     "or drop those buckets"
@@ -126,7 +126,7 @@ def test_onetrainer_on_two_gpus_drops_buckets_below_the_global_batch_and_keeps_r
     assert rank_findings(report) == [("dropped-bucket", str(ONETRAINER), OT_DROPPED)]
     # on one GPU at batch 2 the bucket of two makes a batch; the four single images still do not
     one = rank_findings(scan_json("--no-state", str(ONETRAINER), "--world-size", "1", "--batch-size", "2"))
-    assert [f[2].split(":")[0] for f in one] == ["4 image(s) never train (onetrainer's sampler, batch 2 on 1 rank(s))"]
+    assert [f[2].split(":")[0] for f in one] == ["4 image(s) never train (OneTrainer's sampler, batch 2 on 1 rank(s))"]
 
 
 def test_onetrainer_run_size_from_its_saved_training_config_and_flags_win(tmp_path: Path) -> None:

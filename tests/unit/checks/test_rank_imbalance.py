@@ -81,7 +81,7 @@ def test_onetrainer_on_eight_gpus_drops_a_bucket_one_gpu_would_train() -> None:
     assert list(RankImbalance().check_run(run_of(buckets))) == []
     [dropped] = DroppedBucket().check_run(run_of(buckets))
     assert dropped.message == (
-        "20 image(s) never train (onetrainer's sampler, batch 4 on 8 rank(s)): bucket(s) 512x768 (20) "
+        "20 image(s) never train (OneTrainer's sampler, batch 4 on 8 rank(s)): bucket(s) 512x768 (20) "
         "(OneTrainer cuts each bucket into global batches of batch x GPUs = 32; a smaller bucket makes "
         "none); add images, lower the batch size, or drop those buckets"
     )
