@@ -26,6 +26,9 @@ from cachedoctor.layouts._hazards import count, truthy
 
 #: config files looked at per folder (a workspace keeps one per start)
 _MAX_CANDIDATES = 64
+#: a training config with its concepts and samples inline is tens of KiB; a bigger JSON beside
+#: the cache (a dataset's metadata) is not one, and is not read
+_MAX_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +52,11 @@ def find(cache: str) -> OneTrainerRun | None:
     for pattern in patterns:
         for path in sorted(glob.glob(pattern))[-_MAX_CANDIDATES:]:
             try:
-                candidates.append((os.stat(path).st_mtime, path))
+                stat = os.stat(path)
             except OSError:
                 continue
+            if stat.st_size <= _MAX_BYTES:
+                candidates.append((stat.st_mtime, path))
     for _, path in sorted(candidates, reverse=True):
         raw = _load(path)
         if raw is not None and _names(raw.get("cache_dir"), path, cache):

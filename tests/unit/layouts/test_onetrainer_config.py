@@ -70,6 +70,8 @@ def test_no_config_leaves_the_run_size_to_the_flags(tmp_path: Path) -> None:
     cache.mkdir()
     _config(tmp_path / "other.json", cache_dir=str(tmp_path / "elsewhere"), batch_size=4)
     (tmp_path / "broken.json").write_text("{", encoding="utf-8")
+    big = {"cache_dir": str(cache), "batch_size": 4, "pad": "x" * (_onetrainer_config._MAX_BYTES + 1)}
+    (tmp_path / "metadata.json").write_text(json.dumps(big), encoding="utf-8")  # too big to be a config
     assert _onetrainer_config.find(str(cache)) is None
     sampling, notes = from_config.onetrainer([str(cache)], {"g": [(64, 64), None, "x"]})
     assert sampling is not None and (sampling.world_size, sampling.batch_size, dict(sampling.counts)) == (
