@@ -14,7 +14,7 @@ from dataclasses import replace
 import runner
 from runner import Bench, Goal, Method, fail, opt
 
-MODELS = ("simpletuner", "sana", "kohya")
+MODELS = ("simpletuner", "sana", "kohya", "onetrainer")
 
 
 def build(args, root):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, RunView
-from cachedoctor.checks.rank_split import names, simulate, whose
+from cachedoctor.checks.rank_split import dropped_rule, names, simulate, whose
 from cachedoctor.findings import Finding, Fix, Severity
 
 
@@ -23,8 +23,11 @@ class DroppedBucket(Check):
         "Samplers drop what does not fill a batch: SimpleTuner deletes a bucket smaller than "
         "one batch (with minimum_image_size set); Sana's multi-scale loader drops each rank's "
         "partial batches (drop_last), and since it reads its ranges in order, the same images "
-        "every epoch, plus the items past the ranks' equal ranges. Those images were cached and "
-        "never train, and the log says so once, if at all."
+        "every epoch, plus the items past the ranks' equal ranges; OneTrainer (mgds "
+        "AspectBatchSorting) cuts each bucket into global batches of batch x GPUs and drops the "
+        "rest, so on 8 GPUs at batch 4 a bucket of fewer than 32 images never trains, though it "
+        "would on one GPU. Those images were cached and never train, and the log says so once, "
+        "if at all."
     )
     repair = (
         "none: the cache is fine. Add images to the bucket, lower the batch size, or move "
@@ -32,12 +35,12 @@ class DroppedBucket(Check):
     )
 
     found = (
-        "Judged once per scan, about the run as a whole, from the buckets: the dataset's (SimpleTuner's "
-        "bucket indices with --config, kohya's computed buckets, a manifest's shapes) or, without the "
-        "dataset, the latent sizes the scan read in each cache folder (trainer unknown: modelled as "
-        "Sana's sampler, and said so). Needs the run's size: --world-size and --batch-size (or "
-        "world-size / batch-size in cachedoctor.toml), or the trainer's config (SimpleTuner config.json "
-        "num_processes and train_batch_size, kohya's dataset TOML batch_size). A quick scan is enough."
+        "Judged once per scan, about the run as a whole, from the same simulation as rank-imbalance "
+        "(the buckets of the dataset, or the latent sizes read; the run's size from --world-size and "
+        "--batch-size, else the trainer's config: SimpleTuner config.json and its accelerate_config, "
+        "kohya's dataset TOML, OneTrainer's training config that names the cache). Only images that no "
+        "epoch trains count: OneTrainer's per-epoch remainders are drawn afresh each epoch and are not "
+        "reported. A quick scan is enough."
     )
 
     def check_run(self, run: RunView) -> Iterable[Finding]:
@@ -46,10 +49,12 @@ class DroppedBucket(Check):
                 continue
             listed = [f"{b} ({n})" for b, n in split.dropped.items()]
             total = sum(split.dropped.values())
+            world, batch = buckets.world_size or 1, buckets.batch_size or 1
+            rule = dropped_rule(split.sampler, world, batch) if own else ""
             yield self.finding(
                 buckets.path,
-                f"{total} image(s) never train ({whose(split, own)}, batch {buckets.batch_size} on "
-                f"{buckets.world_size} rank(s)): bucket(s) {names(listed)}; add images, lower the batch "
+                f"{total} image(s) never train ({whose(split, own)}, batch {batch} on {world} rank(s)): "
+                f"bucket(s) {names(listed)}{f' ({rule})' if rule else ''}; add images, lower the batch "
                 "size, or drop those buckets",
                 dataset=buckets.name,
                 trainer=split.sampler,

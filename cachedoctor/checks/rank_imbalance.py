@@ -34,9 +34,10 @@ class RankImbalance(Check):
         "one GPU or a fixed size works). Every cache file is healthy: the distribution of the "
         "buckets over the ranks is what kills the run, and it is known before the run starts. "
         "SimpleTuner refuses to start instead when a bucket holds fewer images than one batch "
-        "on every rank. Needs the world and batch size: --world-size and --batch-size, or the "
-        "trainer's config (SimpleTuner config.json num_processes and train_batch_size, kohya's "
-        "dataset TOML batch_size)."
+        "on every rank. kohya (accelerate evens the batches out) and OneTrainer (mgds batches "
+        "each bucket at batch x GPUs before dealing every global batch to all ranks) never fall "
+        "out of step; for them the risk is dropped-bucket. Needs the world and batch size: "
+        "--world-size and --batch-size, or the trainer's config."
     )
     repair = (
         "none: no cache file is wrong. The message says what to change: the batch size or the "
@@ -47,11 +48,15 @@ class RankImbalance(Check):
 
     found = (
         "Judged once per scan, about the run as a whole, from the buckets: the dataset's (SimpleTuner's "
-        "bucket indices with --config, kohya's computed buckets, a manifest's shapes) or, without the "
-        "dataset, the latent sizes the scan read in each cache folder (trainer unknown: modelled as "
-        "Sana's sampler, and said so). Needs the run's size: --world-size and --batch-size (or "
-        "world-size / batch-size in cachedoctor.toml), or the trainer's config (SimpleTuner config.json "
-        "num_processes and train_batch_size, kohya's dataset TOML batch_size). A quick scan is enough."
+        "bucket indices with --config, kohya's computed buckets, OneTrainer's aggregate.pt crop "
+        "resolutions, a manifest's shapes) or, without the dataset, the latent sizes the scan read in each "
+        "cache folder (trainer unknown: modelled as Sana's sampler, and said so). Needs the run's size: "
+        "--world-size and --batch-size (or world-size / batch-size in cachedoctor.toml), else the trainer's "
+        "config: SimpleTuner config.json train_batch_size and num_processes (or the num_processes of the "
+        "accelerate_config file it names), kohya's dataset TOML batch_size (the GPU count is the "
+        "launcher's: pass --world-size), OneTrainer's training config that names the cache (its saved "
+        "copy in workspace/<run>/config/, or a JSON beside the cache: batch_size, multi_gpu and "
+        "device_indexes). The flags win. A quick scan is enough."
     )
 
     def check_run(self, run: RunView) -> Iterable[Finding]:

@@ -49,6 +49,14 @@ def whose(split: RankSplit, own: bool) -> str:
     return f"{title}'s sampler" if own else f"trainer unknown, modelled as {title}'s sampler"
 
 
+def dropped_rule(trainer: str, world_size: int, batch_size: int) -> str:
+    """The trainer's rule that drops a bucket, if its model states one."""
+    from cachedoctor.layouts.samplers import SAMPLERS
+
+    found = SAMPLERS.get(trainer)
+    return found.dropped_rule(world_size, batch_size) if found is not None else ""
+
+
 def trainer_remedy(trainer: str) -> str:
     """The trainer option that evens its ranks out, if it has one."""
     from cachedoctor.layouts.samplers import SAMPLERS

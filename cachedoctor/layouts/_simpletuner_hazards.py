@@ -62,7 +62,7 @@ def hazards(
     datasets when the caller listed them already, ``mounts`` where the file systems are listed."""
     trainer_path = os.path.join(os.path.dirname(cfg.path), "config.json")
     trainer = config._trainer_config(cfg.path)
-    processes, machines = _run_size(trainer, cfg.base)
+    processes, machines = run_size(trainer, cfg.base)
     images = [b for b in cfg.backends if b.dataset_type == "image"]
     texts = [b for b in cfg.backends if b.dataset_type == "text_embeds" and b.cache_dir]
     found: list[Hazard] = []
@@ -89,9 +89,11 @@ def hazards(
     return found
 
 
-def _run_size(trainer: dict, base: str) -> tuple[int | None, int | None]:
+def run_size(trainer: dict, base: str) -> tuple[int | None, int | None]:
     """``(processes, machines)`` from ``config.json`` (``num_processes``, ``num_machines``), else
-    from the ``accelerate_config`` file it names."""
+    from the ``accelerate_config`` file it names. ``num_processes`` is the run's total over all
+    machines (``accelerate launch --num_processes``, which SimpleTuner fills from it): the world
+    size. The rank-imbalance census reads it too (``layouts/simpletuner.py``)."""
     processes = count(config._option(trainer, "num_processes"))
     machines = count(config._option(trainer, "num_machines"))
     named = config._option(trainer, "accelerate_config")

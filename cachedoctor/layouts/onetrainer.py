@@ -36,6 +36,7 @@ from cachedoctor.layouts.interface import (
     Template,
     mtime_ns,
 )
+from cachedoctor.layouts.samplers import from_config as samplers_from_config
 
 _VARIATION = re.compile(r"^variation-(\d+)$")
 AGGREGATE = "aggregate.pt"
@@ -74,6 +75,7 @@ class OneTrainerLayout(Layout):
             )
         plan = DatasetPlan("onetrainer", roots, entry_suffixes=(".pt",), owned=variations)
         first_of_group: set[str] = set()
+        crops: dict[str, list[Any]] = {}  # image group -> its first variation's crop resolutions
         absent_total = 0
         for variation in variations:
             plan.extra.add(os.path.join(variation, AGGREGATE))  # the index, not an entry
@@ -93,9 +95,13 @@ class OneTrainerLayout(Layout):
                 _expect_item(plan, variation, i, item, image, kind, have_dataset)
             if kind == "image":
                 plan.items += len(items)
+                crops.setdefault(group, [item.get("crop_resolution") for item in items])
                 if have_dataset and group not in first_of_group:
                     first_of_group.add(group)
                     _expect_unlisted(plan, variation, [p for p in resolved if p is not None])
+        sampling, notes = samplers_from_config.onetrainer(roots, crops)
+        plan.sampling.extend([sampling] if sampling is not None else [])
+        plan.notes.extend(notes)
         if absent_total:
             plan.notes.append(
                 f"none of the images that {absent_total} aggregate entries list exist here (a dataset on "

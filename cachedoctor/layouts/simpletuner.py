@@ -26,7 +26,7 @@ from cachedoctor.layouts import _recompute
 from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
 from cachedoctor.layouts._simpletuner_buckets import bucket_sizes
-from cachedoctor.layouts._simpletuner_hazards import hazards, most_common, text_families
+from cachedoctor.layouts._simpletuner_hazards import hazards, most_common, run_size, text_families
 from cachedoctor.layouts.interface import (
     Claim,
     DatasetPlan,
@@ -98,10 +98,11 @@ class SimpleTunerLayout(Layout):
         if texts and family is None:
             plan.notes.append("model family unknown, so text embeds were not compared; pass --model-family")
         trainer = config._trainer_config(cfg.path)  # train_batch_size, num_processes (rank-imbalance)
+        processes, _ = run_size(trainer, cfg.base)  # config.json's, else its accelerate config's
         for backend in cfg.backends:
             if backend.dataset_type != "image":
                 continue
-            plan.sampling.extend(s for s in (samplers_from_config.simpletuner(backend, trainer),) if s)
+            plan.sampling.extend(s for s in (samplers_from_config.simpletuner(backend, trainer, processes),) if s)
             if backend.cache_dir_vae:
                 container = "torch-gzip" if cfg.compressed else "torch-zip"
                 self._defaults[os.path.normpath(backend.cache_dir_vae)] = (cfg.latent_dtype, container)

@@ -109,3 +109,53 @@ def test_counts_missing_from_the_state_database_are_a_note(tmp_path: Path) -> No
         "note: 2 folder(s) were taken from the state database without their latent shapes: the rank balance "
         "counts only the rest (scan once with --no-state to count them all)"
     ) in " ".join(out.split())
+
+
+ONETRAINER = REPO / "fixtures" / "trainers" / "onetrainer" / "cache"
+#: the OneTrainer fixture's 6 images, one per bucket but one (crop resolutions from its aggregate.pt)
+OT_DROPPED = (
+    "6 image(s) never train (OneTrainer's sampler, batch 2 on 2 rank(s)): bucket(s) 128x192 (2), "
+    "192x128 (1), 64x192 (1), 128x128 (1), 192x64 (1) (OneTrainer cuts each bucket into global "
+    "batches of batch x GPUs = 4; a smaller bucket makes none); add images, lower the batch size, "
+    "or drop those buckets"
+)
+
+
+def test_onetrainer_on_two_gpus_drops_buckets_below_the_global_batch_and_keeps_ranks_even() -> None:
+    report = scan_json("--no-state", str(ONETRAINER), "--world-size", "2", "--batch-size", "2")
+    assert rank_findings(report) == [("dropped-bucket", str(ONETRAINER), OT_DROPPED)]
+    # on one GPU at batch 2 the bucket of two makes a batch; the four single images still do not
+    one = rank_findings(scan_json("--no-state", str(ONETRAINER), "--world-size", "1", "--batch-size", "2"))
+    assert [f[2].split(":")[0] for f in one] == ["4 image(s) never train (OneTrainer's sampler, batch 2 on 1 rank(s))"]
+
+
+def test_onetrainer_run_size_from_its_saved_training_config_and_flags_win(tmp_path: Path) -> None:
+    # OneTrainer's defaults: the cache in workspace-cache/run, the config copy in workspace/run/config/
+    cache = tmp_path / "workspace-cache" / "run"
+    shutil.copytree(ONETRAINER, cache)
+    saved = tmp_path / "workspace" / "run" / "config"
+    saved.mkdir(parents=True)
+    config = {"cache_dir": "workspace-cache/run", "batch_size": 2, "multi_gpu": True, "device_indexes": "0,1"}
+    (saved / "2026-11-24_00-00-00.json").write_text(json.dumps(config), encoding="utf-8")
+    found = rank_findings(scan_json("--no-state", str(cache)))
+    assert found == [("dropped-bucket", str(cache), OT_DROPPED)]
+    assert rank_findings(scan_json("--no-state", str(cache), "--world-size", "1", "--batch-size", "1")) == []
+
+
+def test_simpletuner_process_count_from_the_accelerate_config_it_names(tmp_path: Path) -> None:
+    root = tmp_path / "st"
+    shutil.copytree(DATASET, root)
+    accelerate = tmp_path / "accelerate.yaml"
+    accelerate.write_text("compute_environment: LOCAL_MACHINE\nnum_machines: 1\nnum_processes: 2\n", encoding="utf-8")
+    trainer = json.loads((root / "config" / "config.json").read_text(encoding="utf-8"))
+    trainer.pop("num_processes", None)
+    trainer.pop("--num_processes", None)
+    trainer.update({"--accelerate_config": str(accelerate), "train_batch_size": 2})
+    (root / "config" / "config.json").write_text(json.dumps(trainer), encoding="utf-8")
+    report = scan_json("--no-state", "--config", str(root / "config" / "multidatabackend.json"))
+    photos = next(f for f in report["findings"] if f["kind"] == "rank-imbalance" and f["path"].endswith("photos"))
+    assert photos["details"]["world_size"] == 2
+    assert photos["message"].startswith(
+        "SimpleTuner stops at start-up: bucket(s) 1.33 (1), 0.75 (2) hold fewer than the effective batch of 4 "
+        "(batch 2 x 2 ranks x 1 accumulation)"
+    )

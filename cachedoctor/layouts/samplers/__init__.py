@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from cachedoctor.layouts.samplers.interface import Buckets, RankSplit, Sampler
 from cachedoctor.layouts.samplers.kohya import KohyaSampler
+from cachedoctor.layouts.samplers.onetrainer import OneTrainerSampler
 from cachedoctor.layouts.samplers.sana import SanaSampler
 from cachedoctor.layouts.samplers.simpletuner import SimpleTunerSampler
 
-SAMPLERS: dict[str, Sampler] = {s.name: s for s in (SimpleTunerSampler(), KohyaSampler(), SanaSampler())}
+SAMPLERS: dict[str, Sampler] = {
+    s.name: s for s in (SimpleTunerSampler(), KohyaSampler(), SanaSampler(), OneTrainerSampler())
+}
 DEFAULT = "sana"
 
 

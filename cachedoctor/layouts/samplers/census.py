@@ -22,9 +22,8 @@ if TYPE_CHECKING:
     from cachedoctor.layouts.interface import DatasetPlan
 
 
-#: layouts whose items cachedoctor can count per bucket (OneTrainer keeps one cache per epoch's
-#: variation and its AspectBatchSorting is not modelled; a mixed tree has several samplers)
-_MODELLED = ("simpletuner", "kohya", "manifest")
+#: layouts whose items cachedoctor can count per bucket (a mixed tree has several samplers)
+_MODELLED = ("simpletuner", "kohya", "manifest", "onetrainer")
 
 
 class _Tally:

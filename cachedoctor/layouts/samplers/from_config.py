@@ -2,7 +2,8 @@
 
 - SimpleTuner (``config.json`` beside ``multidatabackend.json``): ``train_batch_size`` (a
   dataset's own ``train_batch_size`` wins, ``data_backend/factory.py``), ``num_processes``
-  (``cli/jobs.py`` reads it from the same file), ``gradient_accumulation_steps``,
+  (``cli/jobs.py`` reads it from the same file; else the ``num_processes`` of the
+  ``accelerate_config`` file it names, read with ``_hazards.accelerate_counts``), ``gradient_accumulation_steps``,
   ``max_train_steps`` and ``allow_dataset_oversubscription`` (they decide the padding),
   ``disable_bucket_pruning``; per dataset ``repeats`` and ``minimum_image_size``; the buckets
   themselves from the dataset's ``aspect_ratio_bucket_indices_<id>.json`` (aspect ratio ->
@@ -10,6 +11,10 @@
   written with or without the leading ``--``, as SimpleTuner accepts both.
 - kohya (the dataset TOML): ``batch_size`` per ``[[datasets]]`` (or ``[general]``) and
   ``num_repeats`` per subset; the world size is the launcher's, never in the TOML.
+- OneTrainer: the buckets from the cache's own index (each image group's ``aggregate.pt``
+  lists every item's ``crop_resolution``, the key ``AspectBatchSorting`` buckets by), and
+  ``batch_size`` and the GPU count from the training config that names the cache
+  (``layouts/_onetrainer_config.py``). All concepts are one dataset: mgds buckets them together.
 """
 
 from __future__ import annotations
@@ -51,8 +56,10 @@ def _flag(value: Any) -> bool:
     return value in (True, 1) or str(value).lower() in ("true", "1", "yes")
 
 
-def simpletuner(backend: Backend, trainer: dict[str, Any]) -> Sampling | None:
-    """One image dataset's sampling; ``None`` when it has no VAE cache (nothing to count)."""
+def simpletuner(backend: Backend, trainer: dict[str, Any], processes: int | None = None) -> Sampling | None:
+    """One image dataset's sampling; ``None`` when it has no VAE cache (nothing to count).
+    ``processes``: the run's process count as the layout found it (``config.json``, else the
+    ``accelerate_config`` it names); without it, ``config.json``'s ``num_processes``."""
     if backend.cache_dir_vae is None:
         return None
     options: dict[str, Any] = {}
@@ -72,7 +79,7 @@ def simpletuner(backend: Backend, trainer: dict[str, Any]) -> Sampling | None:
         (os.path.normpath(backend.cache_dir_vae),),
         repeats=_int(backend.raw.get("repeats")) or 0,
         batch_size=_int(backend.raw.get("train_batch_size")) or _int(_get(trainer, "train_batch_size")),
-        world_size=_int(_get(trainer, "num_processes")),
+        world_size=processes or _int(_get(trainer, "num_processes")),
         options=options,
         counts=index,
     )
@@ -91,6 +98,39 @@ def bucket_index(path: str) -> dict[str, int] | None:
     if not isinstance(buckets, dict):
         return None
     return {str(k): len(v) for k, v in buckets.items() if isinstance(v, list)}
+
+
+def onetrainer(roots: list[str], crops: dict[str, list[Any]]) -> tuple[Sampling | None, list[str]]:
+    """The run's one dataset and notes: ``crops`` holds, per image group, the ``crop_resolution``
+    of each item of its first variation (the one the first epoch reads; a group's variations
+    share its images). ``None`` when no item has a crop resolution."""
+    from cachedoctor.layouts import _onetrainer_config
+
+    counts: dict[str, int] = {}
+    for items in crops.values():
+        for crop in items:
+            if isinstance(crop, (tuple, list)) and len(crop) == 2 and all(type(x) is int for x in crop):
+                label = f"{crop[0]}x{crop[1]}"
+                counts[label] = counts.get(label, 0) + 1
+    if not counts:
+        return None, []
+    run = _onetrainer_config.find(roots[0]) if roots else None
+    notes = []
+    if run is not None and run.balancing:
+        notes.append(
+            f"{run.path}: concept balancing other than one pass ({', '.join(run.balancing[:3])}) is not "
+            "modelled; the rank balance counts each cached image once per epoch"
+        )
+    if run is not None and run.world_size is None:
+        notes.append(f"{run.path}: multi_gpu on every visible GPU; pass --world-size to judge the rank balance")
+    return Sampling(
+        "onetrainer",
+        "onetrainer",
+        tuple(roots),
+        batch_size=run.batch_size if run else None,
+        world_size=run.world_size if run else None,
+        counts=counts,
+    ), notes
 
 
 def kohya(config: KohyaConfig) -> list[Sampling]:

@@ -112,6 +112,10 @@ class Sampler(abc.ABC):
     #: the trainer option (or setting) that removes the imbalance, for the finding's message
     remedy: ClassVar[str] = ""
 
+    def dropped_rule(self, world_size: int, batch_size: int) -> str:
+        """Why this trainer drops a bucket, for ``dropped-bucket``'s message ("": said elsewhere)."""
+        return ""
+
     @abc.abstractmethod
     def split(self, buckets: Buckets, world_size: int, batch_size: int) -> RankSplit:
         """One epoch of ``buckets`` over ``world_size`` ranks at ``batch_size`` per rank."""

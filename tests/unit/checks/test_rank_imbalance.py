@@ -75,6 +75,37 @@ def test_kohya_is_never_uneven() -> None:
     assert list(DroppedBucket().check_run(run_of(buckets))) == []
 
 
+def test_onetrainer_on_eight_gpus_drops_a_bucket_one_gpu_would_train() -> None:
+    # batch 4 on 8 GPUs: mgds batches each bucket by 32; the 20 portraits make no batch
+    buckets = Buckets("onetrainer", {"512x512": 70, "512x768": 20}, None, "onetrainer", None, 4, 8, {}, (), "/c")
+    assert list(RankImbalance().check_run(run_of(buckets))) == []
+    [dropped] = DroppedBucket().check_run(run_of(buckets))
+    assert dropped.message == (
+        "20 image(s) never train (OneTrainer's sampler, batch 4 on 8 rank(s)): bucket(s) 512x768 (20) "
+        "(OneTrainer cuts each bucket into global batches of batch x GPUs = 32; a smaller bucket makes "
+        "none); add images, lower the batch size, or drop those buckets"
+    )
+    one_gpu = Buckets("onetrainer", {"512x512": 70, "512x768": 20}, None, "onetrainer", None, 4, 1, {}, (), "/c")
+    assert list(DroppedBucket().check_run(run_of(one_gpu))) == []
+
+
+def test_census_takes_onetrainers_bucket_counts_from_its_index() -> None:
+    plan = DatasetPlan("onetrainer", ["/c"])
+    plan.add(Expected("/c/image/g/variation-0/0.pt", "/img/a.png", "image", latent_hw=(64, 64)))
+    plan.add(Expected("/c/image/g/variation-1/0.pt", "/img/a.png", "image", latent_hw=(64, 64)))
+    plan.sampling.append(
+        Sampling("onetrainer", "onetrainer", ("/c",), batch_size=2, world_size=1, counts={"512x512": 1})
+    )
+    [buckets], notes = gather(plan, None, None)
+    assert (buckets.trainer, dict(buckets.counts), buckets.world_size, buckets.batch_size) == (
+        "onetrainer",
+        {"512x512": 1},
+        1,
+        2,
+    )
+    assert notes == []
+
+
 def _plan(n_square: int, n_wide: int, sampling: list[Sampling]) -> DatasetPlan:
     plan = DatasetPlan("kohya", ["/img"])
     plan.sampling.extend(sampling)

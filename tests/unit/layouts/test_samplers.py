@@ -15,6 +15,7 @@ from cachedoctor.layouts.samplers.interface import Buckets
 
 GOLDEN = json.loads((Path(__file__).with_name("samplers_golden.json")).read_text(encoding="utf-8"))
 SIMPLETUNER, SANA, KOHYA = SAMPLERS["simpletuner"], SAMPLERS["sana"], SAMPLERS["kohya"]
+ONETRAINER = SAMPLERS["onetrainer"]
 NO_PAD = {"max_train_steps": 1000}  # SimpleTuner pads each bucket's split only without max_train_steps
 
 
@@ -91,8 +92,10 @@ def test_kohya_ranks_are_evened_by_accelerate() -> None:
 
 
 def test_unknown_trainer_falls_back_to_sana() -> None:
-    assert sampler_for("onetrainer") == (SANA, False)
+    assert sampler_for("invokeai") == (SANA, False)
+    assert sampler_for(None) == (SANA, False)
     assert sampler_for("kohya") == (KOHYA, True)
+    assert sampler_for("onetrainer") == (ONETRAINER, True)
 
 
 @pytest.mark.parametrize("case", GOLDEN["simpletuner"]["cases"], ids=lambda c: f"W{c['world_size']}B{c['batch_size']}")
@@ -119,8 +122,37 @@ def test_kohya_matches_accelerate(case: dict[str, Any]) -> None:
     assert list(split.steps) == case["steps"]
 
 
+def test_onetrainer_batches_at_the_global_batch_and_never_unevens_the_ranks() -> None:
+    # 4 ranks at batch 2: AspectBatchSorting cuts global batches of 8. 512x512: 19 images, 2
+    # global batches (16), 3 sit out each epoch; 448x576: 7 < 8, no batch at all, never trains.
+    # Each global batch gives every rank one step: 2 steps on every rank.
+    split = ONETRAINER.split(Buckets("d", {"512x512": 19, "448x576": 7}), 4, 2)
+    assert split.steps == (2, 2, 2, 2) and not split.uneven
+    assert split.by_bucket == {"512x512": (2, 2, 2, 2), "448x576": (0, 0, 0, 0)}
+    assert split.dropped == {"448x576": 7}
+    assert split.notes == (
+        "each epoch 3 image(s) of fuller buckets sit out (each bucket's remainder below the global "
+        "batch of 8, drawn afresh every epoch)",
+    )
+    # the same buckets on one GPU at batch 2: both buckets train (9 + 3 steps), 1 + 1 sit out
+    one = ONETRAINER.split(Buckets("d", {"512x512": 19, "448x576": 7}), 1, 2)
+    assert one.steps == (12,) and one.dropped == {}
+
+
+@pytest.mark.parametrize("case", GOLDEN["onetrainer"]["cases"], ids=lambda c: f"W{c['world_size']}B{c['batch_size']}")
+def test_onetrainer_matches_mgds(case: dict[str, Any]) -> None:
+    split = ONETRAINER.split(Buckets("d", case["counts"]), case["world_size"], case["batch_size"])
+    assert list(split.steps) == case["steps"]
+    assert {b: list(s) for b, s in split.by_bucket.items()} == case["by_bucket"]
+    assert split.dropped == case["never_trained"]
+    global_batch = case["world_size"] * case["batch_size"]
+    sat_out = {b: n % global_batch for b, n in case["counts"].items() if n % global_batch}
+    assert sat_out == case["left_out_epoch_0"]
+
+
 def test_golden_cases_include_uneven_and_repeated_ones() -> None:
     assert sum(1 for c in GOLDEN["simpletuner"]["cases"] if c["repeats"]) >= 10
     uneven = [c for c in GOLDEN["simpletuner"]["cases"] if any(len(set(e)) > 1 for e in c["epochs"])]
     assert len(uneven) >= 5
     assert sum(1 for c in GOLDEN["sana"]["cases"] if len(set(c["steps"])) > 1) >= 10
+    assert sum(1 for c in GOLDEN["onetrainer"]["cases"] if c["never_trained"] and c["world_size"] > 1) >= 3
