@@ -130,3 +130,34 @@ def test_the_repair_planner_recomputes_it(tmp_path: Path) -> None:
     (action,) = plan_repair([finding], [str(folder)], {}, None, set(), None, True).actions
     assert (action.kind, action.path, action.reasons) == (ActionKind.RECOMPUTE, str(folder / PLANTED), (KIND,))
     assert finding.fix is Fix.RECOMPUTE
+
+
+_QUICK_RESCAN = """
+import json, sys
+from cachedoctor.scan import ScanOptions, scan
+result = scan([{cache!r}], ScanOptions(workers=1, state="auto"))
+print(json.dumps([[f.path for f in result.findings if f.kind == "distribution-outlier"], result.stats.files_reused,
+                  sorted(m for m in ("numpy", "torch") if m in sys.modules)]))
+"""
+
+
+def test_a_quick_rescan_keeps_the_finding_without_loading_numpy(tmp_path: Path) -> None:
+    """One peer changes after a deep scan: a quick rescan judges the folder again from the
+    statistics the deep scan recorded, in plain Python (the quick path loads neither numpy nor torch)."""
+    import json
+    import subprocess
+    import sys
+
+    latents = healthy()
+    latents[7] = DEFECTS["unscaled"](latents[7])
+    folder = write_cache(tmp_path / "cache", latents)
+    settle(folder)
+    deep = scan([str(folder)], ScanOptions(deep=True, workers=1, state="auto"))
+    assert [f.path for f in deep.findings if f.kind == KIND] == [str(folder / PLANTED)]
+    (folder / "img_000010.npz").write_bytes((folder / "img_000010.npz").read_bytes())  # rewritten: a new stat
+    settle(folder)
+    out = subprocess.run(
+        [sys.executable, "-c", _QUICK_RESCAN.format(cache=str(folder))], capture_output=True, text=True, check=True
+    )
+    paths, reused, heavy = json.loads(out.stdout)
+    assert (paths, reused, heavy) == ([str(folder / PLANTED)], PEERS, [])
