@@ -23,11 +23,10 @@ Thresholds, and the false-alarm and detection rates they give, are in docs/kinds
 from __future__ import annotations
 
 import math
-import sys
-from array import array
 from collections import defaultdict
 from collections.abc import Iterable
 
+from cachedoctor.checks._peer_scores import peer_scores
 from cachedoctor.checks.interface import Check, PeerGroup
 from cachedoctor.findings import Finding, Fix, Severity
 
@@ -42,7 +41,6 @@ MIN_SHIFT = 0.15  # a common mean shift, in units of the peers' std, at least th
 CHANNEL_DEVIATIONS = 12.0  # one channel alone: its spread is tighter and noisier (small latents)
 MIN_CHANNEL_STD = 1.1  # a channel's own std off by at least 3x (log units)
 MIN_CHANNEL_MEAN = 1.0  # or its own mean off by at least this, in units of the peers' std
-_MAD_FLOOR = 0.01  # the spread never taken below this (log units, std units): identical files
 
 
 class DistributionOutlier(Check):
@@ -76,33 +74,10 @@ class DistributionOutlier(Check):
 
     def _judge(self, key: str, channels: int, items: list[tuple[str, bytes]]) -> Iterable[Finding]:
         n = len(items)
-        values = array("f")
-        values.frombytes(b"".join(b for _, b in items))
-        if sys.byteorder == "big":
-            values.byteswap()  # recorded little-endian
-        width = 2 * channels
-        # columns over the files (a strided slice each); a NaN or Inf (a tampered state row) counts
-        # as 0 and cannot blind the medians
-        means = [_finite(values[c::width]) for c in range(channels)]
-        logs = [
-            [math.log(x) if x > 1e-12 else _LOG_FLOOR for x in _finite(values[channels + c :: width])]
-            for c in range(channels)
-        ]
-        unit = math.exp(_median([x for col in logs for x in col]))  # the peers' typical std: the unit of mean offsets
-        log_dev = [_minus(col, _median(col)) for col in logs]
-        mean_dev = [[(x - mid) / unit for x in col] for col, mid in ((col, _median(col)) for col in means)]
-        scale = [_median(row) for row in zip(*log_dev, strict=True)]  # the log factor a file's channels share
-        shift = [_median(row) for row in zip(*mean_dev, strict=True)]
-        own_log = [
-            [x - f for x, f in zip(col, scale, strict=True)] for col in log_dev
-        ]  # what a channel does beyond its file's scale
-        own_mean = [[x - f for x, f in zip(col, shift, strict=True)] for col in mean_dev]
-        z_scale = _robust_z(scale)
-        z_shift = _robust_z(shift)
-        z_log = [_robust_z(col) for col in own_log]
-        z_mean = [_robust_z(col) for col in own_mean]
+        scale, shift, own_log, own_mean, z_scale, z_shift, z_log, z_mean, channel_max = peer_scores(
+            b"".join(b for _, b in items), n, channels
+        )
         peers = n - 1
-        channel_max = [max(map(abs, row)) for row in zip(*z_log, *z_mean, strict=True)]
         for i in range(n):
             # only files some score puts past the smallest threshold are looked at further
             if (
@@ -196,35 +171,3 @@ def _scale_off(factor: float, z: float) -> bool:
 
 def _shift_off(shift: float, z: float) -> bool:
     return (abs(z) > DEVIATIONS and abs(shift) > MIN_SHIFT) or (abs(shift) >= CLEAR_SHIFT and abs(z) > CLEAR_DEVIATIONS)
-
-
-_LOG_FLOOR = math.log(1e-12)
-
-
-def _finite(column: array) -> list[float]:
-    values = column.tolist()
-    if all(map(math.isfinite, values)):
-        return values
-    return [x if math.isfinite(x) else 0.0 for x in values]
-
-
-def _minus(xs: list[float], mid: float) -> list[float]:
-    return [x - mid for x in xs]
-
-
-def _median(xs: Iterable[float]) -> float:
-    ordered = sorted(xs)
-    n = len(ordered)
-    mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def _robust_z(xs: list[float]) -> list[float]:
-    """``(x - median) / (1.4826 * MAD)`` over the files, the MAD floored (identical files).
-
-    Plain Python, not numpy: a quick rescan re-judges the statistics an earlier deep scan
-    recorded, and the quick path loads no numpy; a sort per column is ~0.3 s per million files."""
-    centre = _median(xs)
-    mad = 1.4826 * _median([abs(x - centre) for x in xs])
-    floor = max(mad, _MAD_FLOOR)
-    return [(x - centre) / floor for x in xs]

@@ -161,3 +161,25 @@ def test_a_quick_rescan_keeps_the_finding_without_loading_numpy(tmp_path: Path) 
     )
     paths, reused, heavy = json.loads(out.stdout)
     assert (paths, reused, heavy) == ([str(folder / PLANTED)], PEERS, [])
+
+
+def test_the_numpy_and_plain_python_scores_agree() -> None:
+    """A deep scan judges with numpy (already loaded), a quick rescan in plain Python: both must
+    score a folder alike, planted defects, a zero std and a tampered NaN included."""
+    from cachedoctor.checks._peer_scores import peer_scores
+
+    latents = healthy_set(3, 60, h=16, w=16)
+    for i, defect in enumerate(("unscaled", "blank", "other-vae")):
+        latents[5 * i] = DEFECTS[defect](latents[5 * i])
+    rows = []
+    for x in latents:
+        flat = x.reshape(x.shape[0], -1).astype(np.float32)
+        rows.append(np.concatenate([flat.mean(axis=1), flat.std(axis=1)]))
+    table = np.stack(rows).astype("<f4")
+    table[7, 1] = np.nan  # a tampered state row
+    table[9, 4:] = 0.0  # an exactly flat latent: std 0
+    raw = table.tobytes()
+    fast = peer_scores(raw, len(rows), 4, use_numpy=True)
+    plain = peer_scores(raw, len(rows), 4, use_numpy=False)
+    for field, a, b in zip(fast._fields, fast, plain, strict=True):
+        assert np.allclose(np.asarray(a, dtype=float), np.asarray(b, dtype=float), rtol=1e-9, atol=1e-9), field
