@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cachedoctor.checks.interface import Check, RunView
-from cachedoctor.checks.rank_split import dropped_rule, names, simulate, whose
+from cachedoctor.checks.rank_split import dropped_rule, names, run_details, simulate, whose
 from cachedoctor.findings import Finding, Fix, Severity
 
 
@@ -56,10 +56,6 @@ class DroppedBucket(Check):
                 f"{total} image(s) never train ({whose(split, own)}, batch {batch} on {world} rank(s)): "
                 f"bucket(s) {names(listed)}{f' ({rule})' if rule else ''}; add images, lower the batch "
                 "size, or drop those buckets",
-                dataset=buckets.name,
-                trainer=split.sampler,
-                trainer_known=own,
-                world_size=buckets.world_size,
-                batch_size=buckets.batch_size,
+                **run_details(buckets, split, own),
                 dropped=dict(split.dropped),
             )

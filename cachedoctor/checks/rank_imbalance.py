@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cachedoctor.checks.interface import Check, RunView
-from cachedoctor.checks.rank_split import names, simulate, trainer_remedy, whose
+from cachedoctor.checks.rank_split import names, run_details, simulate, trainer_remedy, whose
 from cachedoctor.findings import Finding, Fix, Severity
 
 
@@ -61,14 +61,7 @@ class RankImbalance(Check):
 
     def check_run(self, run: RunView) -> Iterable[Finding]:
         for buckets, split, own in simulate(run):
-            details: dict[str, Any] = {
-                "dataset": buckets.name,
-                "trainer": split.sampler,
-                "trainer_known": own,
-                "world_size": buckets.world_size,
-                "batch_size": buckets.batch_size,
-                "steps": list(split.steps),
-            }
+            details: dict[str, Any] = {**run_details(buckets, split, own), "steps": list(split.steps)}
             if split.refused is not None:
                 details["buckets"] = dict(buckets.counts)
                 yield self.finding(

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachedoctor.checks.interface import RunView
 
@@ -63,3 +63,14 @@ def trainer_remedy(trainer: str) -> str:
 
     found = SAMPLERS.get(trainer)
     return found.remedy if found is not None else ""
+
+
+def run_details(buckets: Buckets, split: RankSplit, own: bool) -> dict[str, Any]:
+    """What every run-level finding's details say of the run it simulated."""
+    return {
+        "dataset": buckets.name,
+        "trainer": split.sampler,
+        "trainer_known": own,
+        "world_size": buckets.world_size,
+        "batch_size": buckets.batch_size,
+    }

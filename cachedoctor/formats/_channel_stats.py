@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from cachedoctor.formats._deep import contiguous_strides
+
 _SAMPLE = 256  # elements per channel, at least: a grid of every step-th row and column
 _MAX_CHANNELS = 128  # LTX-Video's VAE has 128; text embeddings are wider and are never [C,H,W]
 _NOT_LATENT = ("embed", "prompt", "text", "mask", "hidden", "pooled", "time_ids", "token")
@@ -137,7 +139,7 @@ def _layout(
     """``(channels, rows, width, step, rows taken, columns taken)`` of a contiguous latent-like
     tensor: the files of a bucket share it, so it is worked out once."""
     dims = latent_dims(key, shape)
-    if dims is None or (stride is not None and stride != _contiguous(shape)):
+    if dims is None or (stride is not None and stride != contiguous_strides(shape)):
         return None
     channels, rows, width = dims
     step = max(1, math.isqrt(rows * width // _SAMPLE))
@@ -177,14 +179,6 @@ def _table(dtype: str) -> Any:
     normal = (1.0 + mantissa) * np.exp2(exponent - bias)
     subnormal = mantissa * np.exp2(1 - bias)
     return (sign * np.where(exponent == 0, subnormal, normal)).astype(np.float32)
-
-
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    stride, acc = [], 1
-    for s in reversed(shape):
-        stride.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(stride))
 
 
 def decode_stats(stats: bytes) -> tuple[tuple[float, ...], tuple[float, ...]]:

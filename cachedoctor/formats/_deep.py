@@ -153,7 +153,7 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
         count *= s
     if count == 0:
         return _Plan(word, itemsize, mask, limit, exact, parts, words, 0, 0, shape, None, True)
-    contiguous = _contiguous(shape)
+    contiguous = contiguous_strides(shape)
     stride = stride if stride is not None else contiguous
     span = 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=False))
     if offset + span > numel:
@@ -194,7 +194,8 @@ def _count_flat(np: Any, flat: Any, mask: int, limit: int, exact: bool) -> int:
     return found
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The element strides of a C-contiguous tensor of ``shape``."""
     stride, acc = [], 1
     for s in reversed(shape):
         stride.append(acc)
