@@ -12,8 +12,8 @@ step-th row and column is sampled, evenly spread, so that each channel has at le
 the mean and standard deviation over a few hundred values is far below the spread between
 images, and the same grid is taken whatever the dtype, so a cache's files are measured alike.
 Sums run in float32 (the values and their squares in one block, one matrix-vector product);
-fp16 and fp8 are gathered from a table of every value (numpy's fp16 cast is no faster), bf16
-is its bits shifted into float32.
+fp8 is gathered from a table of every value, fp16 cast by numpy (in hardware where the CPU
+has it), bf16 is its bits shifted into float32.
 """
 
 from __future__ import annotations
@@ -104,8 +104,10 @@ def channel_stats(
     block, rows_in, values, squares, ones = _scratch(channels, taken, across)
     if dtype == "bfloat16":
         np.left_shift(part, 16, out=rows_in.view(np.uint32), dtype=np.uint32)
-    elif dtype in _FP8 or dtype == "float16":
+    elif dtype in _FP8:
         np.take(_table(dtype), part, out=rows_in)
+    elif dtype == "float16":  # numpy's (hardware) fp16 cast of the strided grid: ~2 us, the table gather ~3.5
+        np.copyto(rows_in, part.view(np.float16), casting="unsafe")
     else:
         np.copyto(rows_in, part, casting="unsafe")
     if dtype in _SMALL:  # fp16 and fp8 values square well inside float32: no overflow to guard
@@ -164,13 +166,10 @@ def _scratch(channels: int, rows: int, width: int) -> tuple[Any, Any, Any, Any, 
 
 @lru_cache(maxsize=8)
 def _table(dtype: str) -> Any:
-    """Every value of a 16- or 8-bit float format by its bits, as float32 (fp16: 256 KiB, a
-    gather from it is several times cheaper than numpy's fp16 cast). NaN patterns decode to
-    whatever they decode to: a tensor with NaN never gets here."""
+    """Every value of an 8-bit float format by its bits, as float32 (numpy has no fp8 dtype).
+    NaN patterns decode to whatever they decode to: a tensor with NaN never gets here."""
     import numpy as np
 
-    if dtype == "float16":
-        return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
     exp_bits, man_bits, bias = _FP8[dtype]
     bits = np.arange(256)
     sign = np.where(bits & 0x80, -1.0, 1.0)
