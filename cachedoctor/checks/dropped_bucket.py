@@ -40,13 +40,15 @@ class DroppedBucket(Check):
         "--batch-size, else the trainer's config: SimpleTuner config.json and its accelerate_config, "
         "kohya's dataset TOML, OneTrainer's training config that names the cache). Only images that no "
         "epoch trains count: OneTrainer's per-epoch remainders are drawn afresh each epoch and are not "
-        "reported. A quick scan is enough."
+        "reported, and none when the trainer is unknown (a cache without its dataset: Sana's model stands "
+        "in for the rank balance, but most trainers shuffle, so which images never train is a guess). "
+        "A quick scan is enough."
     )
 
     def check_run(self, run: RunView) -> Iterable[Finding]:
         for buckets, split, own in simulate(run):
-            if not split.dropped:
-                continue
+            if not split.dropped or not own:
+                continue  # an unknown trainer's model is a stand-in: most shuffle, so "never" would be a guess
             listed = [f"{b} ({n})" for b, n in split.dropped.items()]
             total = sum(split.dropped.values())
             world, batch = buckets.world_size or 1, buckets.batch_size or 1

@@ -161,9 +161,7 @@ def _scan(
     if matcher is not None:
         collector.findings.extend(matcher.finish())
     if collector.shapes is not None:
-        buckets, run_notes = from_shapes(
-            collector.shapes, roots[0], options.world_size, options.batch_size, collector.shapes_unknown
-        )
+        buckets, run_notes = from_shapes(collector.shapes, roots[0], options.world_size, options.batch_size)
     collector.findings.extend(judge_run(RunView(dataset, options.world_size, options.batch_size, tuple(buckets))))
     errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
     findings = sorted(collector.findings, key=Finding.sort_key)

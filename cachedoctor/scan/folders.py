@@ -120,10 +120,8 @@ class Collector:
         self.folders: dict[int, _FolderState] = {}
         self._next_id = 0
         self.unchecked: set[str] = set()  # watched folders nothing under which was checked yet
-        #: latent (H, W) -> files, when the run's buckets come from the scan (no dataset known);
-        #: ``shapes_unknown`` counts folders reused from the state database with none recorded
+        #: latent (H, W) -> files, when the run's buckets come from the scan (no dataset known)
         self.shapes: Counter[tuple[int, int]] | None = None
-        self.shapes_unknown = 0
 
     def watch(self, folders: list[str]) -> None:
         self.unchecked = set(folders)
@@ -142,9 +140,12 @@ class Collector:
         return self._next_id
 
     def reuse_folder(self, path: str, text: str) -> bool:
-        """Take an unchanged folder's recorded result (a cache-only scan); ``False`` if it does not decode."""
+        """Take an unchanged folder's recorded result (a cache-only scan); ``False`` if it does not
+        decode, or if this scan counts latent shapes (the rank simulation of a cache without its
+        dataset) and the result was recorded without them: the folder's files are then taken one
+        by one from their rows, whose peer records hold the shapes."""
         result = decode_result(text, path)
-        if result is None:
+        if result is None or (self.shapes is not None and result.shapes is None and result.read):
             return False
         stats = self.stats
         stats.folders += 1
@@ -158,11 +159,8 @@ class Collector:
         stats.bytes_read += result.bytes
         stats.formats.update(result.formats)
         self.findings.extend(result.findings)
-        if self.shapes is not None:
-            if result.shapes is None:
-                self.shapes_unknown += 1 if result.read else 0
-            else:
-                self.shapes.update(result.shapes)
+        if self.shapes is not None and result.shapes is not None:
+            self.shapes.update(result.shapes)
         if self.progress is not None:
             self.progress(stats.files_seen, stats.bytes_read)
         return True

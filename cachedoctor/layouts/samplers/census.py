@@ -159,19 +159,14 @@ def latent_hw(tensors: Iterable[tuple[str, tuple[int, ...]]]) -> tuple[int, int]
 
 
 def from_shapes(
-    counts: Mapping[tuple[int, int], int], where: str, world_size: int | None, batch_size: int | None, unknown: int
+    counts: Mapping[tuple[int, int], int], where: str, world_size: int | None, batch_size: int | None
 ) -> tuple[list[Buckets], list[str]]:
-    """The run's buckets when the scan knows no dataset: the latent shapes it read, as one
-    dataset whose trainer is unknown (Sana's rules stand in, and the finding says so).
-    ``unknown``: folders taken unchanged from the state database with no counts recorded."""
+    """The run's buckets when the scan knows no dataset: the latent shapes it read (or took from
+    the state database: a folder recorded without them is taken file by file), as one dataset
+    whose trainer is unknown (Sana's rules stand in, and the finding says so)."""
     if world_size is None and batch_size is None:
         return [], []
-    notes = []
-    if unknown:
-        notes.append(
-            f"{unknown} folder(s) were taken from the state database without their latent shapes: "
-            "the rank balance counts only the rest (scan once with --no-state to count them all)"
-        )
+    notes: list[str] = []
     if world_size is None or batch_size is None:
         missing = "world size (--world-size)" if world_size is None else "batch size (--batch-size)"
         return [], [*notes, f"no {missing} given; rank balance not judged"]
@@ -179,7 +174,7 @@ def from_shapes(
         return [], [*notes, "no latent found to count per bucket; rank balance not judged"]
     buckets = Buckets(
         "cache",
-        {f"{h}x{w}": n for (h, w), n in counts.items()},
+        {f"{h}x{w}": n for (h, w), n in sorted(counts.items())},  # one order, however the folders came in
         batch_size=batch_size,
         world_size=world_size,
         path=where,

@@ -28,7 +28,7 @@ it, each bucket's items are taken to be spread evenly over the ranks.
 
 from __future__ import annotations
 
-from cachedoctor.layouts.samplers.interface import Buckets, RankSplit, Sampler, share
+from cachedoctor.layouts.samplers.interface import Buckets, RankSplit, Sampler
 
 
 class SanaSampler(Sampler):
@@ -65,7 +65,7 @@ class SanaSampler(Sampler):
         """Each rank's items per bucket (index as in ``order``)."""
         sequence = buckets.sequence
         if not sequence:
-            return [[share(buckets.counts[b], world_size, r) for b in order] for r in range(world_size)]
+            return _spread(buckets, order, world_size)
         chunk = len(sequence) // world_size
         out = []
         for r in range(world_size):
@@ -74,3 +74,29 @@ class SanaSampler(Sampler):
                 counts[i] += 1
             out.append(counts)
         return out
+
+
+def _spread(buckets: Buckets, order: list[str], world_size: int) -> list[list[int]]:
+    """Each rank's items per bucket when the dataset order is unknown: every bucket as evenly
+    over the ranks as it goes, its remainder dealt on from where the last bucket's stopped, so
+    that each rank holds the same share of the whole as a contiguous range would (the ranges are
+    equal: ``items // ranks`` each, the last ``items % ranks`` items never train). A split that is
+    uneven even so is uneven whatever the order."""
+    out = [[0] * len(order) for _ in range(world_size)]
+    extra_at: list[int | None] = [None] * world_size  # where each rank last got a remainder item
+    start = 0
+    for i, b in enumerate(order):
+        q, extra = divmod(buckets.counts[b], world_size)
+        for r in range(world_size):
+            out[r][i] = q
+        for k in range(extra):
+            r = (start + k) % world_size
+            out[r][i] += 1
+            extra_at[r] = i
+        start = (start + extra) % world_size
+    chunk = sum(buckets.counts[b] for b in order) // world_size
+    for r in range(world_size):
+        at = extra_at[r]
+        if sum(out[r]) > chunk and at is not None:
+            out[r][at] -= 1  # past the equal range: the tail that never trains
+    return out

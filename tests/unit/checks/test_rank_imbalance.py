@@ -60,13 +60,8 @@ def test_unknown_trainer_is_modelled_as_sana_and_says_so() -> None:
     [imbalance] = RankImbalance().check_run(run_of(buckets))
     assert "(trainer unknown, modelled as Sana's sampler)" in imbalance.message
     assert imbalance.details["steps"] == [2, 1] and imbalance.details["trainer_known"] is False
-    [dropped] = DroppedBucket().check_run(run_of(buckets))
-    assert (dropped.kind, dropped.severity) == ("dropped-bucket", Severity.WARNING)
-    assert dropped.message == (
-        "2 image(s) never train (trainer unknown, modelled as Sana's sampler, batch 2 on 2 rank(s)): "
-        "bucket(s) 8x8 (1), 12x16 (1); add images, lower the batch size, or drop those buckets"
-    )
-    assert dropped.details["dropped"] == {"8x8": 1, "12x16": 1}
+    # which images an unknown trainer never trains is a guess (most shuffle): no dropped-bucket
+    assert list(DroppedBucket().check_run(run_of(buckets))) == []
 
 
 def test_kohya_is_never_uneven() -> None:

@@ -79,8 +79,12 @@ def test_sana_shards_items_before_batching() -> None:
 
 
 def test_sana_without_an_order_spreads_each_bucket_evenly() -> None:
+    # a: 5 -> 3 and 2; b: 3 -> 1 and 2 (its remainder dealt on to rank 1): both ranks hold 4, as
+    # their equal ranges would; batch 2: rank 0 takes 1 + 0 steps, rank 1 1 + 1
     split = SANA.split(Buckets("d", {"a": 5, "b": 3}), 2, 2)
-    assert split.steps == (2, 1) and split.responsible() == ["b"]
+    assert split.steps == (1, 2)
+    # batch 1 cannot be uneven whatever the order: the ranges are equal
+    assert SANA.split(Buckets("d", {"a": 5, "b": 3, "c": 1}), 2, 1).steps == (4, 4)
 
 
 def test_kohya_ranks_are_evened_by_accelerate() -> None:
