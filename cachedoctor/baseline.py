@@ -60,7 +60,7 @@ def load(path: str) -> frozenset[str]:
         raise BaselineError(
             where, f"cannot read the baseline ({exc.strerror or exc}); write one with --write-baseline"
         ) from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise BaselineError(where, f"not a baseline (bad JSON: {exc}); write it again with --write-baseline") from None
     if (
         not isinstance(doc, dict)

@@ -128,6 +128,8 @@ def _load(path: str) -> dict[str, Any]:
             return toml.load(f)
     except toml.decode_error() as exc:
         raise ConfigError(path, f"not valid TOML ({exc}); fix the file") from None
+    except RecursionError:
+        raise ConfigError(path, "TOML nested too deeply to read; fix the file") from None
     except OSError as exc:
         raise ConfigError(path, f"cannot read ({exc.strerror or exc})") from None
 
@@ -177,6 +179,22 @@ def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
         return value.lower()
 
     return check
+
+
+#: The largest run the rank simulation takes (its per-rank tables hold one entry a rank): the
+#: largest training clusters are ~10**5 GPUs.
+MAX_WORLD_SIZE = 1 << 17
+MAX_BATCH_SIZE = 1 << 20
+
+
+def _run_size(limit: int) -> Any:
+    def convert(value: Any) -> int:
+        number = _workers(value)
+        if number > limit:
+            raise ValueError(f"expected a whole number from 1 to {limit}")
+        return number
+
+    return convert
 
 
 def _workers(value: Any) -> int:
@@ -292,8 +310,8 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "sample": ("sample", _sample, "SAMPLE"),
     "file_timeout": ("file-timeout", _seconds, "FILE_TIMEOUT"),
     "allow_empty": ("allow-empty", _bool, "ALLOW_EMPTY"),
-    "world_size": ("world-size", _workers, "WORLD_SIZE"),
-    "batch_size": ("batch-size", _workers, "BATCH_SIZE"),
+    "world_size": ("world-size", _run_size(MAX_WORLD_SIZE), "WORLD_SIZE"),
+    "batch_size": ("batch-size", _run_size(MAX_BATCH_SIZE), "BATCH_SIZE"),
 }
 _DEFAULTS: dict[str, Any] = {
     "paths": (),

@@ -20,7 +20,7 @@ import typer
 
 from cachedoctor.report.interface import OutputFormat
 from cachedoctor.report.outcome import FailOn
-from cachedoctor.settings import LAYOUT_NAMES
+from cachedoctor.settings import LAYOUT_NAMES, MAX_BATCH_SIZE, MAX_WORLD_SIZE
 
 
 #: ``--layout``'s choices; ``layouts.LayoutName`` by value (a test keeps the two equal).
@@ -248,6 +248,7 @@ WorldSizeOption = Annotated[
         "--world-size",
         metavar="N",
         min=1,
+        max=MAX_WORLD_SIZE,
         help="GPUs (ranks) of the training run, to predict rank imbalance (default: the trainer's config).",
     ),
 ]
@@ -257,6 +258,7 @@ BatchSizeOption = Annotated[
         "--batch-size",
         metavar="B",
         min=1,
+        max=MAX_BATCH_SIZE,
         help="Per-GPU batch size of the training run, to predict rank imbalance (default: the trainer's config).",
     ),
 ]

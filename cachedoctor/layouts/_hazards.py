@@ -69,7 +69,7 @@ def accelerate_counts(path: str | None) -> tuple[int | None, int | None]:
     if text.lstrip().startswith("{"):
         try:
             loaded = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             loaded = {}
         values = loaded if isinstance(loaded, dict) else {}
     else:

@@ -156,6 +156,8 @@ def load(path: str | None, args: Mapping[str, Any] | None = None) -> KohyaConfig
         raise LayoutError(path, f"cannot be read ({exc.strerror})") from None
     except (toml.decode_error(), UnicodeDecodeError) as exc:
         raise LayoutError(path, f"not valid TOML ({exc}); fix the file") from None
+    except RecursionError:
+        raise LayoutError(path, "TOML nested too deeply to read; fix the file") from None
     general = data.get("general", {})
     datasets = data.get("datasets", [])
     if not isinstance(general, dict) or not isinstance(datasets, list):
@@ -179,11 +181,20 @@ def load(path: str | None, args: Mapping[str, Any] | None = None) -> KohyaConfig
         chain = [dataset, general, cli]
         rules = _rules(chain, path)
         batch = _pick("batch_size", [dataset, general], None)
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            batch = None  # sd-scripts would refuse it; the rank simulation then says it is not known
         for m, subset in enumerate(items, 1):
             made = _subset(subset, chain, rules, folder, f"{where}.subsets[{m}]")
             repeats = _pick("num_repeats", [subset, *chain], 1)
             subsets.append(
-                replace(made, num_repeats=repeats if isinstance(repeats, int) else 1, batch_size=batch, dataset=n)
+                replace(
+                    made,
+                    num_repeats=repeats
+                    if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 0
+                    else 1,
+                    batch_size=batch,
+                    dataset=n,
+                )
             )
     return KohyaConfig(subsets, skipped)
 

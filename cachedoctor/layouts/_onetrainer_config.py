@@ -20,6 +20,7 @@ import glob
 import json
 import os
 from dataclasses import dataclass
+from stat import S_ISREG
 from typing import Any
 
 from cachedoctor.layouts._hazards import count, truthy
@@ -55,7 +56,7 @@ def find(cache: str) -> OneTrainerRun | None:
                 stat = os.stat(path)
             except OSError:
                 continue
-            if stat.st_size <= _MAX_BYTES:
+            if S_ISREG(stat.st_mode) and stat.st_size <= _MAX_BYTES:  # a FIFO or a device would block the read
                 candidates.append((stat.st_mtime, path))
     for _, path in sorted(candidates, reverse=True):
         raw = _load(path)
@@ -67,8 +68,8 @@ def find(cache: str) -> OneTrainerRun | None:
 def _load(path: str) -> dict[str, Any] | None:
     try:
         with open(path, encoding="utf-8") as handle:
-            raw = json.load(handle)
-    except (OSError, ValueError, UnicodeDecodeError):
+            raw = json.loads(handle.read(_MAX_BYTES + 1))  # bounded, even if the file grew since its stat
+    except (OSError, ValueError, RecursionError):
         return None
     return raw if isinstance(raw, dict) and "batch_size" in raw else None
 

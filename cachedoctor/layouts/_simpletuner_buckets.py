@@ -29,7 +29,7 @@ def bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, Bucket]:
     try:
         with open(path, encoding="utf-8") as handle:
             metadata = json.load(handle)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         plan.notes.append(f"{path}: unreadable bucket metadata ({exc}); latent sizes were not compared")
         return {}
     if not isinstance(metadata, dict):
@@ -64,7 +64,8 @@ def _squashed(metadata: dict) -> set[str]:
             continue
         target, original = value.get("target_size"), value.get("original_size")
         if isinstance(target, list) and isinstance(original, list) and list(original) != list(target):
-            needing.setdefault(value.get("aspect_ratio"), []).append(key)
+            ratio = value.get("aspect_ratio")
+            needing.setdefault(ratio if isinstance(ratio, (int, float, str)) else repr(ratio), []).append(key)
     return {key for keys in needing.values() if len(keys) > 1 for key in keys}
 
 

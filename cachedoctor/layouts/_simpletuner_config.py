@@ -123,6 +123,8 @@ def _read_json(path: str) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise LayoutError(path, f"not valid JSON{where}; fix the file (SimpleTuner would refuse it too)") from None
+    except RecursionError:
+        raise LayoutError(path, "JSON nested too deeply to read; fix the file") from None
 
 
 def _trainer_config(path: str) -> dict[str, Any]:
@@ -133,7 +135,7 @@ def _trainer_config(path: str) -> dict[str, Any]:
     try:
         with open(candidate, encoding="utf-8") as handle:
             data = json.load(handle)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 

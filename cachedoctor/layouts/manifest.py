@@ -106,6 +106,10 @@ def _rows(handle: TextIO, path: str) -> Iterator[tuple[int, dict[str, Any]]]:
             row = json.loads(text)
         except json.JSONDecodeError as exc:
             raise LayoutError(path, f"line {n}: not JSON ({exc.msg}); each line must be one JSON object") from None
+        except RecursionError:
+            raise LayoutError(
+                path, f"line {n}: JSON nested too deeply to read; each line must be one JSON object"
+            ) from None
         if not isinstance(row, dict):
             raise LayoutError(path, f"line {n}: a JSON {type(row).__name__}, not an object")
         yield n, _required(path, n, row)

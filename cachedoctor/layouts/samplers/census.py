@@ -71,6 +71,10 @@ def gather(plan: DatasetPlan | None, world_size: int | None, batch_size: int | N
             missing = "world size (--world-size)" if world is None else "batch size (--batch-size)"
             notes.append(f"dataset {name!r}: no {missing} given or in the trainer's config; rank balance not judged")
             continue
+        beyond = out_of_range(world, batch)
+        if beyond:
+            notes.append(f"dataset {name!r}: {beyond}; rank balance not judged")
+            continue
         if tally.unknown:
             notes.append(
                 f"dataset {name!r}: {tally.unknown} image(s) with no known bucket were left out of the rank balance"
@@ -170,6 +174,9 @@ def from_shapes(
     if world_size is None or batch_size is None:
         missing = "world size (--world-size)" if world_size is None else "batch size (--batch-size)"
         return [], [*notes, f"no {missing} given; rank balance not judged"]
+    beyond = out_of_range(world_size, batch_size)
+    if beyond:
+        return [], [*notes, f"{beyond}; rank balance not judged"]
     if not counts:
         return [], [*notes, "no latent found to count per bucket; rank balance not judged"]
     buckets = Buckets(
@@ -180,3 +187,15 @@ def from_shapes(
         path=where,
     )
     return [buckets], [*notes, "no dataset configuration: buckets counted from the latent shapes read, trainer unknown"]
+
+
+def out_of_range(world_size: int, batch_size: int) -> str | None:
+    """Why a run's size is not simulated: a trainer's config is untrusted input, and a world
+    size of 10**20 would be a per-rank table of as many entries."""
+    from cachedoctor.settings import MAX_BATCH_SIZE, MAX_WORLD_SIZE
+
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        return f"a world size of {world_size} is outside 1..{MAX_WORLD_SIZE}"
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        return f"a batch size of {batch_size} is outside 1..{MAX_BATCH_SIZE}"
+    return None

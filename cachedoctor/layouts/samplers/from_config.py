@@ -92,7 +92,7 @@ def bucket_index(path: str) -> dict[str, int] | None:
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     buckets = data.get("aspect_ratio_bucket_indices") if isinstance(data, dict) else None
     if not isinstance(buckets, dict):
