@@ -117,13 +117,33 @@ class _Rank:
 
     def epochs(self, passes: int) -> tuple[int, dict[str, int], set[str]]:
         """``passes`` sampler epochs in a row, added up: one training epoch of a dataset with
-        ``repeats = passes - 1``."""
+        ``repeats = passes - 1``. An epoch depends only on the bucket it starts at, so the
+        passes fall into a cycle of at most one per bucket: it is run once and multiplied (a
+        dataset's ``repeats`` is untrusted input, and may be 10**30)."""
         steps, per_bucket, skipped = 0, Counter[str](), set[str]()
-        for _ in range(passes):
+        history: list[tuple[int | None, int, dict[str, int], set[str]]] = []
+        seen: dict[int | None, int] = {}
+        done = 0
+        while done < passes:
+            state = self.current
+            if state in seen:
+                cycle = history[seen[state] :]
+                full, rest = divmod(passes - done, len(cycle))
+                for i, (_, n, per, gone) in enumerate(cycle):
+                    times = full + (1 if i < rest else 0)
+                    if times:
+                        steps += n * times
+                        per_bucket.update({b: c * times for b, c in per.items()})
+                        skipped |= gone
+                self.current = cycle[rest][0] if rest else state
+                break
+            seen[state] = len(history)
             n, per, gone = self.epoch()
+            history.append((state, n, per, gone))
             steps += n
             per_bucket.update(per)
             skipped |= gone
+            done += 1
         return steps, dict(per_bucket), skipped
 
     def epoch(self) -> tuple[int, dict[str, int], set[str]]:

@@ -160,3 +160,11 @@ def test_golden_cases_include_uneven_and_repeated_ones() -> None:
     assert len(uneven) >= 5
     assert sum(1 for c in GOLDEN["sana"]["cases"] if len(set(c["steps"])) > 1) >= 10
     assert sum(1 for c in GOLDEN["onetrainer"]["cases"] if c["never_trained"] and c["world_size"] > 1) >= 3
+
+
+def test_simpletuner_repeats_cost_one_cycle_not_one_pass_each() -> None:
+    """A dataset's ``repeats`` is untrusted: 10**30 passes are a cycle of sampler epochs run once
+    and multiplied (each epoch depends only on the bucket it starts at)."""
+    one = SIMPLETUNER.split(Buckets("d", {"a": 8}, 0), 2, 2)
+    many = SIMPLETUNER.split(Buckets("d", {"a": 8}, 10**30), 2, 2)
+    assert one.steps == (2, 2) and many.steps == (2 * (10**30 + 1), 2 * (10**30 + 1))
