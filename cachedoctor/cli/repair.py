@@ -51,8 +51,9 @@ from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 
 #: The per-folder state database, only where ``scan`` made one (``scan.state.plan.EXISTING``; not
-#: imported: the CLI stays light).
+#: imported: the CLI stays light); a dry run reads it and never writes it (``READ_ONLY``).
 EXISTING = "existing"
+READ_ONLY = "read-only"
 
 
 class Posterior(str, enum.Enum):
@@ -190,8 +191,9 @@ def repair(
             f"--only: unknown kind(s) {', '.join(sorted(kinds - known))}; choose from {', '.join(sorted(known))}"
         )
     options = RepairOptions(
-        # a dry run reads without the state database: it changes nothing in the cache folder
-        scan=scan_options(settings, deep=not quick, sample=False, default_state=False if dry_run else EXISTING),
+        # a dry run reads scan's state database without writing it: it plans what repair would,
+        # and changes nothing in the cache folder
+        scan=scan_options(settings, deep=not quick, sample=False, default_state=READ_ONLY if dry_run else EXISTING),
         encoders=tuple(encoder or ()),
         gpus=gpus,
         device=device,

@@ -24,6 +24,7 @@ from cachedoctor.scan.state.store import Row, Sig, StateStore, default_path, sig
 NO_STATE: None = None
 AUTO = "auto"
 EXISTING = "existing"
+READ_ONLY = "read-only"  # the existing ones, read and never written (repair --dry-run)
 
 
 class StateSet:
@@ -43,6 +44,14 @@ class StateSet:
         stores: list[StateStore] = []
         notes: list[str] = []
         if state is None:
+            return cls(stores, notes)
+        if state == READ_ONLY:
+            from cachedoctor.scan.state.readonly import open_read_only
+
+            for root in sorted({r for r in roots if os.path.isdir(r)}):
+                found = open_read_only(default_path(root), root)
+                if found is not None:
+                    stores.append(found)
             return cls(stores, notes)
         if state in (AUTO, EXISTING):
             folders = sorted({r for r in roots if os.path.isdir(r)})
@@ -222,6 +231,7 @@ __all__ = [
     "AUTO",
     "EXISTING",
     "NO_STATE",
+    "READ_ONLY",
     "FolderPlan",
     "FolderResult",
     "StateSet",

@@ -135,6 +135,7 @@ class StateStore:
         self.created: bool = False  # made by this scan in a target's .cachedoctor/ (see ``discard``)
         self.made_dir: bool = False  # and that folder too
         self.cache_files = 0  # cache files this scan judged under it
+        self.read_only = False  # a dry run's: read the record, never write it (``readonly.py``)
 
     @classmethod
     def open(cls, path: str, base: str, *, explicit: bool) -> tuple[StateStore | None, str | None]:
@@ -174,6 +175,11 @@ class StateStore:
         commit did (still sound); anything else may be damage, so it is moved aside."""
         db, self.db = self.db, None
         self._pending.clear()
+        if self.read_only:  # not ours to move aside in a dry run: go on without it
+            if db is not None:
+                db.close()
+            self.notes.append(f"the state database {self.path} could not be read ({reason(exc)}); not used")
+            return
         if db is not None:
             try:
                 db.close()
@@ -281,6 +287,9 @@ class StateStore:
 
     @guarded(lambda: None)
     def flush(self) -> None:
+        if self.read_only:
+            self._pending.clear()
+            return
         if self._pending:
             assert self.db is not None
             with immediate(self.db):
@@ -295,7 +304,7 @@ class StateStore:
         """Forget folders under the fully walked ``walked`` targets that this scan did not see,
         and record the scan in ``scans``; a scan that changed nothing writes nothing at all."""
         self.flush()
-        if self.db is None:
+        if self.db is None or self.read_only:
             return
         keys = [self.key(t) for t in walked]
         gone = [f for f in self._recorded_folders() if f not in self._visited and any(_under(f, k) for k in keys)]

@@ -171,3 +171,21 @@ def test_real_rot_below_an_ext4_file_system(tmp_path: Path) -> None:
         assert _kinds(again, target) == ["bit-rot", "corrupt-archive"]
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_dry_run_repair_sees_the_rot_and_writes_nothing(tmp_path: Path) -> None:
+    """``repair --dry-run`` plans what ``repair`` would: it reads scan's record (the digests)
+    read-only, and leaves the database byte for byte as it was, with no -wal or -shm beside it."""
+    from tests.cli_run import cli
+
+    folder, target = _cache(tmp_path)
+    state = folder / ".cachedoctor" / "state.sqlite"
+    assert scan([str(folder)], ScanOptions(workers=1, state="auto", deep=True)).findings == []
+    _rot_under_the_state(state, target)
+    settle(folder)
+    before = {p.name: p.read_bytes() for p in state.parent.iterdir()}
+    code, out, err = cli("repair", str(folder), "--dry-run", "--workers", "1")
+    assert (code, err) == (1, "")
+    said = " ".join(out.split())
+    assert "item.pt: bit-rot, corrupt-archive" in said and "dry run: nothing was changed" in said
+    assert {p.name: p.read_bytes() for p in state.parent.iterdir()} == before
