@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.repair_lines import LIMIT, Lines, whole
-from cachedoctor.report.repair_plan_text import NEEDS_PERSON, print_plan
+from cachedoctor.report.repair_plan_text import NEEDS_PERSON, print_plan, run_level
 from cachedoctor.report.repair_survey_text import print_survey
 from cachedoctor.statedir import quarantine_root
 
@@ -74,12 +74,21 @@ class RepairReport:
         return +states
 
     @property
+    def run_errors(self) -> list[Any]:
+        """Errors about the run that no repair of a file cures (``rank-imbalance``)."""
+        if self.outcome is None:
+            return []
+        return [f for f in run_level(self.outcome.before.findings) if f.severity.value == "error"]
+
+    @property
     def clean(self) -> bool:
         if self.declined:
             return False
         if self.outcome is None:
             return self.survey is None or self.survey.empty
         plan = self.outcome.plan
+        if self.run_errors:  # a run that would hang or not start: `repair && launch` must not launch
+            return False
         if self.dry_run:
             return not (plan.actions or plan.needs_person)
         if not self.outcome.leader:  # the leader rank judges the run

@@ -162,3 +162,21 @@ def test_simpletuner_process_count_from_the_accelerate_config_it_names(tmp_path:
         "SimpleTuner stops at start-up: bucket(s) 1.33 (1), 0.75 (2) hold fewer than the effective batch of 4 "
         "(batch 2 x 2 ranks x 1 accumulation)"
     )
+
+
+def test_repair_says_a_run_that_would_not_start_and_exits_1(tmp_path: Path) -> None:
+    """`repair --yes && accelerate launch` must not launch a run SimpleTuner refuses: no file is
+    wrong, nothing is repaired, and the exit code is still 1, with the finding said."""
+    copy = tmp_path / "st"
+    shutil.copytree(DATASET, copy)
+    settings = copy / "config" / "config.json"
+    data = json.loads(settings.read_text())
+    data.update(num_processes=8, train_batch_size=4)
+    settings.write_text(json.dumps(data))
+    config = str(copy / "config" / "multidatabackend.json")
+    for mode in ("--dry-run", "--yes"):
+        code, out, err = cli("repair", "--config", config, mode, "--workers", "1")
+        said = " ".join(out.split())
+        assert (code, err) == (1, ""), mode
+        assert "error: rank-imbalance: " in said and "SimpleTuner stops at start-up" in said
+        assert "nothing to repair" in said
