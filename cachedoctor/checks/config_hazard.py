@@ -45,7 +45,8 @@ class ConfigHazard(Check):
     repair = (
         "none: the cache may be healthy today; the setting is what loses it. Change the setting the "
         "message names (details.change) and scan again. A finding that only holds on several GPUs "
-        "is reported when --world-size (or the trainer's num_processes) says more than one."
+        "is reported unless --world-size (or the trainer's num_processes) says the run has one GPU; "
+        "when the count is not known, the message says it holds on several."
     )
 
     found = (
@@ -61,8 +62,8 @@ class ConfigHazard(Check):
             return
         for hazard in run.dataset.hazards:
             ranks = run.world_size if run.world_size is not None else hazard.config_ranks
-            if hazard.min_ranks > 1 and (ranks is None or ranks < hazard.min_ranks):
-                continue
+            if hazard.min_ranks > 1 and ranks is not None and ranks < hazard.min_ranks:
+                continue  # a known single-GPU run is safe; an unknown count is said as a condition
             details: dict[str, Any] = {
                 "hazard": hazard.name,
                 "setting": hazard.setting,
@@ -72,6 +73,6 @@ class ConfigHazard(Check):
             on = ""
             if hazard.min_ranks > 1:
                 details["ranks"] = ranks
-                on = f" on {ranks} ranks"
+                on = f" on {ranks} ranks" if ranks is not None else f" (if the run has {hazard.min_ranks} or more GPUs)"
             message = f"{hazard.setting}{on}: {hazard.message}; set {hazard.change} ({hazard.reference})"
             yield self.finding(hazard.path, message, **details)

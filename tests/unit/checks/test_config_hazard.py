@@ -95,8 +95,14 @@ def test_clear_each_epoch_on_one_process_is_safe(st: Path) -> None:
     assert hazard_findings(edit(st, "multidatabackend.json", clear_each_epoch)) == []
 
 
-def test_clear_each_epoch_with_no_known_world_size_says_nothing(st: Path) -> None:
-    assert hazard_findings(edit(st, "multidatabackend.json", clear_each_epoch)) == []
+def test_clear_each_epoch_with_no_known_world_size_is_said_as_a_condition(st: Path) -> None:
+    """`accelerate launch` with its default config on a multi-GPU box names no count anywhere:
+    the hazard is said, on the condition; a run known to have one GPU is safe."""
+    config = edit(st, "multidatabackend.json", clear_each_epoch)
+    found = hazard_findings(config)
+    assert len(found) == 1 and "(if the run has 2 or more GPUs)" in found[0][1]
+    plan = SimpleTunerLayout().plan([], LayoutOptions(config=str(config)))
+    assert list(CHECK.check_run(RunView(plan, world_size=1))) == []
 
 
 def test_world_size_wins_over_the_configs_count(st: Path) -> None:
