@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import BinaryIO, TextIO, TypeVar
@@ -88,8 +89,22 @@ def _atomic(
 
 
 def atomic_text(path: str, *, prefix: str = TEMP_PREFIX) -> contextlib.AbstractContextManager[TextIO]:
-    """A text stream; on a clean exit it replaces ``path``. ``OSError`` passes through."""
+    """A text stream; on a clean exit it replaces ``path``. ``OSError`` passes through.
+
+    A ``path`` that is a device, a FIFO or a socket (``--output /dev/null``, ``/dev/stdout``, a
+    named pipe) is written to as it is: replacing it would put a regular file where the device
+    was (as root, ``/dev/null`` itself), and there is nothing there to keep whole."""
+    if _is_special(path):
+        return open(path, "w", encoding="utf-8")  # the caller's with-block closes it
     return _atomic(path, _open_text, prefix)
+
+
+def _is_special(path: str) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def atomic_binary(

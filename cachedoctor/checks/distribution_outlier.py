@@ -119,7 +119,9 @@ class DistributionOutlier(Check):
             guess = "a blank image?"
         else:
             guess = "another scaling factor, or a nearly blank image?"
-        shown = f"{factor:.1f}" if factor >= 0.95 else f"{factor:.2g}"
+        shown = (
+            f"{factor:.1f}" if factor >= 0.95 else f"{factor:.2g}" if factor >= 1e-4 else "0"
+        )  # a flat latent: std 0
         return self.finding(
             path,
             f"{key}: std {shown}x its peers ({abs(z):.0f} robust deviations from {peers} peers): {guess}",

@@ -27,6 +27,8 @@ def check_writable(path: str) -> str | None:
 
     if os.path.isdir(path):
         return f"{path}: is a folder; name a file for --output"
+    if os.path.exists(path) and not os.path.isfile(path):  # a device or a pipe: written as it is
+        return None if os.access(path, os.W_OK) else f"{path}: cannot write the report there; choose another --output"
     try:
         fd, probe = tempfile.mkstemp(prefix=".cachedoctor-report-", dir=os.path.dirname(os.path.abspath(path)))
     except OSError as exc:

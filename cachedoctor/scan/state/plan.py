@@ -221,10 +221,18 @@ def decode_result(text: str, folder: str) -> FolderResult | None:
             int(d["b"]),
             {str(k): int(v) for k, v in d["fmt"].items()},
             [finding_from_json(f, folder) for f in d["f"]],
-            {(int(h), int(w)): int(n) for h, w, n in d["hw"]} if "hw" in d else None,
+            _shapes(d["hw"]) if "hw" in d else None,
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _shapes(rows: list[list[int]]) -> dict[tuple[int, int], int]:
+    """A recorded ``hw`` list; a count below 1 or a size below 1 (a tampered row) does not decode."""
+    out = {(int(h), int(w)): int(n) for h, w, n in rows}
+    if any(n < 1 or h < 1 or w < 1 for (h, w), n in out.items()):
+        raise ValueError("bad latent shape counts")
+    return out
 
 
 __all__ = [
