@@ -80,8 +80,8 @@ def _spread(buckets: Buckets, order: list[str], world_size: int) -> list[list[in
     """Each rank's items per bucket when the dataset order is unknown: every bucket as evenly
     over the ranks as it goes, its remainder dealt on from where the last bucket's stopped, so
     that each rank holds the same share of the whole as a contiguous range would (the ranges are
-    equal: ``items // ranks`` each, the last ``items % ranks`` items never train). A split that is
-    uneven even so is uneven whatever the order."""
+    equal: ``items // ranks`` each, the last ``items % ranks`` items never train). An imbalance
+    this most even dealing shows is not an artefact of a guessed order."""
     out = [[0] * len(order) for _ in range(world_size)]
     extra_at: list[int | None] = [None] * world_size  # where each rank last got a remainder item
     start = 0
