@@ -106,10 +106,10 @@ def audit(
     suppressed = None
     if (summary.empty or summary.unchecked) and not settings.allow_empty.value:
         write_baseline = None  # nothing was checked: no baseline records that as the norm
-    if write_baseline:
+    if write_baseline:  # every finding is in the baseline just written (not read back: it may be a FIFO)
         baselines.write(write_baseline, summary.findings)
-        baseline = write_baseline
-    if baseline:
+        summary.findings, suppressed = [], len(summary.findings)
+    elif baseline:
         summary.findings, suppressed = baselines.suppress(baseline, summary.findings)
     return ScanReport(
         summary,

@@ -37,7 +37,12 @@ def state_choice(value: str | bool | None, default: bool | str = True) -> str | 
 
 
 def scan_options(
-    settings: Settings, *, deep: bool | None = None, sample: bool = True, default_state: bool | str = True
+    settings: Settings,
+    *,
+    deep: bool | None = None,
+    sample: bool = True,
+    default_state: bool | str = True,
+    read_only: bool = False,
 ) -> ScanOptions:
     """The scan the settings describe. ``deep`` overrides the setting (``repair`` reads deep
     unless ``--quick``); ``sample=False`` drops a configured ``--sample`` (repair reads everything
@@ -53,7 +58,9 @@ def scan_options(
         deep=bool(settings.deep.value if deep is None else deep),
         workers=settings.workers.value,
         exclude=tuple(settings.exclude.value),
-        state=state_choice(settings.state.value, default_state),
+        state=_read_only(state_choice(settings.state.value, default_state))
+        if read_only
+        else state_choice(settings.state.value, default_state),
         sample=Sample.parse(text) if text else None,
         file_timeout=settings.file_timeout.value,
         world_size=settings.world_size.value,
@@ -100,3 +107,11 @@ def targets(settings: Settings) -> list[str]:
 
 
 __all__ = ["kohya_args", "layout_name", "layout_options", "scan_options", "state_choice", "targets"]
+
+
+def _read_only(state: str | None) -> str | None:
+    """A dry run's state: whatever database the settings name, read and never written
+    (``scan.state.plan.READ_ONLY``, spelled here so the CLI imports no scan code)."""
+    if state is None or state.startswith("read-only"):
+        return state
+    return "read-only" if state in ("auto", "existing") else f"read-only:{state}"

@@ -130,6 +130,8 @@ def _load(path: str) -> dict[str, Any]:
         raise ConfigError(path, f"not valid TOML ({exc}); fix the file") from None
     except RecursionError:
         raise ConfigError(path, "TOML nested too deeply to read; fix the file") from None
+    except ValueError as exc:  # e.g. an integer too long to convert
+        raise ConfigError(path, f"not valid TOML ({exc}); fix the file") from None
     except OSError as exc:
         raise ConfigError(path, f"cannot read ({exc.strerror or exc})") from None
 

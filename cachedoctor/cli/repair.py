@@ -193,7 +193,9 @@ def repair(
     options = RepairOptions(
         # a dry run reads scan's state database without writing it: it plans what repair would,
         # and changes nothing in the cache folder
-        scan=scan_options(settings, deep=not quick, sample=False, default_state=READ_ONLY if dry_run else EXISTING),
+        scan=scan_options(
+            settings, deep=not quick, sample=False, default_state=READ_ONLY if dry_run else EXISTING, read_only=dry_run
+        ),
         encoders=tuple(encoder or ()),
         gpus=gpus,
         device=device,

@@ -158,6 +158,8 @@ def load(path: str | None, args: Mapping[str, Any] | None = None) -> KohyaConfig
         raise LayoutError(path, f"not valid TOML ({exc}); fix the file") from None
     except RecursionError:
         raise LayoutError(path, "TOML nested too deeply to read; fix the file") from None
+    except ValueError as exc:  # e.g. an integer too long to convert
+        raise LayoutError(path, f"not valid TOML ({exc}); fix the file") from None
     general = data.get("general", {})
     datasets = data.get("datasets", [])
     if not isinstance(general, dict) or not isinstance(datasets, list):

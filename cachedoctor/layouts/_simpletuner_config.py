@@ -125,6 +125,8 @@ def _read_json(path: str) -> Any:
         raise LayoutError(path, f"not valid JSON{where}; fix the file (SimpleTuner would refuse it too)") from None
     except RecursionError:
         raise LayoutError(path, "JSON nested too deeply to read; fix the file") from None
+    except ValueError as exc:  # e.g. an integer too long to convert
+        raise LayoutError(path, f"not valid JSON ({exc}); fix the file") from None
 
 
 def _trainer_config(path: str) -> dict[str, Any]:

@@ -110,6 +110,8 @@ def _rows(handle: TextIO, path: str) -> Iterator[tuple[int, dict[str, Any]]]:
             raise LayoutError(
                 path, f"line {n}: JSON nested too deeply to read; each line must be one JSON object"
             ) from None
+        except ValueError as exc:  # e.g. an integer too long to convert
+            raise LayoutError(path, f"line {n}: not JSON ({exc}); each line must be one JSON object") from None
         if not isinstance(row, dict):
             raise LayoutError(path, f"line {n}: a JSON {type(row).__name__}, not an object")
         yield n, _required(path, n, row)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import replace
 from typing import Any
 
@@ -262,9 +263,12 @@ def _captions(
             return None, image, None
         path = os.path.join(folder, txt)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the plan
             try:
-                mtime = os.fstat(fd).st_mtime_ns
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise OSError(f"{path}: not a regular file")
+                mtime = st.st_mtime_ns
                 text = os.read(fd, _CAPTION_LIMIT).decode("utf-8")
             finally:
                 os.close(fd)

@@ -89,6 +89,8 @@ def bucket_index(path: str) -> dict[str, int] | None:
     """SimpleTuner's bucket index: aspect ratio -> images, in the order its sampler visits them
     (``load_buckets`` lists the keys of ``aspect_ratio_bucket_indices``). ``None`` if absent
     or unreadable (then the latent sizes stand in for the buckets)."""
+    if not os.path.isfile(path):  # a FIFO or a device would block the read
+        return None
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)

@@ -45,11 +45,17 @@ class StateSet:
         notes: list[str] = []
         if state is None:
             return cls(stores, notes)
-        if state == READ_ONLY:
+        if state == READ_ONLY or state.startswith(READ_ONLY + ":"):
             from cachedoctor.scan.state.readonly import open_read_only
 
-            for root in sorted({r for r in roots if os.path.isdir(r)}):
-                found = open_read_only(default_path(root), root)
+            named = state[len(READ_ONLY) + 1 :]
+            places = (
+                [(os.path.abspath(named), "")]
+                if named
+                else [(default_path(r), r) for r in sorted({r for r in roots if os.path.isdir(r)})]
+            )
+            for path, base in places:
+                found = open_read_only(path, base)
                 if found is not None:
                     stores.append(found)
             return cls(stores, notes)

@@ -104,3 +104,48 @@ def test_a_fifo_named_like_a_onetrainer_config_does_not_block_the_scan(tmp_path:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() in ("0", "1"), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "option", "text"),
+    [
+        ("multidatabackend.json", "--config", '[{"id": "x", "type": "local", "repeats": %s}]'),
+        ("items.jsonl", "--manifest", '{"path": "a.pt", "source": "a.png", "size": %s}\n'),
+        ("dataset.toml", "--kohya-config", "[[datasets]]\nbatch_size = %s\n"),
+    ],
+)
+def test_an_integer_too_long_to_convert_is_one_line(tmp_path: Path, name: str, option: str, text: str) -> None:
+    """Python refuses to convert integers of more than 4300 digits (a plain ValueError)."""
+    path = tmp_path / name
+    path.write_text(text % ("1" + "0" * 5000))
+    cache = tmp_path / "cache"
+    shutil.copytree(KOHYA_CACHE, cache)
+    argv = ["scan", str(cache), option, str(path), "--no-state"]
+    if option == "--kohya-config":
+        argv += ["--layout", "kohya"]
+    one_line_exit_2(argv, path, "not ")
+
+
+def test_a_fifo_caption_does_not_block_the_plan(st: Path) -> None:
+    caption = next((st / "datasets").rglob("*.txt"))
+    caption.unlink()
+    os.mkfifo(caption)
+    code = (
+        "from tests.cli_run import cli; "
+        f"print(cli('scan', '--config', {str(st / 'config' / 'multidatabackend.json')!r}, '--no-state')[0])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() in ("0", "1"), done.stderr
+
+
+def test_write_baseline_to_a_fifo_is_not_read_back(tmp_path: Path) -> None:
+    fifo = tmp_path / "baseline.fifo"
+    os.mkfifo(fifo)
+    import threading
+
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    code, _, err = cli("scan", str(KOHYA_CACHE), "--no-state", "--write-baseline", str(fifo))
+    reader.join(timeout=30)
+    assert (code, err) == (0, "") and b"cachedoctor.baseline/1" in got[0]

@@ -189,3 +189,22 @@ def test_a_dry_run_repair_sees_the_rot_and_writes_nothing(tmp_path: Path) -> Non
     said = " ".join(out.split())
     assert "item.pt: bit-rot, corrupt-archive" in said and "dry run: nothing was changed" in said
     assert {p.name: p.read_bytes() for p in state.parent.iterdir()} == before
+
+
+def test_a_dry_run_reads_a_named_state_database_read_only_and_creates_none(tmp_path: Path) -> None:
+    from tests.cli_run import cli
+
+    folder, target = _cache(tmp_path)
+    named = tmp_path / "elsewhere" / "st.sqlite"
+    named.parent.mkdir()
+    assert scan([str(folder)], ScanOptions(workers=1, state=str(named), deep=True)).findings == []
+    _rot_under_the_state(named, target)
+    settle(folder)
+    before = {p.name: p.read_bytes() for p in named.parent.iterdir()}
+    code, out, _ = cli("repair", str(folder), "--dry-run", "--workers", "1", "--state", str(named))
+    assert code == 1 and "bit-rot" in out
+    assert {p.name: p.read_bytes() for p in named.parent.iterdir()} == before
+    fresh = tmp_path / "new" / "sub" / "fresh.sqlite"
+    code, out, _ = cli("repair", str(folder), "--dry-run", "--workers", "1", "--state", str(fresh))
+    assert code == 1 and "corrupt-archive" in out and "bit-rot" not in out  # no record: the CRC alone says it
+    assert not (tmp_path / "new").exists()
