@@ -80,7 +80,11 @@ def test_repair_and_recover_take_scans_selection_options_on_the_command_line(exc
     assert cli("recover", "--exclude", "scratch", "--no-state", "cache", cwd=excluded)[0] == 0
     state = excluded / "mystate.sqlite"
     code, _, err = cli("repair", "--dry-run", "--state", str(state), "cache", cwd=excluded)
-    assert code == ExitStatus.FINDINGS and err == "" and state.is_file()  # a named state database is used
+    assert code == ExitStatus.FINDINGS and err == "" and not state.exists()  # a dry run creates no database
+    assert cli("scan", "--state", str(state), "cache", cwd=excluded)[0] == ExitStatus.FINDINGS
+    recorded = state.read_bytes()
+    code, _, err = cli("repair", "--dry-run", "--state", str(state), "cache", cwd=excluded)
+    assert code == ExitStatus.FINDINGS and err == "" and state.read_bytes() == recorded  # read, never written
 
 
 def _captured(monkeypatch: pytest.MonkeyPatch) -> list:  # type: ignore[type-arg]
