@@ -109,6 +109,7 @@ def audit(
     if write_baseline:  # every finding is in the baseline just written (not read back: it may be a FIFO)
         baselines.write(write_baseline, summary.findings)
         summary.findings, suppressed = [], len(summary.findings)
+        baseline = write_baseline
     elif baseline:
         summary.findings, suppressed = baselines.suppress(baseline, summary.findings)
     return ScanReport(
