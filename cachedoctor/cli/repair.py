@@ -51,9 +51,8 @@ from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 
 #: The per-folder state database, only where ``scan`` made one (``scan.state.plan.EXISTING``; not
-#: imported: the CLI stays light); a dry run reads it and never writes it (``READ_ONLY``).
+#: imported: the CLI stays light); a dry run reads it, or the one named, and never writes it.
 EXISTING = "existing"
-READ_ONLY = "read-only"
 
 
 class Posterior(str, enum.Enum):
@@ -193,9 +192,7 @@ def repair(
     options = RepairOptions(
         # a dry run reads scan's state database without writing it: it plans what repair would,
         # and changes nothing in the cache folder
-        scan=scan_options(
-            settings, deep=not quick, sample=False, default_state=READ_ONLY if dry_run else EXISTING, read_only=dry_run
-        ),
+        scan=scan_options(settings, deep=not quick, sample=False, default_state=EXISTING, read_only=dry_run),
         encoders=tuple(encoder or ()),
         gpus=gpus,
         device=device,

@@ -16,7 +16,7 @@ import sqlite3
 import time
 from urllib.parse import quote
 
-from cachedoctor.scan.state.store import StateStore, _producer
+from cachedoctor.scan.state.store import StateStore, producer_id
 
 #: Without touching the clock file, "now" stands in for the scan's start, less this: a file
 #: changed within the last two seconds (a coarse file-system clock) is racy, and read again.
@@ -35,7 +35,7 @@ def open_read_only(path: str, base: str = "") -> StateStore | None:
     db, row = _connect(path, wal)
     if row is None and wal:  # the log could not be read through the locks: the main file alone
         db, row = _connect(path, False)
-    if db is None or row is None or row[0] != _producer():
+    if db is None or row is None or row[0] != producer_id():
         if db is not None:
             db.close()
         return None

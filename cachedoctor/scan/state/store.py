@@ -83,7 +83,7 @@ def default_path(root: str) -> str:
     return state_db_path(root)
 
 
-def _producer() -> str:
+def producer_id() -> str:
     from cachedoctor.checks import KINDS
 
     return f"{SCHEMA_VERSION}|{__version__}|{','.join(sorted(KINDS))}"
@@ -146,7 +146,7 @@ class StateStore:
             _refuse_foreign(path)
         try:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            db, note = connect(path, _producer)
+            db, note = connect(path, producer_id)
             clock = clock_path(path)
             with open(clock, "a"):
                 pass
