@@ -3,6 +3,7 @@ of ``fixtures/builders/`` (shared with the fixture generators and the benchmarks
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,3 +25,40 @@ def marker(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / PWNED_MARKER
     yield path
     assert not path.exists(), "a malicious payload ran"
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[object]:
+    """moto's S3 server in its own process on 127.0.0.1 (``moto_server.py``), one per session;
+    the dummy credentials and the endpoint go into the environment, as a user would set them."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    import moto_server
+
+    server = moto_server.start()
+    saved = {k: os.environ.get(k) for k in server.env()}
+    os.environ.update(server.env())
+    try:
+        yield server
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: object, request: pytest.FixtureRequest) -> str:
+    """A new empty bucket on the session's server, named after the test (``s3://<name>``)."""
+    import re
+    import uuid
+
+    stem = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"{stem}-{uuid.uuid4().hex[:8]}"
+    s3_server.client().create_bucket(Bucket=name)  # type: ignore[attr-defined]
+    from cachedoctor.remote.connect import forget
+
+    forget()  # a store from an earlier test may hold another server's session
+    return name

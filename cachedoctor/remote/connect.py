@@ -1,0 +1,40 @@
+"""Open the store a remote URL names, once per bucket per process, with the run's settings.
+
+The scheme picks the member (``s3://`` -> ``s3.py``); a scheme with no member, or a member
+whose extra is not installed, is a :class:`RemoteError` naming the URL and what to install.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from cachedoctor.remote.interface import Location, ObjectStore, RemoteError
+from cachedoctor.remote.s3 import RetryPolicy, S3Settings
+
+_stores: dict[tuple[str, str, S3Settings], ObjectStore] = {}
+_lock = threading.Lock()
+
+
+def store_for(url: str, settings: S3Settings | None = None, policy: RetryPolicy | None = None) -> ObjectStore:
+    """The store holding ``url`` (shared by every caller with the same settings)."""
+    location = Location.parse(url)
+    settings = settings or S3Settings()
+    if location.scheme != "s3":
+        raise RemoteError(url, f"no support for {location.scheme}:// yet; cachedoctor reads s3:// URLs")
+    key = (location.scheme, location.bucket, settings)
+    with _lock:
+        store = _stores.get(key)
+        if store is None or policy is not None:
+            from cachedoctor.remote.s3 import S3Store
+
+            store = S3Store(location.bucket, settings, policy)
+            _stores[key] = store
+        return store
+
+
+def forget() -> None:
+    """Drop every open store (tests that restart the server; the end of a run)."""
+    with _lock:
+        for store in _stores.values():
+            store.close()
+        _stores.clear()

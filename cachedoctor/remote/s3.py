@@ -1,0 +1,384 @@
+"""The S3 member of the object-store family, through fsspec and s3fs (the ``[s3]`` extra).
+
+s3fs gives the session, the credential chain (environment, profile, instance role, or the
+keys a trainer's config names) and its event loop; the requests themselves go to its
+aiobotocore client directly, so that this module, not s3fs's error translation, decides what
+a failure means: 404 -> :class:`ObjectGone`, 412 on ``If-Match`` -> :class:`ObjectChanged`,
+403 or no credentials -> :class:`RemoteError` (one line, exit 2), throttling (503 SlowDown),
+5xx, connection resets and short reads -> retried with capped, jittered exponential backoff,
+then :class:`TransientError`. botocore's and s3fs's own retries are off: one policy, counted.
+
+Every method is synchronous and thread-safe (each runs a coroutine on s3fs's loop thread), so
+the scan's bounded thread pool keeps that many requests in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from cachedoctor.remote.interface import (
+    Location,
+    ObjectChanged,
+    ObjectGone,
+    ObjectInfo,
+    ObjectStore,
+    RemoteError,
+    TransientError,
+)
+
+_T = TypeVar("_T")
+
+#: Error codes S3 (and MinIO, R2, Ceph) send for "try again later".
+_RETRY_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "InternalError",
+        "ServiceUnavailable",
+        "503",
+        "500",
+        "502",
+        "504",
+    }
+)
+_REFUSED_CODES = frozenset(
+    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "403"}
+)
+_MISSING_BUCKET = frozenset({"NoSuchBucket"})
+_GONE_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_CHANGED_CODES = frozenset({"PreconditionFailed", "412"})
+_EXISTS_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
+
+
+@dataclass(frozen=True, slots=True)
+class S3Settings:
+    """Where and as whom: every field ``None`` means the standard AWS chain decides
+    (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.aws/config``...)."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    profile: str | None = None
+    key: str | None = None
+    secret: str | None = None
+    token: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Capped exponential backoff with full jitter (AWS's recommendation for throttling)."""
+
+    attempts: int = 6
+    base: float = 0.1  # seconds before the first retry, at most
+    cap: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        return random.uniform(0, min(self.cap, self.base * (2**attempt)))
+
+
+class ShortRead(Exception):
+    """The server sent fewer bytes than it said it would (a reset mid-body)."""
+
+
+def _code(exc: BaseException) -> str | None:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        error = response.get("Error") or {}
+        code = str(error.get("Code") or "")
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return code or (str(status) if status else None)
+    return None
+
+
+def _transient_types() -> tuple[type[BaseException], ...]:
+    import aiohttp
+    from botocore import exceptions as bx
+
+    return (
+        ShortRead,
+        ConnectionError,
+        asyncio.TimeoutError,
+        aiohttp.ClientConnectionError,
+        aiohttp.ClientPayloadError,
+        bx.ConnectionClosedError,
+        bx.EndpointConnectionError,
+        bx.ReadTimeoutError,
+        bx.ConnectTimeoutError,
+        bx.IncompleteReadError,
+        bx.ResponseStreamingError,
+        bx.HTTPClientError,
+    )
+
+
+class S3Store(ObjectStore):
+    """One S3 bucket (or MinIO/R2/Ceph with ``endpoint_url``)."""
+
+    def __init__(self, bucket: str, settings: S3Settings, policy: RetryPolicy | None = None) -> None:
+        try:
+            import s3fs
+        except ImportError:
+            raise RemoteError(
+                f"s3://{bucket}", "remote caches need the [s3] extra: pip install 'cachedoctor[s3]'"
+            ) from None
+        self.bucket = bucket
+        self.settings = settings
+        self.policy = policy or RetryPolicy()
+        self.retries = 0  # requests retried (for tests and the scan's notes)
+        self.requests = 0  # requests sent, retries included
+        client_kwargs: dict[str, Any] = {}
+        if settings.region:
+            client_kwargs["region_name"] = settings.region
+        self.fs = s3fs.S3FileSystem(
+            key=settings.key,
+            secret=settings.secret,
+            token=settings.token,
+            profile=settings.profile,
+            endpoint_url=settings.endpoint_url,
+            client_kwargs=client_kwargs,
+            config_kwargs={
+                "retries": {"max_attempts": 1, "mode": "standard"},
+                "max_pool_connections": 64,
+                "connect_timeout": 10,
+                "read_timeout": 60,
+            },
+            skip_instance_cache=True,
+            use_listings_cache=False,
+        )
+        self._transient = _transient_types()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _run(self, make: Callable[[Any], Awaitable[_T]], url: str) -> _T:
+        """Run ``make(client)`` on s3fs's loop with this store's retry policy."""
+        from fsspec.asyn import sync
+
+        attempt = 0
+        while True:
+            self.requests += 1
+            try:
+                return sync(self.fs.loop, self._call, make)
+            except self._transient as exc:
+                failure: BaseException = exc
+            except Exception as exc:
+                code = _code(exc)
+                if code in _GONE_CODES:
+                    raise ObjectGone(url) from None
+                if code in _CHANGED_CODES:
+                    raise ObjectChanged(url) from None
+                if code in _MISSING_BUCKET:
+                    raise RemoteError(
+                        url, f"no bucket {self.bucket!r} at this endpoint; check the URL and --s3-endpoint-url"
+                    ) from None
+                if code in _REFUSED_CODES:
+                    raise RemoteError(
+                        url,
+                        f"the server refused these credentials ({code}); check AWS_PROFILE / AWS_ACCESS_KEY_ID or the config's keys",
+                    ) from None
+                if _no_credentials(exc):
+                    raise RemoteError(
+                        url,
+                        "no AWS credentials found; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or the dataset config's keys",
+                    ) from None
+                if code not in _RETRY_CODES:
+                    raise RemoteError(url, f"the server said {code or type(exc).__name__}: {_message(exc)}") from None
+                failure = exc
+            attempt += 1
+            if attempt >= self.policy.attempts:
+                if isinstance(failure, Exception) and _unreachable(failure):
+                    raise RemoteError(
+                        url, f"cannot reach the endpoint ({_message(failure)}); check --s3-endpoint-url and the network"
+                    ) from None
+                raise TransientError(f"{url}: still failing after {attempt} attempts: {_message(failure)}") from None
+            self.retries += 1
+            time.sleep(self.policy.delay(attempt))
+
+    async def _call(self, make: Callable[[Any], Awaitable[_T]]) -> _T:
+        await self.fs.set_session()
+        client = await self.fs.get_s3(self.bucket)
+        return await make(client)
+
+    # -- the interface -------------------------------------------------------------------------
+
+    def list(self, prefix: Location) -> Iterator[ObjectInfo]:
+        key = prefix.key
+        folder = f"{key}/" if key else ""
+        token: str | None = None
+        while True:
+
+            async def page(client: Any, token: str | None = token) -> dict[str, Any]:
+                kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": folder, "MaxKeys": 1000}
+                if token:
+                    kwargs["ContinuationToken"] = token
+                result: dict[str, Any] = await client.list_objects_v2(**kwargs)
+                return result
+
+            result = self._run(page, prefix.url)
+            for item in result.get("Contents", ()):
+                name = item["Key"]
+                if name.endswith("/"):
+                    continue  # a "folder" marker some tools write
+                yield ObjectInfo(
+                    f"s3://{self.bucket}/{name}", int(item["Size"]), _etag(item.get("ETag")), _ns(item["LastModified"])
+                )
+            if not result.get("IsTruncated"):
+                return
+            token = result.get("NextContinuationToken")
+            if not token:
+                return
+
+    def head(self, url: str) -> ObjectInfo | None:
+        key = Location.parse(url).key
+
+        async def head(client: Any) -> dict[str, Any]:
+            result: dict[str, Any] = await client.head_object(Bucket=self.bucket, Key=key)
+            return result
+
+        try:
+            result = self._run(head, url)
+        except ObjectGone:
+            return None
+        return ObjectInfo(url, int(result["ContentLength"]), _etag(result.get("ETag")), _ns(result["LastModified"]))
+
+    def read_range(self, info: ObjectInfo, start: int, end: int) -> bytes:
+        end = min(end, info.size)
+        if end <= start:
+            return b""
+        key = Location.parse(info.url).key
+        want = end - start
+
+        async def get(client: Any) -> bytes:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "Range": f"bytes={start}-{end - 1}"}
+            if info.etag:
+                kwargs["IfMatch"] = f'"{info.etag}"'
+            response = await client.get_object(**kwargs)
+            async with response["Body"] as body:
+                data: bytes = await body.read(want + 1)
+            if len(data) < want:
+                raise ShortRead(f"{len(data)} of {want} bytes")
+            return data[:want]
+
+        return self._run(get, info.url)
+
+    def read_whole(self, info: ObjectInfo, limit: int) -> bytes:
+        key = Location.parse(info.url).key
+
+        async def get(client: Any) -> bytes:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+            if info.etag:
+                kwargs["IfMatch"] = f'"{info.etag}"'
+            response = await client.get_object(**kwargs)
+            declared = int(response.get("ContentLength", -1))
+            if declared > limit or (declared >= 0 and declared != info.size):
+                async with response["Body"]:
+                    pass
+                raise ObjectChanged(info.url)
+            chunks: list[bytes] = []
+            total = 0
+            async with response["Body"] as body:
+                while True:
+                    chunk = await body.read(1 << 20)
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if total > limit:
+                        raise ObjectChanged(info.url)
+                    chunks.append(chunk)
+            if total != info.size:
+                raise ShortRead(f"{total} of {info.size} bytes")
+            return b"".join(chunks)
+
+        return self._run(get, info.url)
+
+    def put(self, url: str, data: bytes) -> ObjectInfo:
+        key = Location.parse(url).key
+
+        async def put(client: Any) -> dict[str, Any]:
+            result: dict[str, Any] = await client.put_object(Bucket=self.bucket, Key=key, Body=data)
+            return result
+
+        self._run(put, url)
+        found = self.head(url)
+        if found is None:
+            raise TransientError(f"{url}: written, then not found")
+        return found
+
+    def put_if_absent(self, url: str, data: bytes) -> bool:
+        key = Location.parse(url).key
+
+        async def put(client: Any) -> dict[str, Any]:
+            result: dict[str, Any] = await client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+            return result
+
+        try:
+            self._run(put, url)
+        except ObjectChanged:  # 412: an object has that key
+            return False
+        except RemoteError as exc:
+            if any(code in exc.message for code in ("ConditionalRequestConflict", "409")):
+                return False
+            raise
+        return True
+
+    def copy(self, source: ObjectInfo, target: str) -> ObjectInfo:
+        source_key = Location.parse(source.url).key
+        target_key = Location.parse(target).key
+
+        async def copy(client: Any) -> dict[str, Any]:
+            kwargs: dict[str, Any] = {
+                "Bucket": self.bucket,
+                "Key": target_key,
+                "CopySource": {"Bucket": self.bucket, "Key": source_key},
+            }
+            if source.etag:
+                kwargs["CopySourceIfMatch"] = f'"{source.etag}"'
+            result: dict[str, Any] = await client.copy_object(**kwargs)
+            return result
+
+        self._run(copy, source.url)
+        found = self.head(target)
+        if found is None:
+            raise TransientError(f"{target}: copied, then not found")
+        return found
+
+    def delete(self, url: str) -> None:
+        key = Location.parse(url).key
+
+        async def delete(client: Any) -> dict[str, Any]:
+            result: dict[str, Any] = await client.delete_object(Bucket=self.bucket, Key=key)
+            return result
+
+        self._run(delete, url)
+
+
+def _etag(value: object) -> str:
+    return str(value or "").strip('"')
+
+
+def _ns(value: Any) -> int:
+    """LastModified to whole seconds in ns: listings give milliseconds, HEAD an HTTP date to the
+    second, and the change test must find them equal."""
+    return int(value.timestamp()) * 1_000_000_000
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _no_credentials(exc: BaseException) -> bool:
+    return type(exc).__name__ in {"NoCredentialsError", "PartialCredentialsError", "ProfileNotFound"}
+
+
+def _unreachable(exc: Exception) -> bool:
+    return type(exc).__name__ in {
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "ClientConnectorError",
+    } or isinstance(exc, ConnectionRefusedError)
