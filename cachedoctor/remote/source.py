@@ -55,8 +55,12 @@ class RemoteSource(Source):
             raise bomb(
                 self.info.url, f"its readers asked for more than {MAX_REQUESTS} ranges of a {self.size}-byte object"
             )
+        if self.requests > MAX_REQUESTS:  # the whole read came back short once: no more requests
+            raise ReadError("truncated", f"object ends before byte {self.size}")
         self.requests += 1
-        data = self.store.read_whole(self.info, self.size)
+        data = self.store.read_range(self.info, 0, self.size)  # only read_range: callers wrap it
+        if len(data) != self.size:
+            raise ReadError("truncated", f"object ends before byte {self.size}")
         self.bytes_read += len(data)
         self.windows.insert(0, (0, data))
         return data
