@@ -166,9 +166,7 @@ def methods(args, ctx):
     ranged_scan(_server.url, 1, False)  # imports and the readers' first use, untimed
     rows = [
         Method("boto_1", "boto3 list + whole-object GET loop (1 thread)", _measured(boto_loop(client)), items=n),
-        Method(
-            "boto_w", f"boto3 list + whole-object GET, {w} threads", _measured(boto_loop(client, w)), items=n
-        ),
+        Method("boto_w", f"boto3 list + whole-object GET, {w} threads", _measured(boto_loop(client, w)), items=n),
         Method(
             "quick_w",
             f"ranged quick read + readers, {w} threads (stand-in)",
@@ -183,18 +181,75 @@ def methods(args, ctx):
             nbytes=n * size,
         ),
     ]
+    rows += cli_rows(args, ctx)
     return [m for m in rows if not args.only or m.key in args.only.split(",")]
+
+
+def _remote_scan_exists() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("cachedoctor.scan.remote_scan") is not None
+
+
+def cli_rows(args, ctx) -> list[Method]:
+    """``cachedoctor scan s3://...`` as a user runs it (a fresh process each time): the first
+    quick scan (no state database yet), the quick rescan (the state database of the first
+    scan: one LIST, no GET), and the deep scan. Absent until scan takes s3:// targets."""
+    if args.no_cli or not _remote_scan_exists():
+        return []
+    import shutil
+    import tempfile
+
+    n, size = args.objects, ctx.facts["object_bytes"]
+    env = {**os.environ, **_server.env()}
+    base = [sys.executable, "-m", "cachedoctor", "scan", ctx.facts["prefix"], "--s3-endpoint-url", _server.url]
+    base += ["--format", "json", "-j", str(args.threads)]
+    state_dir = Path(tempfile.mkdtemp(prefix="cachedoctor-s3-state-"))
+    atexit.register(shutil.rmtree, state_dir, True)
+    warm = str(state_dir / "warm.sqlite")
+    cold = str(state_dir / "cold.sqlite")
+    import subprocess
+
+    subprocess.run([*base, "--state", warm], env=env, capture_output=True, check=False)  # the rescan's state
+
+    def fresh_state() -> None:
+        Path(cold).unlink(missing_ok=True)
+
+    return [
+        Method(
+            "cli_quick",
+            "cachedoctor scan s3://... (first scan)",
+            command=[*base, "--state", cold],
+            prepare=fresh_state,
+            env=env,
+            items=n,
+        ),
+        Method(
+            "cli_rescan",
+            "cachedoctor scan s3://... (rescan, state warm)",
+            command=[*base, "--state", warm],
+            env=env,
+            items=n,
+        ),
+        Method(
+            "cli_deep",
+            "cachedoctor scan --deep s3://...",
+            command=[*base, "--deep", "--no-state"],
+            env=env,
+            items=n,
+            nbytes=n * size,
+        ),
+    ]
 
 
 def finish(args, ctx, figures):
     """Check every row saw every object, then count each row once through the proxy."""
-    from s3_proxy import S3Proxy
-
     import boto3
+    from s3_proxy import S3Proxy
 
     notes = []
     n = args.objects
-    for key, f in figures.items():
+    for f in figures.values():
         if f.get("n") != n or f.get("bad"):
             notes.append(f"{f['label']}: saw {f.get('n')} objects, {f.get('bad', 0)} judged bad, of {n}")
         if f.get("server_cpu_s"):
@@ -242,13 +297,23 @@ BENCH = Bench(
         opt("--threads", type=int, default=8, metavar="T", help="requests in flight of the pooled rows (default 8)"),
         opt("--only", default="", metavar="KEYS", help="comma-separated row keys to time (default all)"),
         opt("--no-count", action="store_true", help="skip the counted pass through the proxy"),
+        opt("--no-cli", action="store_true", help="skip the cachedoctor scan (whole-process) rows"),
     ],
     quick={"objects": 300, "repeat": 1},
     describe=lambda a: {"objects": a.objects, "dtype": a.dtype},
     reusable=lambda a, root: False,
-    goals=[
-        Goal("quick scan vs the boto3 GET loop (objects/s)", "quick_w", "boto_1", 5.0),
-        Goal("deep scan vs the boto3 GET loop (objects/s)", "deep_w", "boto_1", 0.7),
+    goals=lambda args: [
+        *(
+            [
+                Goal("cachedoctor scan s3:// (first) vs the boto3 GET loop (objects/s)", "cli_quick", "boto_1", 5.0),
+                Goal("cachedoctor scan s3:// (rescan) vs the boto3 GET loop (objects/s)", "cli_rescan", "boto_1", 5.0),
+                Goal("cachedoctor scan --deep s3:// vs the boto3 GET loop (objects/s)", "cli_deep", "boto_1", 0.7),
+            ]
+            if not args.no_cli and _remote_scan_exists()
+            else []
+        ),
+        Goal("quick read stand-in vs the boto3 GET loop (objects/s)", "quick_w", "boto_1", 5.0, info=True),
+        Goal("deep read stand-in vs the boto3 GET loop (objects/s)", "deep_w", "boto_1", 0.7, info=True),
         Goal("boto3 GET with a thread pool vs the loop (objects/s)", "boto_w", "boto_1", info=True),
     ],
 )

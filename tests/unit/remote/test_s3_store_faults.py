@@ -17,9 +17,9 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
-from s3_proxy import S3Proxy  # noqa: E402
+from s3_proxy import S3Proxy
 
-from cachedoctor.remote.interface import (  # noqa: E402
+from cachedoctor.remote.interface import (
     Location,
     ObjectChanged,
     ObjectGone,
@@ -27,7 +27,7 @@ from cachedoctor.remote.interface import (  # noqa: E402
     RemoteError,
     TransientError,
 )
-from cachedoctor.remote.s3 import RetryPolicy, S3Settings, S3Store  # noqa: E402
+from cachedoctor.remote.s3 import RetryPolicy, S3Settings, S3Store
 
 BUCKET = "store-faults"
 SMALL = b"s" * 1000
