@@ -21,6 +21,8 @@ import atexit
 import hashlib
 import io
 import os
+import shlex
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -191,6 +193,13 @@ def _remote_scan_exists() -> bool:
     return importlib.util.find_spec("cachedoctor.scan.remote_scan") is not None
 
 
+_SUMMARY = (
+    "import json, sys; s = json.load(sys.stdin)['summary']; print(json.dumps({'n': s['files_seen'], "
+    "'bad': s['findings'] + len(s['errors']), 'files_read': s['files_read'], 'files_reused': s['files_reused'], "
+    "'io_bytes': s['io_bytes'], 'scan_exit': s['exit_code']}))"
+)
+
+
 def cli_rows(args, ctx) -> list[Method]:
     """``cachedoctor scan s3://...`` as a user runs it (a fresh process each time): the first
     quick scan (no state database yet), the quick rescan (the state database of the first
@@ -208,18 +217,33 @@ def cli_rows(args, ctx) -> list[Method]:
     atexit.register(shutil.rmtree, state_dir, True)
     warm = str(state_dir / "warm.sqlite")
     cold = str(state_dir / "cold.sqlite")
-    import subprocess
-
     subprocess.run([*base, "--state", warm], env=env, capture_output=True, check=False)  # the rescan's state
 
     def fresh_state() -> None:
         Path(cold).unlink(missing_ok=True)
 
+    def through(endpoint: str, *extra: str) -> list[str]:
+        """The scan's own command with another endpoint (the counted pass through the proxy)."""
+        argv = [*base, *extra]
+        argv[argv.index("--s3-endpoint-url") + 1] = endpoint
+        return argv
+
+    ctx.counted_cli = {
+        "cli_quick": lambda url: (fresh_state(), through(url, "--state", cold))[1],
+        "cli_rescan": lambda url: through(url, "--state", warm),
+        "cli_deep": lambda url: through(url, "--deep", "--no-state"),
+    }
+
+    def cli(*extra: str) -> list[str]:
+        """The scan piped into a one-line summary (the runner's extra figures of the row)."""
+        scan = " ".join(shlex.quote(a) for a in [*base, *extra])
+        return ["bash", "-c", f"set -o pipefail; {scan} | {shlex.quote(sys.executable)} -c {shlex.quote(_SUMMARY)}"]
+
     return [
         Method(
             "cli_quick",
             "cachedoctor scan s3://... (first scan)",
-            command=[*base, "--state", cold],
+            command=cli("--state", cold),
             prepare=fresh_state,
             env=env,
             items=n,
@@ -227,14 +251,14 @@ def cli_rows(args, ctx) -> list[Method]:
         Method(
             "cli_rescan",
             "cachedoctor scan s3://... (rescan, state warm)",
-            command=[*base, "--state", warm],
+            command=cli("--state", warm),
             env=env,
             items=n,
         ),
         Method(
             "cli_deep",
             "cachedoctor scan --deep s3://...",
-            command=[*base, "--deep", "--no-state"],
+            command=cli("--deep", "--no-state"),
             env=env,
             items=n,
             nbytes=n * size,
@@ -271,6 +295,17 @@ def finish(args, ctx, figures):
                 continue
             proxy.clear()
             work()
+            figures[key]["server_requests_per_object"] = round(proxy.count() / n, 4)
+            figures[key]["server_bytes_per_object"] = round(proxy.body_bytes / n)
+            notes.append(
+                f"{figures[key]['label']}: {proxy.count() / n:.3f} requests and "
+                f"{proxy.body_bytes / n:,.0f} bytes per object at the server ({dict(proxy.requests)})"
+            )
+        for key, argv_for in getattr(ctx, "counted_cli", {}).items():
+            if key not in figures:
+                continue
+            proxy.clear()
+            subprocess.run(argv_for(proxy.url), env={**os.environ, **_server.env()}, capture_output=True, check=False)
             figures[key]["server_requests_per_object"] = round(proxy.count() / n, 4)
             figures[key]["server_bytes_per_object"] = round(proxy.body_bytes / n)
             notes.append(
