@@ -18,10 +18,10 @@ from itertools import chain
 from typing import TYPE_CHECKING
 
 from cachedoctor.checks import RUN_CHECKS, RunView
+from cachedoctor.errors import UsageError
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
 from cachedoctor.layouts.samplers.census import from_shapes, gather
-from cachedoctor.errors import UsageError
 from cachedoctor.progress import LIST, SCAN
 from cachedoctor.remote.interface import is_remote
 from cachedoctor.scan.dataset import DatasetMatcher
@@ -34,8 +34,8 @@ from cachedoctor.scan.walk import Folder, WalkError, check_targets, drop_exclude
 if TYPE_CHECKING:
     from cachedoctor.progress import Progress
     from cachedoctor.remote.s3 import S3Settings
-    from cachedoctor.scan.remote_walk import RemoteTarget
     from cachedoctor.scan.pool import Chunk
+    from cachedoctor.scan.remote_walk import RemoteTarget
 
 
 @dataclass(frozen=True, slots=True)

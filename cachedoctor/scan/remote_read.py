@@ -76,7 +76,9 @@ class _Watched:
             raise self.fault
 
 
-def read_object(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, digest: bool) -> tuple[Outcome, ObjectInfo]:
+def read_object(
+    store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, digest: bool
+) -> tuple[Outcome, ObjectInfo]:
     """One object judged, with the facts it was judged by (a fresh HEAD's after a change)."""
     for attempt in (0, 1):
         try:
@@ -106,7 +108,9 @@ def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, di
     if is_temp_name(url):  # a writer's temp object left behind: judged by its name, never read
         return _judge(Inspected(url, size, temp=True), None, mtime)
     if size == 0:
-        return _judged_error(url, ReadError("empty", "zero bytes: the write never happened or was cut off"), 0, mtime, 0)
+        return _judged_error(
+            url, ReadError("empty", "zero bytes: the write never happened or was cut off"), 0, mtime, 0
+        )
     watched = _Watched(store)
     reader_store = cast(ObjectStore, watched)
     src: RemoteSource | None = None
