@@ -187,6 +187,7 @@ def test_no_credentials_is_one_line(
     assert err.count("\n") == 1 and f"s3://{s3_bucket}" in err and "credentials" in err
 
 
+@pytest.mark.slow  # the store's retries before it calls the endpoint unreachable
 def test_unreachable_endpoint_option_is_one_line(s3_bucket: str) -> None:
     code, out, err = cli(
         "scan", f"s3://{s3_bucket}/cache", "--s3-endpoint-url", "http://127.0.0.1:9", "--file-timeout", "1"
@@ -204,6 +205,7 @@ def test_settings_show_lists_the_s3_settings(monkeypatch: pytest.MonkeyPatch) ->
     assert "eu-west-1" in out and "s3-profile" in out
 
 
+@pytest.mark.slow  # a fresh process
 def test_quick_remote_scan_imports_neither_torch_nor_numpy(s3_server: object, s3_bucket: str) -> None:
     import subprocess
     import sys
