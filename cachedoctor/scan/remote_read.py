@@ -44,6 +44,11 @@ from cachedoctor.scan.worker import _FOREIGN_PROBLEMS, _judge, _judged, _judged_
 if TYPE_CHECKING:
     from cachedoctor.remote.source import RemoteSource
 
+#: A quick read takes an object up to this size in one request: RemoteSource's head (256 KB)
+#: and tail (64 KB) windows would take two requests and 320 KB of an SDXL fp32 latent of 258 KB,
+#: and on S3 (and here, on moto) a request costs more than a few hundred KB.
+WHOLE_UP_TO = 512 << 10
+
 DEFAULT_JOBS = 32
 MAX_JOBS = 64  # S3Store's connection pool: more threads would only queue for a connection
 
@@ -118,7 +123,7 @@ def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, di
     meta: FileMeta | None = None
     try:
         if deep and not claims_cache(url):  # a foreign name: downloaded only if a quick read claims it
-            src = RemoteSource(reader_store, info)
+            src = RemoteSource(reader_store, info, _first_window(info))
             try:
                 if _dispatch(url, src, False) is None:
                     watched.raise_fault()
@@ -131,7 +136,7 @@ def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, di
             taken = len(data)
             meta = _dispatch(url, BufferSource(data), True)
         else:
-            src = RemoteSource(reader_store, info)
+            src = RemoteSource(reader_store, info, _first_window(info))
             meta = _dispatch(url, src, False)
     except ReadError as exc:
         watched.raise_fault()
@@ -147,6 +152,12 @@ def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, di
         return _reader_bug(url, exc, size, mtime, _taken(src, taken))
     watched.raise_fault()
     return _judged(url, meta, lambda _: size, mtime, digest, _taken(src, taken))
+
+
+def _first_window(info: ObjectInfo) -> int:
+    from cachedoctor.remote.source import HEAD_WINDOW
+
+    return info.size if info.size <= WHOLE_UP_TO else HEAD_WINDOW
 
 
 def _taken(src: RemoteSource | None, whole: int) -> int:

@@ -219,3 +219,13 @@ def test_quick_remote_scan_imports_neither_torch_nor_numpy(s3_server: object, s3
     env = {**os.environ}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "0 []", done.stderr
+
+
+def test_sdxl_size_latent_is_one_get_and_read_whole(s3_server: object, s3_bucket: str) -> None:
+    """A 258 KB SDXL fp32 latent: one GET, over the ~128 KB a single body read returns."""
+    for i in range(2):
+        put(s3_server, s3_bucket, f"sdxl/{i}.pt", pt_bytes({"latents": torch.randn(4, 128, 128)}))
+    url = f"s3://{s3_bucket}/sdxl"
+    code, report, err = scan(url, "--no-state")
+    assert (code, err, report["summary"]["files_read"]) == (0, "", 2)
+    assert requests(url) == 1 + 2
