@@ -34,8 +34,8 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-from pathlib import PurePosixPath
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from cachedoctor.layouts._images import is_image, stem
@@ -259,10 +259,14 @@ def _captions(backend: Backend, by_key: dict[str, ObjectInfo], images: list[Obje
 
     infos = list(wanted.values())
     with ThreadPoolExecutor(max_workers=min(_READERS, max(1, len(infos)))) as pool:
-        texts = dict(zip([i.url for i in infos], pool.map(read, infos)))
+        texts = dict(zip([i.url for i in infos], pool.map(read, infos), strict=True))
     out: Captions = {}
     for image_key, info in wanted.items():
         text = texts.get(info.url)
         if text is not None:
-            out[image_key] = ([line for line in text.split("\n") if line] if "\n" in text else [text]), info.url, info.mtime_ns
+            out[image_key] = (
+                ([line for line in text.split("\n") if line] if "\n" in text else [text]),
+                info.url,
+                info.mtime_ns,
+            )
     return out

@@ -158,7 +158,9 @@ def _skip_reason(entry: dict[str, Any], dataset_type: str) -> str | None:
         return "disabled in the config"
     kind = str(entry.get("type") or "local")
     if kind == "aws":
-        missing = [k for k in ("aws_bucket_name", "aws_endpoint_url") if not isinstance(entry.get(k), str) or not entry[k]]
+        missing = [
+            k for k in ("aws_bucket_name", "aws_endpoint_url") if not isinstance(entry.get(k), str) or not entry[k]
+        ]
         if missing:  # SimpleTuner refuses it too (builders/aws.py:53-74): we cannot tell which server it meant
             return f"type 'aws' without {' and '.join(missing)} (SimpleTuner refuses it too)"
     elif kind != "local":

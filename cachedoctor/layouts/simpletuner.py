@@ -95,7 +95,9 @@ class SimpleTunerLayout(Layout):
         if default_text is None and len(texts) == 1:
             default_text = next(iter(texts.values()))
         # the suffix on the files wins over config.json: it is what the trainer wrote
-        families = text_families(t for t in texts.values() if t.kind == "local")  # listed once: the family guess and the hazards
+        families = text_families(
+            t for t in texts.values() if t.kind == "local"
+        )  # listed once: the family guess and the hazards
         family = options.model_family or most_common(families) or cfg.model_family
         if texts and family is None:
             plan.notes.append("model family unknown, so text embeds were not compared; pass --model-family")
@@ -133,8 +135,7 @@ class SimpleTunerLayout(Layout):
             if home and home not in plan.no_orphans:
                 plan.no_orphans.add(home)
                 plan.notes.append(
-                    f"a remote dataset also uses the text-embed cache {home}, "
-                    "so orphans there were not reported"
+                    f"a remote dataset also uses the text-embed cache {home}, so orphans there were not reported"
                 )
         local = [b for b in cfg.backends if b.kind == "local"]  # the hazards read local folders
         plan.hazards.extend(hazards(replace(cfg, backends=local) if len(local) < len(cfg.backends) else cfg, families))

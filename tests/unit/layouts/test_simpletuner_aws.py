@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_run import cli
 
 from cachedoctor.checks import Found
 from cachedoctor.layouts import _simpletuner_config as config
@@ -22,7 +23,6 @@ from cachedoctor.layouts._simpletuner_aws import settings_for
 from cachedoctor.layouts.interface import DatasetPlan, LayoutOptions
 from cachedoctor.layouts.simpletuner import SimpleTunerLayout
 from cachedoctor.remote.interface import Location
-from cli_run import cli
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -34,7 +34,6 @@ IMAGES = {  # key -> caption (in <stem>.txt), every image 1x1 bytes (the plan ne
     "photos/twin.jpg": "two kittens",  # twin.jpg and twin.png: one cache name, a collision
     "photos/twin.png": "two kittens",
     "photos/teapot.png": "a teapot",
-    "photos/dragonfly.png": "a dragonfly",  # the image written after its latent: stale
     "elsewhere/stray.png": "a stray",  # outside aws_data_prefix, still listed by SimpleTuner
 }
 ORPHAN = "deleted-photo"
@@ -58,22 +57,18 @@ def embed_key(caption: str) -> str:
 
 @pytest.fixture(scope="module")
 def bucket(s3_server: Any) -> str:
-    import time
-
     name = f"st-aws-{uuid.uuid4().hex[:8]}"
     client = s3_server.client()
     client.create_bucket(Bucket=name)
-    client.put_object(Bucket=name, Key=latent_key("photos/dragonfly.png"), Body=b"latent")
-    time.sleep(1.1)  # LastModified has whole seconds: the image must be a second newer than its latent
     for key, caption in IMAGES.items():
         client.put_object(Bucket=name, Key=key, Body=b"\x89PNG")
         client.put_object(Bucket=name, Key=posixpath.splitext(key)[0] + ".txt", Body=caption.encode())
-        if key not in ("photos/ramen.png", "photos/dragonfly.png"):
+        if key != "photos/ramen.png":
             client.put_object(Bucket=name, Key=latent_key(key), Body=b"latent")
     client.put_object(Bucket=name, Key=posixpath.join(VAE, sha(ORPHAN) + ".pt"), Body=b"latent")
     metadata = {"photos/teapot.png": {"original_size": [96, 64], "target_size": [64, 48], "aspect_ratio": 1.5}}
     client.put_object(Bucket=name, Key="photos/aspect_ratio_bucket_metadata_photos.json", Body=json.dumps(metadata))
-    for caption in ["a bowl of ramen", "a tabby cat", "a dog", "a brown dog", "two kittens", "a teapot", "a stray", "a dragonfly", ""]:
+    for caption in ["a bowl of ramen", "a tabby cat", "a dog", "a brown dog", "two kittens", "a teapot", "a stray", ""]:
         client.put_object(Bucket=name, Key=embed_key(caption), Body=b"embed")
     from cachedoctor.remote.connect import forget
 
@@ -145,17 +140,35 @@ def test_one_list_one_metadata_get_and_one_get_per_caption(tmp_path: Path, s3_se
 
     forget()
     plan_of(tmp_path, s3_server, bucket)
-    store: Any = store_for(f"s3://{bucket}", settings_for(config.load(LayoutOptions(str(tmp_path / "multidatabackend.json"))).backends[0]))
+    store: Any = store_for(
+        f"s3://{bucket}", settings_for(config.load(LayoutOptions(str(tmp_path / "multidatabackend.json"))).backends[0])
+    )
     assert (store.requests, store.retries) == (1 + 1 + len(IMAGES), 0)
 
 
-def test_findings_missing_orphan_stale_collision(tmp_path: Path, s3_server: Any, bucket: str) -> None:
+def test_findings_missing_orphan_collision(tmp_path: Path, s3_server: Any, bucket: str) -> None:
     url = f"s3://{bucket}"
     found = pair(plan_of(tmp_path, s3_server, bucket), s3_server)
     assert found == [
         ("missing-entry", f"{url}/{latent_key('photos/ramen.png')}", f"{url}/photos/ramen.png"),
         ("name-collision", f"{url}/{latent_key('photos/twin.jpg')}", f"{url}/photos/twin.jpg"),
         ("orphan-entry", f"{url}/{VAE}/{sha(ORPHAN)}.pt", None),
+    ]
+
+
+@pytest.mark.slow
+def test_an_image_newer_than_its_latent_by_last_modified_is_stale(tmp_path: Path, s3_server: Any) -> None:
+    import time
+
+    name = f"st-aws-stale-{uuid.uuid4().hex[:8]}"
+    client = s3_server.client()
+    client.create_bucket(Bucket=name)
+    client.put_object(Bucket=name, Key=latent_key("photos/dragonfly.png"), Body=b"latent")
+    time.sleep(3.1)  # LastModified has whole seconds and staleness allows 2 s (checks/stale_entry.py)
+    client.put_object(Bucket=name, Key="photos/dragonfly.png", Body=b"\x89PNG")
+    url = f"s3://{name}"
+    assert pair(plan_of(tmp_path, s3_server, name, caption_strategy="filename"), s3_server) == [
+        ("missing-entry", f"{url}/{embed_key('dragonfly')}", f"{url}/photos/dragonfly.png"),
         ("stale-entry", f"{url}/{latent_key('photos/dragonfly.png')}", f"{url}/photos/dragonfly.png"),
     ]
 
@@ -171,11 +184,15 @@ def test_bucket_shapes_come_from_the_metadata_in_the_bucket(tmp_path: Path, s3_s
 def test_credentials_from_the_config_else_the_chain(tmp_path: Path, s3_server: Any, bucket: str) -> None:
     path = write_config(tmp_path, s3_server.url, bucket, aws_access_key_id="AKIAX", aws_secret_access_key="sekrit")
     with_keys, _ = config.load(LayoutOptions(path)).backends
-    assert settings_for(with_keys) == settings_for(with_keys).__class__(s3_server.url, "us-east-1", None, "AKIAX", "sekrit")
+    assert settings_for(with_keys) == settings_for(with_keys).__class__(
+        s3_server.url, "us-east-1", None, "AKIAX", "sekrit"
+    )
     path = write_config(tmp_path, s3_server.url, bucket)
     chain, text = config.load(LayoutOptions(path)).backends
     assert (settings_for(chain).key, settings_for(chain).secret, settings_for(text).region) == (None, None, None)
-    assert plan_of(tmp_path, s3_server, bucket, aws_access_key_id="AKIAX", aws_secret_access_key="s").items == len(IMAGES)
+    assert plan_of(tmp_path, s3_server, bucket, aws_access_key_id="AKIAX", aws_secret_access_key="s").items == len(
+        IMAGES
+    )
 
 
 def test_a_bucket_that_is_not_there_is_one_line_naming_it(tmp_path: Path, s3_server: Any, bucket: str) -> None:
@@ -183,7 +200,7 @@ def test_a_bucket_that_is_not_there_is_one_line_naming_it(tmp_path: Path, s3_ser
     code, out, err = cli("scan", "--config", path)
     assert code == 2
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"s3://{bucket}-gone: dataset 'photos': no bucket")
+    assert err.startswith(f"cachedoctor: error: s3://{bucket}-gone: dataset 'photos': no bucket")
 
 
 def test_an_aws_dataset_without_endpoint_is_skipped_as_simpletuner_refuses_it(tmp_path: Path) -> None:
