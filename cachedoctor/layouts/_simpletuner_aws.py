@@ -208,6 +208,7 @@ def _vae_home(plan: DatasetPlan, backend: Backend, output_dir: str | None, famil
     home = bucket_url(backend, key.rstrip("/"))
     if home not in plan.roots:
         plan.roots.append(home)
+    plan.remote_settings[home] = settings_for(backend)
     return home
 
 

@@ -127,6 +127,8 @@ class SimpleTunerLayout(Layout):
             home = aws.text_home(text)
             if home and family:
                 _add_root(plan, home)
+                if text is not None and text.kind == "aws":
+                    plan.remote_settings[home] = aws.settings_for(text)
                 for caption in ["", *cfg.validation_prompts]:
                     plan.extra.add(embed_path(home, caption, family))
         for link in cfg.remote_links:  # a remote dataset's captions share this cache: we cannot list them

@@ -113,7 +113,8 @@ def scan(
             raise UsageError("--sample does not take s3:// targets yet; scan them with --deep, or without --sample")
         from cachedoctor.scan.remote_scan import open_remote
 
-        remote = open_remote([t for t in targets if is_remote(t)], options.s3)
+        known = dataset.remote_settings if dataset is not None else {}
+        remote = open_remote([t for t in targets if is_remote(t)], options.s3, known)
     states = StateSet.open(roots, options.state, [t.url for t in remote if t.kind == PREFIX])
     try:
         result = _scan(roots, options, progress, dataset, states, watch or [], remote)

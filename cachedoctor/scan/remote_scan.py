@@ -7,7 +7,7 @@ credentials stop it there, one line) and :func:`scan_remote` after the local fol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -25,11 +25,16 @@ if TYPE_CHECKING:
     from cachedoctor.scan.state.plan import StateSet
 
 
-def open_remote(urls: list[str], s3: S3Settings | None) -> list[RemoteTarget]:
-    """Each remote target resolved by its first LIST request (see ``remote_walk.py``)."""
+def open_remote(
+    urls: list[str], s3: S3Settings | None, known: Mapping[str, S3Settings] | None = None
+) -> list[RemoteTarget]:
+    """Each remote target resolved by its first LIST request (see ``remote_walk.py``), reached
+    with the settings a dataset's config gives for it (``known``: its endpoint and keys), else
+    with ``s3`` (the command line, settings file, or the standard AWS chain)."""
     from cachedoctor.remote.connect import store_for
 
-    return [resolve_target(url, store_for(url, s3)) for url in urls]
+    known = known or {}
+    return [resolve_target(url, store_for(url, known.get(url, s3))) for url in urls]
 
 
 def scan_remote(
