@@ -229,3 +229,23 @@ def test_sdxl_size_latent_is_one_get_and_read_whole(s3_server: object, s3_bucket
     code, report, err = scan(url, "--no-state")
     assert (code, err, report["summary"]["files_read"]) == (0, "", 2)
     assert requests(url) == 1 + 2
+
+
+def test_a_deep_read_of_an_object_past_the_spill_size_goes_through_a_mapped_temp_file(
+    s3_server: object, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large objects are not held in memory whole: read by ranges into an unlinked temp file and
+    mapped (the spill size lowered here so that a 1 MB latent takes that path)."""
+    from cachedoctor.scan import remote_read
+
+    monkeypatch.setattr(remote_read, "SPILL_OVER", 256 << 10)
+    monkeypatch.setattr(remote_read, "SPILL_CHUNK", 300_000)  # not a divisor: the last chunk is short
+    bad = torch.randn(4, 256, 256)
+    bad[1, 2, 3] = float("nan")
+    data = pt_bytes({"latents": bad})
+    assert len(data) > 1 << 20
+    put(s3_server, s3_bucket, "cache/big.pt", data)
+    url = f"s3://{s3_bucket}/cache"
+    code, report, err = scan(url, "--no-state", "--deep")
+    assert kinds(report) == [("non-finite", f"s3://{s3_bucket}/cache/big.pt")], err
+    assert requests(url) == 1 + -(-len(data) // 300_000)  # the LIST, then one ranged GET per chunk
