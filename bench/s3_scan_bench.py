@@ -53,7 +53,9 @@ def _body(tensor: Any, i: int) -> bytes:
     import torch
 
     flat = tensor.view(-1)
-    flat[0], flat[-1] = float(i), -float(i)  # every object distinct (its ETag too)
+    # every object distinct (its ETag too), by two ordinary values: a raw index in an element
+    # makes the last thousands statistical outliers that a deep scan rightly reports
+    flat[0], flat[-1] = (i % 256) / 256, (i // 256) / 256
     buffer = io.BytesIO()
     torch.save(tensor, buffer)  # SimpleTuner's aws backend: torch.save into a BytesIO, one PUT
     return buffer.getvalue()
