@@ -5,6 +5,8 @@ quarantine byte for byte with their records, restore giving them back, never wor
 from __future__ import annotations
 
 import io
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from factories import latent, leaked_view, pt_bytes, saved_on
 from s3_repair_helpers import Bucket, findings, kinds
 
 from cachedoctor.repair.model import ActionKind, ItemState
+from cachedoctor.repair.remote_lock import PrefixLock, RemoteLocked
 from cachedoctor.repair.remote_quarantine import list_remote_runs
 from cachedoctor.repair.remote_restore import RestoreRefused, restore_remote
 from cachedoctor.repair.remote_run import NO_RECOMPUTE, RemoteSession, listed, plan_remote
@@ -153,4 +156,24 @@ def test_a_latent_that_needs_a_recompute_is_blocked_with_one_line_and_left_in_pl
     assert [(r.state, r.message) for r in results] == [(ItemState.BLOCKED, NO_RECOMPUTE)]
     assert "\n" not in NO_RECOMPUTE
     assert bucket.get(bucket.url("n.pt")) == old
+    assert bucket.keys(".cachedoctor/") == []
+
+
+def test_a_second_repair_of_a_locked_prefix_stops_naming_the_holder_and_an_error_releases_the_lock(
+    bucket: Bucket,
+) -> None:
+    old = cuda_tagged()
+    bucket.put("a.pt", old)
+    with PrefixLock(bucket.store, bucket.location, "run-held-by-the-test"), pytest.raises(RemoteLocked) as locked:
+        repair(bucket, "a.pt")
+    assert locked.value.path == bucket.url(".cachedoctor/lock")
+    assert locked.value.message.startswith(
+        f"another repair holds this prefix (run run-held-by-the-test, pid {os.getpid()} on {socket.gethostname()}, since "
+    )
+    assert locked.value.message.endswith(" UTC); wait for it to finish")
+    assert bucket.get(bucket.url("a.pt")) == old and bucket.keys(".cachedoctor/") == []
+
+    with pytest.raises(ZeroDivisionError), RemoteSession(bucket.store, bucket.location):
+        assert bucket.keys(".cachedoctor/") == [".cachedoctor/lock"]
+        1 / 0  # noqa: B018
     assert bucket.keys(".cachedoctor/") == []
