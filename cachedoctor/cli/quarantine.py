@@ -96,6 +96,16 @@ def _described(
     )
 
 
+def _remote(paths: list[str] | None) -> str | None:
+    """The s3:// URL among ``paths`` (its quarantine is in the bucket: ``quarantine_remote.py``)."""
+    from cachedoctor.remote.interface import is_remote
+
+    remote = [p for p in paths or () if is_remote(p)]
+    if remote and len(paths or ()) > 1:
+        raise PathError(remote[0], "give one s3:// prefix on its own; run one command per prefix")
+    return remote[0] if remote else None
+
+
 def _where(search: Search) -> str:
     return " ".join(search.below + search.here) or "the dataset's cache folders"
 
@@ -110,6 +120,10 @@ def quarantine_list(
     output_dir: OutputDirOption = None,
 ) -> int:
     """Every repair run's quarantine at or below PATH...: files, sizes, why."""
+    if url := _remote(paths):
+        from cachedoctor.cli.quarantine_remote import remote_list
+
+        return remote_list(url)
     env = current()
     out = env.stdout
     search = _search(paths, config, kohya_config, manifest, model_family, output_dir)
@@ -122,11 +136,11 @@ def quarantine_list(
         if not alone:
             print(f"{root}:", file=out)
         for run in runs:
-            _print_run(run, "" if alone else "  ", env)
+            print_run(run, "" if alone else "  ", env)
     return ExitStatus.CLEAN
 
 
-def _print_run(run: QuarantineRun, indent: str, env: Environment) -> None:
+def print_run(run: QuarantineRun, indent: str, env: Environment) -> None:
     """One line per file; at the terminal's width the ``[action: why]`` goes under its path."""
     print(f"{indent}{run.run_id}: {len(run.files)} file(s), {human_size(run.size)}", file=env.stdout)
     for item in run.files:
@@ -156,10 +170,20 @@ def quarantine_restore(
     manifest: ManifestOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="s3:// caches: restore objects that changed since the repair too (they are kept first)."
+        ),
+    ] = False,
 ) -> int:
     """Put RUN's files back in every cache root at or below PATH... that holds it (one repair run
     is one RUN across all its cache roots); what is there now is quarantined first, so nothing is
     lost."""
+    if url := _remote(paths):
+        from cachedoctor.cli.quarantine_remote import remote_restore
+
+        return remote_restore(url, run_id, force)
     from cachedoctor.repair.journal import new_run_id
     from cachedoctor.repair.quarantine import Quarantine, restore
 
@@ -188,6 +212,10 @@ def quarantine_purge(
 ) -> int:
     """Delete RUN's quarantine for good, in every cache root at or below PATH... that holds it
     (the only command that deletes data)."""
+    if url := _remote(paths):
+        from cachedoctor.cli.quarantine_remote import remote_purge
+
+        return remote_purge(url, run_id, yes)
     from cachedoctor.repair.quarantine import purge
 
     env = current()
