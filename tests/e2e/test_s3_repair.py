@@ -31,7 +31,7 @@ def cuda_tagged(seed: int = 1) -> bytes:
 
 
 def run_id_of(out: str) -> str:
-    return next(line.split()[3] for line in out.splitlines() if line.startswith("undo: "))
+    return next(line.split()[4] for line in out.splitlines() if line.startswith("undo: "))
 
 
 def test_repair_quarantine_list_and_restore_of_a_prefix(bucket: Bucket) -> None:
@@ -40,7 +40,7 @@ def test_repair_quarantine_list_and_restore_of_a_prefix(bucket: Bucket) -> None:
     bucket.put("t.pt", torn)
     bucket.put("b.pt", healthy)
 
-    code, out, err = cli("repair", "--yes", bucket.url())
+    code, out, err = cli("repair", "--yes", bucket.url(), columns=400)
     assert (code, err) == (0, "")
     assert "done: 2 verified, 0 skipped, 0 blocked, 0 failed" in out
     assert "repaired: the rescan is clean of what was repaired" in out
@@ -50,7 +50,7 @@ def test_repair_quarantine_list_and_restore_of_a_prefix(bucket: Bucket) -> None:
     assert bucket.get(bucket.url("b.pt")) == healthy
     assert cli("scan", "--deep", bucket.url())[0] == 0
 
-    code, out, err = cli("quarantine", "list", bucket.url())
+    code, out, err = cli("quarantine", "list", bucket.url(), columns=400)
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         f"{run}: 2 file(s), {out.split(', ')[1].splitlines()[0]}",
@@ -58,7 +58,7 @@ def test_repair_quarantine_list_and_restore_of_a_prefix(bucket: Bucket) -> None:
         "  t.pt  [quarantine: corrupt-archive]",
     ]
 
-    code, out, err = cli("quarantine", "restore", run, bucket.url())
+    code, out, err = cli("quarantine", "restore", run, bucket.url(), columns=400)
     assert (code, err) == (0, "")
     assert out.startswith(f"restored 2 file(s) from {run} in {bucket.url()}; the objects they replaced")
     assert (bucket.get(bucket.url("a.pt")), bucket.get(bucket.url("t.pt"))) == (tagged, torn)
@@ -69,7 +69,10 @@ def test_a_dry_run_takes_no_lock_and_writes_nothing(bucket: Bucket) -> None:
     code, out, _ = cli("repair", "--dry-run", bucket.url())
     assert code == 1 and "dry run: nothing was changed" in out
     assert bucket.keys() == ["a.pt"]
-    assert not (Path(os.environ["XDG_CACHE_HOME"]) / "cachedoctor" / "remote" / "s3" / bucket.name).glob("*.repair")
+    assert (
+        list((Path(os.environ["XDG_CACHE_HOME"]) / "cachedoctor" / "remote" / "s3" / bucket.name).glob("*.repair"))
+        == []
+    )
 
 
 def test_a_repair_of_a_locked_prefix_exits_2_with_one_line(bucket: Bucket) -> None:
@@ -78,7 +81,8 @@ def test_a_repair_of_a_locked_prefix_exits_2_with_one_line(bucket: Bucket) -> No
     with PrefixLock(bucket.store, bucket.location, "run-of-another-repair"):
         code, out, err = cli("repair", "--yes", bucket.url())
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and err.startswith(f"{bucket.url('.cachedoctor/lock')}: another repair holds this prefix")
+    lock = bucket.url(".cachedoctor/lock")
+    assert err.count("\n") == 1 and err.startswith(f"cachedoctor: error: {lock}: another repair holds this prefix")
     assert "run run-of-another-repair" in err
     assert bucket.get(bucket.url("a.pt")) == old
 
@@ -89,16 +93,19 @@ def test_recover_apply_finishes_a_repair_killed_between_its_copy_and_its_put(buc
     bucket.put("a.pt", old)
     env = dict(os.environ, CACHEDOCTOR_TEST_KILL_AT_POINT="remote-after-copy")
     killed = subprocess.run(
-        [sys.executable, "-m", "cachedoctor", "repair", "--yes", bucket.url()], env=env, capture_output=True, timeout=120
+        [sys.executable, "-m", "cachedoctor", "repair", "--yes", bucket.url()],
+        env=env,
+        capture_output=True,
+        timeout=120,
     )
     assert killed.returncode == -signal.SIGKILL
 
-    code, out, err = cli("recover", bucket.url())
-    assert (code, err) == (0, "")
+    code, out, err = cli("recover", bucket.url(), columns=400)
+    assert (code, err) == (1, "")  # something to recover
     assert f"lock left by a repair whose process is gone (--apply clears it): {bucket.url('.cachedoctor/lock')}" in out
     assert "0 item(s) finished, 1 not" in out
 
-    code, out, err = cli("recover", "--apply", "--yes", bucket.url())
+    code, out, err = cli("recover", "--apply", "--yes", bucket.url(), columns=400)
     assert (code, err) == (0, ""), out
     assert kinds(bucket, "a.pt") == []
     (kept,) = [k for k in bucket.keys(".cachedoctor/") if k.endswith("a.pt")]
