@@ -368,12 +368,12 @@ class S3Store(ObjectStore):
             )
             return result
 
-        if not self._conditional(put, url):
+        answer = self._conditional(put, url)
+        if answer is None:
             return self.put(url, data)
-        found = self.head(url)
-        if found is None:
-            raise TransientError(f"{url}: written, then not found")
-        return found
+        # The PUT's answer names the new version: no HEAD (its LastModified is the server's clock
+        # at about now; nothing compares it before the next LIST brings the exact one).
+        return ObjectInfo(url, len(data), _etag(answer.get("ETag")), time.time_ns())
 
     def delete_if_match(self, url: str, etag: str) -> None:
         key = Location.parse(url).key
@@ -382,18 +382,18 @@ class S3Store(ObjectStore):
             result: dict[str, Any] = await client.delete_object(Bucket=self.bucket, Key=key, IfMatch=f'"{etag}"')
             return result
 
-        if not self._conditional(delete, url):
+        if self._conditional(delete, url) is None:
             self.delete(url)
 
-    def _conditional(self, make: Callable[[Any], Awaitable[Any]], url: str) -> bool:
-        """Run a conditional request; ``False`` when the server does not implement the condition."""
+    def _conditional(self, make: Callable[[Any], Awaitable[dict[str, Any]]], url: str) -> dict[str, Any] | None:
+        """Run a conditional request: its answer, or ``None`` when the server does not implement
+        the condition."""
         try:
-            self._run(make, url)
+            return self._run(make, url)
         except RemoteError as exc:
             if "NotImplemented" in exc.message or "501" in exc.message:
-                return False
+                return None
             raise
-        return True
 
 
 def _etag(value: object) -> str:

@@ -73,9 +73,12 @@ def repair_remote(
         show_plan(outcome)
         outcome.after = before if not outcome.plan.runnable() else None
         return outcome
-    with RemoteSession(store, where(store, url)[0], argv, fresh=options.fresh, take_stale=take_stale) as session:
-        finished = session.finish_interrupted()
-        before, location, infos = _scan(store, url, options.scan, stages.progress)
+    first = where(store, url)
+    with RemoteSession(store, first[0], argv, fresh=options.fresh, take_stale=take_stale) as session:
+        finished = session.finish_interrupted()  # (then the listing is made again: it changed)
+        before, location, infos = _scan(
+            store, url, options.scan, stages.progress, first if session.interrupted is None else None
+        )
         outcome = RepairOutcome(before, _plan(before, location, infos, options, stages), None)
         outcome.run_id, outcome.interrupted = session.run_id, session.interrupted
         outcome.results = list(finished)
@@ -96,13 +99,17 @@ def s3_of(options: ScanOptions) -> S3Settings | None:
 
 
 def _scan(
-    store: ObjectStore, url: str, options: ScanOptions, progress: Progress | None
+    store: ObjectStore,
+    url: str,
+    options: ScanOptions,
+    progress: Progress | None,
+    listing: tuple[Location, dict[str, ObjectInfo]] | None = None,
 ) -> tuple[ScanResult, Location, dict[str, ObjectInfo]]:
-    """The objects as listed just before the scan, and the scan (one that could not read
-    everything stops the repair, as on disk)."""
+    """The objects as listed before the scan (``listing``, or a LIST now), and the scan (one
+    that could not read everything stops the repair, as on disk)."""
     from cachedoctor.scan import scan
 
-    location, infos = where(store, url)
+    location, infos = listing or where(store, url)
     result = scan([url], options, progress, watch=[url])
     if result.errors:
         first = result.errors[0]

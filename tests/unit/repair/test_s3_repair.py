@@ -177,3 +177,14 @@ def test_a_second_repair_of_a_locked_prefix_stops_naming_the_holder_and_an_error
         assert bucket.keys(".cachedoctor/") == [".cachedoctor/lock"]
         1 / 0  # noqa: B018
     assert bucket.keys(".cachedoctor/") == []
+
+
+def test_a_rewrite_costs_one_get_one_copy_one_head_and_one_put(bucket: Bucket) -> None:
+    bucket.put("a.pt", cuda_tagged())
+    store, location = bucket.store, bucket.location
+    with RemoteSession(store, location) as session:
+        plan = plan_remote(findings(bucket, "a.pt"), location, listed(store, location))
+        before = store.requests  # type: ignore[attr-defined]
+        session.act(plan)
+        spent = store.requests - before  # type: ignore[attr-defined]
+    assert spent == 4 + 2  # the object's four, then the run's records object (PUT, HEAD)
