@@ -79,11 +79,11 @@ class RemoteQuarantine:
         dest = self.destination(info.url)
         if self.resumed:
             there = self.store.head(dest)
-            if there is not None and _same(there, info):
+            if there is not None and same_version(there, info):
                 self.note(dest, info, reasons, action)
                 return dest  # the interrupted run copied it already
         copied = self.store.copy(info, dest)
-        if not _same(copied, info):
+        if not same_version(copied, info):
             with contextlib.suppress(Exception):  # a wrong copy is no copy: never restored
                 self.store.delete(dest)
             raise CopyUnverified(
@@ -141,7 +141,9 @@ class RemoteQuarantine:
             self._records = read_records(self.store, f"{self.folder}/{RECORDS}")
 
 
-def _same(copy: ObjectInfo, original: ObjectInfo) -> bool:
+def same_version(copy: ObjectInfo, original: ObjectInfo) -> bool:
+    """Whether ``copy`` holds ``original``'s bytes, as far as a HEAD can tell (size and ETag; size
+    alone for a multipart original, whose ETag a one-request copy does not keep)."""
     return copy.size == original.size and (multipart(original.etag) or copy.etag == original.etag)
 
 
@@ -234,4 +236,5 @@ __all__ = [
     "quarantine_url",
     "read_records",
     "relative",
+    "same_version",
 ]

@@ -25,7 +25,7 @@ from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState
 from cachedoctor.repair.remote_act import RemoteActor, info_of, judge
 from cachedoctor.repair.remote_lock import Holder, read_holder, remote_root
-from cachedoctor.repair.remote_quarantine import RemoteQuarantine
+from cachedoctor.repair.remote_quarantine import RemoteQuarantine, same_version
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def roll_forward(actor: RemoteActor, action: Action) -> ItemResult:
         return actor.one(action)  # untouched: do it (again); a kept copy is reused
     dest = quarantine.destination(action.path)
     kept = store.head(dest)
-    ours = kept is not None and kept.size == planned.size
+    ours = kept is not None and same_version(kept, planned)
     if now is None:
         if ours and action.kind is ActionKind.QUARANTINE:
             quarantine.note(dest, planned, action.reasons, action.kind.value)

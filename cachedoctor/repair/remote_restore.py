@@ -15,7 +15,7 @@ from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore
 from cachedoctor.repair.model import RepairError
 from cachedoctor.repair.quarantine import RECORDS
 from cachedoctor.repair.remote_lock import PrefixLock
-from cachedoctor.repair.remote_quarantine import CopyUnverified, RemoteQuarantine, RemoteRun, delete_all, multipart
+from cachedoctor.repair.remote_quarantine import CopyUnverified, RemoteQuarantine, RemoteRun, delete_all, same_version
 
 
 class RestoreRefused(RepairError):
@@ -56,7 +56,7 @@ def restore_remote(
                 if current is not None:
                     aside.keep(current, ("restore",), f"replaced by restore of {run.run_id}")
                 copied = store.copy(source, item.original)
-                if copied.size != source.size or (not multipart(source.etag) and copied.etag != source.etag):
+                if not same_version(copied, source):
                     raise CopyUnverified(f"{item.original}: the restored copy is not the quarantined object")
                 done.append((f"{run.folder}/{item.relpath}", item.original))
         except CopyUnverified as exc:

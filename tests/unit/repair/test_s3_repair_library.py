@@ -188,3 +188,30 @@ def test_a_rewrite_costs_one_get_one_copy_one_head_and_one_put(bucket: Bucket) -
         session.act(plan)
         spent = store.requests - before  # type: ignore[attr-defined]
     assert spent == 4 + 2  # the object's four, then the run's records object (PUT, HEAD)
+
+
+def test_an_object_whose_quarantine_copy_does_not_verify_is_neither_replaced_nor_deleted(bucket: Bucket) -> None:
+    from cachedoctor.remote.s3 import S3Settings, S3Store
+
+    class WrongCopy(S3Store):
+        """Fault injection: the server's copy holds other bytes than the source's."""
+
+        def copy(self, source, target):  # type: ignore[no-untyped-def]
+            super().copy(source, target)
+            return self.put(target, b"not the object")
+
+    old_tagged, old_torn = cuda_tagged(), pt_bytes(latent(seed=3))[:-40]
+    bucket.put("a.pt", old_tagged)
+    bucket.put("t.pt", old_torn)
+    store, location = WrongCopy(bucket.name, S3Settings()), bucket.location
+    with RemoteSession(store, location) as session:
+        results = session.act(plan_remote(findings(bucket, "a.pt", "t.pt"), location, listed(store, location)))
+    assert [(r.path, r.state) for r in results] == [
+        (bucket.url("a.pt"), ItemState.FAILED),
+        (bucket.url("t.pt"), ItemState.FAILED),
+    ]
+    assert results[0].message.startswith(
+        f"the quarantine copy {bucket.url(f'.cachedoctor/quarantine/{session.run_id}/a.pt')} has size 14"
+    )
+    assert (bucket.get(bucket.url("a.pt")), bucket.get(bucket.url("t.pt"))) == (old_tagged, old_torn)
+    assert bucket.keys(".cachedoctor/") == []  # the wrong copies removed, no records
