@@ -215,3 +215,25 @@ def test_an_object_whose_quarantine_copy_does_not_verify_is_neither_replaced_nor
     )
     assert (bucket.get(bucket.url("a.pt")), bucket.get(bucket.url("t.pt"))) == (old_tagged, old_torn)
     assert bucket.keys(".cachedoctor/") == []  # the wrong copies removed, no records
+
+
+def test_of_eight_repairs_racing_for_one_prefix_exactly_one_gets_the_lock(bucket: Bucket) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    locks = [PrefixLock(bucket.store, bucket.location, f"run-{i}") for i in range(8)]
+
+    def take(lock: PrefixLock) -> str:
+        try:
+            lock.acquire()
+        except RemoteLocked as exc:
+            return exc.message
+        return "held"
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(take, locks))
+    (winner,) = [lock for lock, answer in zip(locks, answers, strict=True) if answer == "held"]
+    losers = [answer for answer in answers if answer != "held"]
+    assert len(losers) == 7
+    assert all(f"(run {winner.holder.run_id}, pid {os.getpid()}" in answer for answer in losers)
+    winner.release()
+    assert bucket.keys(".cachedoctor/") == []
