@@ -38,10 +38,13 @@ MISSING = "no such file or folder; check the path (and that its disk is mounted)
 
 
 def require_existing(paths: Sequence[str]) -> list[str]:
-    """``paths``, absolute; a missing one is the user's first problem, whatever the layout."""
-    targets = [os.path.abspath(p) for p in paths]
+    """``paths``, absolute; a missing one is the user's first problem, whatever the layout.
+    Remote targets (``s3://bucket/prefix``) are kept as given: the scan's first LIST checks them."""
+    from cachedoctor.remote.interface import is_remote
+
+    targets = [p if is_remote(p) else os.path.abspath(p) for p in paths]
     for target in targets:
-        if not os.path.exists(target):
+        if not is_remote(target) and not os.path.exists(target):
             if os.path.islink(target):  # a dangling link named on its own: say what it is
                 raise PathError(
                     target,
@@ -99,8 +102,10 @@ def audit(
     if options.sample is not None and options.state is None:
         raise UsageError("a sample chooses its files through the state database; it needs state")
     existing = require_existing(given)
-    plan, layout_line = plan_for(layout_name(settings), existing, layout_options(settings, model_family, output_dir))
-    result = scan(plan.roots if plan is not None else given, options, progress=progress, dataset=plan, watch=existing)
+    local, remote = _split(existing)
+    plan, layout_line = plan_for(layout_name(settings), local, layout_options(settings, model_family, output_dir))
+    roots = plan.roots + remote if plan is not None else existing
+    result = scan(roots, options, progress=progress, dataset=plan, watch=existing)
     summary = ScanSummary.of(result)
     summary.findings = apply_severity(summary.findings, settings.severity.value)
     suppressed = None
@@ -123,10 +128,19 @@ def audit(
         repair=preview(
             summary.findings,
             result.targets,
-            lambda paths: _expected_again(settings, existing, paths, model_family, output_dir),
+            lambda paths: _expected_again(settings, local, paths, model_family, output_dir),
             plan.layout_for if plan else None,  # per path: a tree that mixes trainers has one layout per part
         ),
     )
+
+
+def _split(targets: list[str]) -> tuple[list[str], list[str]]:
+    """``(local paths, remote URLs)``: the layouts plan local datasets; a remote target is a
+    cache scanned as it is (its dataset, where a SimpleTuner config names one, comes from the
+    config)."""
+    from cachedoctor.remote.interface import is_remote
+
+    return [t for t in targets if not is_remote(t)], [t for t in targets if is_remote(t)]
 
 
 def _expected_again(

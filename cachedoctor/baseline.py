@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from cachedoctor.errors import PathError
 from cachedoctor.findings import Finding
+from cachedoctor.remote.interface import is_remote
 
 SCHEMA = "cachedoctor.baseline/1"
 #: The details that locate a finding inside its file (measurements are left out: they drift).
@@ -26,7 +27,8 @@ class BaselineError(PathError):
 
 
 def finding_id(finding: Finding, folder: str) -> str:
-    relative = os.path.relpath(finding.path, folder).replace(os.sep, "/")
+    # an object's URL names it wherever the baseline lies
+    relative = finding.path if is_remote(finding.path) else os.path.relpath(finding.path, folder).replace(os.sep, "/")
     where = {k: finding.details[k] for k in _LOCATING if k in finding.details}
     text = json.dumps([finding.kind, relative, where], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from cachedoctor.layouts import LayoutName, LayoutOptions
+    from cachedoctor.remote.s3 import S3Settings
     from cachedoctor.scan import ScanOptions
     from cachedoctor.settings import Settings
 
@@ -65,6 +66,17 @@ def scan_options(
         file_timeout=settings.file_timeout.value,
         world_size=settings.world_size.value,
         batch_size=settings.batch_size.value,
+        s3=s3_settings(settings),
+    )
+
+
+def s3_settings(settings: Settings) -> S3Settings:
+    """How s3:// targets are reached: ``--s3-endpoint-url``, ``--s3-profile``, ``--s3-region``
+    (each ``None`` when not set: botocore's own chain, ``AWS_ENDPOINT_URL`` included, decides)."""
+    from cachedoctor.remote.s3 import S3Settings
+
+    return S3Settings(
+        endpoint_url=settings.s3_endpoint_url.value, region=settings.s3_region.value, profile=settings.s3_profile.value
     )
 
 
@@ -102,11 +114,11 @@ def kohya_args(settings: Settings) -> tuple[tuple[str, Any], ...]:
 
 
 def targets(settings: Settings) -> list[str]:
-    """The settings' paths, absolute."""
-    return [os.path.abspath(p) for p in settings.paths.value]
+    """The settings' paths, absolute (an s3:// URL as it is)."""
+    return [p if "://" in p else os.path.abspath(p) for p in settings.paths.value]
 
 
-__all__ = ["kohya_args", "layout_name", "layout_options", "scan_options", "state_choice", "targets"]
+__all__ = ["kohya_args", "layout_name", "layout_options", "s3_settings", "scan_options", "state_choice", "targets"]
 
 
 def _read_only(state: str | None) -> str | None:

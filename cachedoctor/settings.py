@@ -56,6 +56,10 @@ KOHYA_BUCKET_OPTIONS = (
 )
 
 
+#: How s3:// targets are reached (``remote.s3.S3Settings``), for every command.
+S3_SETTINGS = ("s3_endpoint_url", "s3_profile", "s3_region")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting the config file can hold, each with its source."""
@@ -82,6 +86,9 @@ class Settings:
     allow_empty: Setting  # targets with no cache file (and no dataset entry) pass instead of exit 2
     world_size: Setting  # the training run's ranks (rank-imbalance); None: from the trainer's config
     batch_size: Setting  # its batch size per rank; None: from the trainer's config
+    s3_endpoint_url: Setting  # S3-compatible endpoint (MinIO, R2, Ceph); None: AWS_ENDPOINT_URL or AWS
+    s3_profile: Setting  # AWS profile for s3:// targets; None: the standard chain
+    s3_region: Setting
     file: str | None = None  # the config file used, if any
 
     NAMES = (
@@ -102,6 +109,7 @@ class Settings:
         "allow_empty",
         "world_size",
         "batch_size",
+        *S3_SETTINGS,
     )
 
     def items(self) -> list[tuple[str, Setting]]:
@@ -290,6 +298,12 @@ def _sample(value: Any) -> str:
     return Sample.parse(value).text
 
 
+def _endpoint(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip().startswith(("http://", "https://")):
+        raise ValueError("expected an endpoint URL such as https://minio.example:9000")
+    return value.strip()
+
+
 #: setting name -> (file key, value check, environment variable or None)
 _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "paths": ("paths", _str_list, None),
@@ -314,6 +328,9 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "allow_empty": ("allow-empty", _bool, "ALLOW_EMPTY"),
     "world_size": ("world-size", _run_size(MAX_WORLD_SIZE), "WORLD_SIZE"),
     "batch_size": ("batch-size", _run_size(MAX_BATCH_SIZE), "BATCH_SIZE"),
+    "s3_endpoint_url": ("s3-endpoint-url", lambda v: _endpoint(v), "S3_ENDPOINT_URL"),
+    "s3_profile": ("s3-profile", _str, "S3_PROFILE"),
+    "s3_region": ("s3-region", _str, "S3_REGION"),
 }
 _DEFAULTS: dict[str, Any] = {
     "paths": (),
@@ -333,6 +350,7 @@ _DEFAULTS: dict[str, Any] = {
     "allow_empty": False,
     "world_size": None,
     "batch_size": None,
+    **dict.fromkeys(S3_SETTINGS),
 }
 _RELATIVE = ("config", "kohya_config", "manifest", "state")  # file paths, relative to the config file's folder
 
@@ -349,8 +367,8 @@ def _from_file(file: ConfigFile) -> dict[str, Any]:
             value = _KEYS[name][1](raw)
         except ValueError as exc:
             raise ConfigError(file.path, f"{prefix}{key}: {exc}") from None
-        if name == "paths":
-            value = tuple(os.path.normpath(os.path.join(file.folder, p)) for p in value)
+        if name == "paths":  # s3:// URLs as they are
+            value = tuple(p if "://" in p else os.path.normpath(os.path.join(file.folder, p)) for p in value)
         elif name in _RELATIVE and isinstance(value, str):
             value = os.path.normpath(os.path.join(file.folder, value))
         out[name] = value
@@ -383,7 +401,7 @@ def load(cwd: str | None = None, environ: Mapping[str, str] | None = None, **giv
     cwd = os.path.abspath(cwd or os.getcwd())
     here = dict(given)
     if here.get("paths"):  # relative to ``cwd``, as a shell started there would take them
-        here["paths"] = [os.path.join(cwd, p) for p in here["paths"]]
+        here["paths"] = [p if "://" in p else os.path.join(cwd, p) for p in here["paths"]]
     for name in _RELATIVE:
         if isinstance(here.get(name), str):
             here[name] = os.path.join(cwd, here[name])
@@ -392,6 +410,7 @@ def load(cwd: str | None = None, environ: Mapping[str, str] | None = None, **giv
 
 #: Command-line values that the parser takes as text and that must be checked as a file's are.
 _CLI_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "s3_endpoint_url": _endpoint,
     "file_timeout": _seconds,
     "resolution": _resolution,
 }

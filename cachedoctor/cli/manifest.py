@@ -7,7 +7,16 @@ from typing import Annotated
 import typer
 
 from cachedoctor.cli.environment import current
-from cachedoctor.cli.options import ConfigOption, LayoutChoice, LayoutOption, ModelFamilyOption, OutputDirOption
+from cachedoctor.cli.options import (
+    ConfigOption,
+    LayoutChoice,
+    LayoutOption,
+    ModelFamilyOption,
+    OutputDirOption,
+    S3EndpointUrlOption,
+    S3ProfileOption,
+    S3RegionOption,
+)
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 
@@ -34,6 +43,9 @@ def manifest_build(
     config: ConfigOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
+    s3_endpoint_url: S3EndpointUrlOption = None,
+    s3_profile: S3ProfileOption = None,
+    s3_region: S3RegionOption = None,
 ) -> int:
     """Write one row per cache file: its source's path, size, mtime and xxh3, and the cache path."""
     import os
@@ -46,11 +58,18 @@ def manifest_build(
 
     env = current()
     # The dataset is named here, never by a configured manifest (this writes one) or paths.
-    settings = resolve(ctx, layout=layout, config=config)
+    settings = resolve(
+        ctx, layout=layout, config=config, s3_endpoint_url=s3_endpoint_url, s3_profile=s3_profile, s3_region=s3_region
+    )
     if dataset is None and not settings.config.value:
         raise UsageError("no DATASET_DIR given; name the dataset folder, or pass --config multidatabackend.json")
     if settings.layout.value == "manifest":
         raise UsageError("--layout manifest reads a manifest; pick the trainer's layout to build one")
+    if dataset and "://" in dataset:
+        raise UsageError(
+            f"{dataset}: manifest build hashes a local dataset's sources; scan the s3:// cache with "
+            "`cachedoctor scan`, or build the manifest where the dataset is on disk"
+        )
     targets = [os.path.abspath(dataset)] if dataset else []
     started = time.perf_counter()
     if dataset and not os.path.isdir(dataset):

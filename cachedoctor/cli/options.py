@@ -262,3 +262,21 @@ BatchSizeOption = Annotated[
         help="Per-GPU batch size of the training run, to predict rank imbalance (default: the trainer's config).",
     ),
 ]
+
+# --- how s3:// targets are reached (scan, manifest build, repair, recover, quarantine, settings show) ---
+S3EndpointUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--s3-endpoint-url",
+        metavar="URL",
+        help="S3-compatible endpoint for s3:// targets (MinIO, R2, Ceph); default: AWS_ENDPOINT_URL, else AWS.",
+    ),
+]
+S3ProfileOption = Annotated[
+    str | None,
+    typer.Option("--s3-profile", metavar="NAME", help="AWS profile for s3:// targets (default: AWS_PROFILE)."),
+]
+S3RegionOption = Annotated[
+    str | None,
+    typer.Option("--s3-region", metavar="REGION", help="Region of s3:// targets (default: the AWS chain's)."),
+]

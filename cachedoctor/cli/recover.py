@@ -30,6 +30,9 @@ from cachedoctor.cli.options import (
     RepairManifestOption,
     RepairPathsArgument,
     ResolutionOption,
+    S3EndpointUrlOption,
+    S3ProfileOption,
+    S3RegionOption,
     StateOption,
     VerboseOption,
     YesOption,
@@ -72,6 +75,9 @@ def recover(
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
     allow_empty: AllowEmptyOption = None,
+    s3_endpoint_url: S3EndpointUrlOption = None,
+    s3_profile: S3ProfileOption = None,
+    s3_region: S3RegionOption = None,
 ) -> int:
     """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
     from dataclasses import replace
@@ -89,6 +95,9 @@ def recover(
     lines = Lines(env)
     settings, targets = resolve_targets(
         ctx,
+        s3_endpoint_url=s3_endpoint_url,
+        s3_profile=s3_profile,
+        s3_region=s3_region,
         paths=paths,
         layout=layout,
         config=config,

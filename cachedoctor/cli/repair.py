@@ -42,6 +42,9 @@ from cachedoctor.cli.options import (
     RepairManifestOption,
     RepairPathsArgument,
     ResolutionOption,
+    S3EndpointUrlOption,
+    S3ProfileOption,
+    S3RegionOption,
     StateOption,
     VerboseOption,
     YesOption,
@@ -150,6 +153,9 @@ def repair(
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
     allow_empty: AllowEmptyOption = None,
+    s3_endpoint_url: S3EndpointUrlOption = None,
+    s3_profile: S3ProfileOption = None,
+    s3_region: S3RegionOption = None,
 ) -> int:
     """Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder."""
     from cachedoctor.explain import kinds as known_kinds
@@ -163,6 +169,9 @@ def repair(
     human = output_mode(env, fmt, output, yes or dry_run, "add --yes to repair, or --dry-run for the plan alone")
     settings, targets = resolve_targets(
         ctx,
+        s3_endpoint_url=s3_endpoint_url,
+        s3_profile=s3_profile,
+        s3_region=s3_region,
         paths=paths,
         layout=layout,
         config=config,

@@ -38,6 +38,9 @@ from cachedoctor.cli.options import (
     PathsArgument,
     QuietOption,
     ResolutionOption,
+    S3EndpointUrlOption,
+    S3ProfileOption,
+    S3RegionOption,
     SampleOption,
     StateOption,
     VerboseOption,
@@ -97,6 +100,9 @@ def scan(
     allow_empty: AllowEmptyOption = None,
     world_size: WorldSizeOption = None,
     batch_size: BatchSizeOption = None,
+    s3_endpoint_url: S3EndpointUrlOption = None,
+    s3_profile: S3ProfileOption = None,
+    s3_region: S3RegionOption = None,
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit
@@ -107,6 +113,9 @@ def scan(
     env.configure(color=color, quiet=quiet, verbose=verbose)
     settings = resolve(
         ctx,
+        s3_endpoint_url=s3_endpoint_url,
+        s3_profile=s3_profile,
+        s3_region=s3_region,
         paths=paths,
         deep=deep,
         fail_on=fail_on,
@@ -175,9 +184,12 @@ def scan(
             table = renderer_for(OutputFormat.TABLE, env.cwd, width=env.width, quiet=quiet, verbose=verbose)
             table.render(report, env.stdout, color=env.color(env.stdout_isatty))
     for problem in report.scan.errors:
-        env.error(
-            f"{problem.path}: {problem.message}; fix its permissions or move it out of the cache, then scan again"
+        hint = (
+            "scan again (the store did not serve it)"
+            if "://" in problem.path
+            else "fix its permissions or move it out of the cache, then scan again"
         )
+        env.error(f"{problem.path}: {problem.message}; {hint}")
     return report.exit_code
 
 

@@ -33,6 +33,9 @@ from cachedoctor.cli.options import (
     NoStateOption,
     PathsArgument,
     ResolutionOption,
+    S3EndpointUrlOption,
+    S3ProfileOption,
+    S3RegionOption,
     SampleOption,
     StateOption,
     WorkersOption,
@@ -105,6 +108,9 @@ def settings_show(
     allow_empty: AllowEmptyOption = None,
     world_size: WorldSizeOption = None,
     batch_size: BatchSizeOption = None,
+    s3_endpoint_url: S3EndpointUrlOption = None,
+    s3_profile: S3ProfileOption = None,
+    s3_region: S3RegionOption = None,
 ) -> int:
     """Print each setting, its value and where it came from (the same options as scan)."""
     from cachedoctor.settings import show_value
@@ -112,6 +118,9 @@ def settings_show(
     env = current()
     settings = resolve(
         ctx,
+        s3_endpoint_url=s3_endpoint_url,
+        s3_profile=s3_profile,
+        s3_region=s3_region,
         paths=paths,
         deep=deep,
         fail_on=fail_on,

@@ -32,9 +32,15 @@ def bucket_sizes(path: str, data: str, plan: DatasetPlan) -> dict[str, Bucket]:
     except (OSError, ValueError, RecursionError) as exc:
         plan.notes.append(f"{path}: unreadable bucket metadata ({exc}); latent sizes were not compared")
         return {}
+    return sizes_from_metadata(metadata, data)
+
+
+def sizes_from_metadata(metadata: Any, data: str) -> dict[str, Bucket]:
+    """:func:`bucket_sizes` of metadata already read (an ``aws`` dataset's, from its bucket).
+    ``data`` is the dataset's root; ``""`` (a whole bucket) matches every key as it is."""
     if not isinstance(metadata, dict):
         return {}
-    root = data.rstrip(os.sep) + os.sep
+    root = data.rstrip(os.sep) + os.sep if data else ""
     sizes: dict[str, Bucket] = {}
     unmatched: list[tuple[list[str], Bucket]] = []
     squashed = _squashed(metadata)

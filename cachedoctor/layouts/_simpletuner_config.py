@@ -30,6 +30,7 @@ class Backend:
     cache_dir_vae: str | None
     cache_dir: str | None  # text_embeds datasets
     text_embeds: str | None  # the text_embeds dataset this image dataset uses (None: default)
+    kind: str = "local"  # the backend ``type``: "local", or "aws" (its paths are keys in its bucket)
 
 
 @dataclass(slots=True)
@@ -70,6 +71,9 @@ def load(options: LayoutOptions) -> SimpleTunerConfig:
         if why is None:
             fill = {"id": ident, "model_family": model_family, "output_dir": output_dir}
             try:
+                if str(entry.get("type") or "local") == "aws":
+                    backends.append(_aws_backend(ident, dataset_type, entry, fill))
+                    continue
                 backends.append(
                     Backend(
                         ident,
@@ -153,11 +157,39 @@ def _skip_reason(entry: dict[str, Any], dataset_type: str) -> str | None:
     if entry.get("disabled") or entry.get("disable"):
         return "disabled in the config"
     kind = str(entry.get("type") or "local")
-    if kind != "local":
+    if kind == "aws":
+        missing = [
+            k for k in ("aws_bucket_name", "aws_endpoint_url") if not isinstance(entry.get(k), str) or not entry[k]
+        ]
+        if missing:  # SimpleTuner refuses it too (builders/aws.py:53-74): we cannot tell which server it meant
+            return f"type 'aws' without {' and '.join(missing)} (SimpleTuner refuses it too)"
+    elif kind != "local":
         return f"type {kind!r} is not on this machine's disk"
     if dataset_type not in _CHECKED_TYPES:
         return f"dataset_type {dataset_type!r} is not compared yet"
     return None
+
+
+def _aws_backend(ident: str, dataset_type: str, entry: dict[str, Any], fill: dict[str, Any]) -> Backend:
+    """An ``aws`` dataset: its ``cache_dir_vae`` and text ``cache_dir`` stay key prefixes, as
+    SimpleTuner uses them with an S3 cache backend (``caching/vae.py:170-176`` and
+    ``caching/text_embeds.py:93-94`` make only local ones absolute); a text_embeds dataset's
+    prefix is ``aws_data_prefix``, else ``cache_dir`` (``data_backend/factory.py:2466-2472``).
+    ``instance_data_dir`` holds ``aws_data_prefix``."""
+    vae = entry.get("cache_dir_vae")
+    text = entry.get("aws_data_prefix") if dataset_type == "text_embeds" else None
+    text = text if isinstance(text, str) and text else entry.get("cache_dir")
+    prefix = entry.get("aws_data_prefix")
+    return Backend(
+        ident,
+        dataset_type,
+        entry,
+        _fill(prefix, fill) if isinstance(prefix, str) else "",
+        _fill(vae, fill).rstrip("/") if isinstance(vae, str) and vae else None,
+        _fill(text, fill).rstrip("/") if isinstance(text, str) and text else None,
+        entry.get("text_embeds") if isinstance(entry.get("text_embeds"), str) else None,
+        "aws",
+    )
 
 
 def _fill(value: str, fill: dict[str, Any]) -> str:

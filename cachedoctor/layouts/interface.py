@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from cachedoctor.formats.interface import FileMeta
     from cachedoctor.layouts._hazards import Hazard
     from cachedoctor.layouts.samplers.interface import Sampling
+    from cachedoctor.remote.s3 import S3Settings
 
 
 class LayoutError(PathError):
@@ -100,6 +101,9 @@ class DatasetPlan:
     parts: list[LayoutPart] = field(default_factory=list)  # which layout each part of the targets got, and why
     sampling: list[Sampling] = field(default_factory=list)  # how the trainer samples each dataset (rank-imbalance)
     hazards: list[Hazard] = field(default_factory=list)  # trainer settings known to lose the cache (config-hazard)
+    #: s3:// roots -> how to reach them, from the dataset's own config (its endpoint and keys): the
+    #: scan lists a cache prefix with the settings the trainer writes it with, not the defaults
+    remote_settings: dict[str, S3Settings] = field(default_factory=dict)
 
     def add(self, entry: Expected, folder_path: str | None = None) -> None:
         """Expect ``entry`` (in ``folder_path``, its folder, when the caller knows it); a second

@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from cachedoctor.layouts import _recompute
+from cachedoctor.layouts import _simpletuner_aws as aws
 from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
 from cachedoctor.layouts._simpletuner_buckets import bucket_sizes
@@ -94,7 +95,9 @@ class SimpleTunerLayout(Layout):
         if default_text is None and len(texts) == 1:
             default_text = next(iter(texts.values()))
         # the suffix on the files wins over config.json: it is what the trainer wrote
-        families = text_families(texts.values())  # listed once: the family guess and the hazards
+        families = text_families(
+            t for t in texts.values() if t.kind == "local"
+        )  # listed once: the family guess and the hazards
         family = options.model_family or most_common(families) or cfg.model_family
         if texts and family is None:
             plan.notes.append("model family unknown, so text embeds were not compared; pass --model-family")
@@ -103,31 +106,41 @@ class SimpleTunerLayout(Layout):
         for backend in cfg.backends:
             if backend.dataset_type != "image":
                 continue
-            plan.sampling.extend(s for s in (samplers_from_config.simpletuner(backend, trainer, processes),) if s)
-            if backend.cache_dir_vae:
+            if backend.kind == "local":  # an aws dataset's sampling and hazards: not modelled yet
+                plan.sampling.extend(s for s in (samplers_from_config.simpletuner(backend, trainer, processes),) if s)
+            if backend.cache_dir_vae and backend.kind == "local":
                 container = "torch-gzip" if cfg.compressed else "torch-zip"
                 self._defaults[os.path.normpath(backend.cache_dir_vae)] = (cfg.latent_dtype, container)
             text = texts.get(backend.text_embeds) if backend.text_embeds else default_text
             if backend.text_embeds and text is None:
                 plan.notes.append(
                     f"dataset {backend.id!r} links text_embeds {backend.text_embeds!r}, which is not "
-                    "a local text_embeds dataset; its captions were not compared"
+                    "a text_embeds dataset cachedoctor can read; its captions were not compared"
                 )
-            _expect_backend(plan, backend, text.cache_dir if text and family else None, family)
+            text_dir = aws.text_home(text) if text and family else None
+            if backend.kind == "aws":
+                output_dir = options.output_dir or config._option(trainer, "output_dir")
+                aws.expect_aws_backend(plan, backend, text_dir, family, output_dir)
+            else:
+                _expect_backend(plan, backend, text_dir, family)
         for text in texts.values():
-            if text.cache_dir and family:
-                _add_root(plan, text.cache_dir)
+            home = aws.text_home(text)
+            if home and family:
+                _add_root(plan, home)
+                if text is not None and text.kind == "aws":
+                    plan.remote_settings[home] = aws.settings_for(text)
                 for caption in ["", *cfg.validation_prompts]:
-                    plan.extra.add(embed_path(text.cache_dir, caption, family))
+                    plan.extra.add(embed_path(home, caption, family))
         for link in cfg.remote_links:  # a remote dataset's captions share this cache: we cannot list them
             text = texts.get(link) if link else default_text
-            if text is not None and text.cache_dir and text.cache_dir not in plan.no_orphans:
-                plan.no_orphans.add(text.cache_dir)
+            home = aws.text_home(text) if text is not None else None
+            if home and home not in plan.no_orphans:
+                plan.no_orphans.add(home)
                 plan.notes.append(
-                    f"a remote dataset also uses the text-embed cache {text.cache_dir}, "
-                    "so orphans there were not reported"
+                    f"a remote dataset also uses the text-embed cache {home}, so orphans there were not reported"
                 )
-        plan.hazards.extend(hazards(cfg, families))
+        local = [b for b in cfg.backends if b.kind == "local"]  # the hazards read local folders
+        plan.hazards.extend(hazards(replace(cfg, backends=local) if len(local) < len(cfg.backends) else cfg, families))
         return plan
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
@@ -285,7 +298,7 @@ def _captions(
 def _add_root(plan: DatasetPlan, folder: str) -> None:
     if folder in plan.roots:
         return
-    if os.path.isdir(folder):
+    if folder.startswith("s3://") or os.path.isdir(folder):  # a prefix in a bucket: the scan lists it
         plan.roots.append(folder)
     else:
         plan.notes.append(f"cache folder {folder} does not exist: every entry expected there is missing")

@@ -258,8 +258,16 @@ class S3Store(ObjectStore):
             if info.etag:
                 kwargs["IfMatch"] = f'"{info.etag}"'
             response = await client.get_object(**kwargs)
+            chunks: list[bytes] = []
+            got = 0
             async with response["Body"] as body:
-                data: bytes = await body.read(want + 1)
+                while got <= want:  # read(n) returns what one chunk held (~128 KB), not n bytes
+                    chunk = await body.read(want + 1 - got)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+                    got += len(chunk)
+            data = b"".join(chunks)
             if len(data) < want:
                 raise ShortRead(f"{len(data)} of {want} bytes")
             return data[:want]

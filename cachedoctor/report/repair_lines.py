@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cachedoctor.remote.interface import is_remote
+
 if TYPE_CHECKING:  # type-only: printing must not import the CLI's machinery
     from cachedoctor.cli.environment import Environment
 
@@ -81,6 +83,8 @@ class Lines:
 
 def shown_path(path: str, cwd: str) -> str:
     """As ``scan``'s table shows a path: relative to ``cwd`` when it lies below it, else absolute."""
+    if is_remote(path):  # an s3:// URL is shown whole
+        return path
     rel = os.path.relpath(path, cwd)
     return path if rel.startswith("..") else rel
 

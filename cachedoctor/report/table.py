@@ -7,6 +7,7 @@ from collections import defaultdict
 from typing import TextIO
 
 from cachedoctor.findings import Finding
+from cachedoctor.remote.interface import is_remote
 from cachedoctor.report.interface import Renderer
 from cachedoctor.report.outcome import ScanReport
 from cachedoctor.report.text import human_size, wrap_line
@@ -129,6 +130,8 @@ class TableRenderer(Renderer):
         line(f"{verdict} {hint}".strip(), "bold")
 
     def _rel(self, path: str) -> str:
+        if is_remote(path):  # an s3:// URL is shown whole
+            return path
         rel = os.path.relpath(path, self.cwd)
         return path if rel.startswith("..") else rel
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import re
 
+from cachedoctor.remote.interface import is_remote
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -21,6 +23,8 @@ def displayable(text: str) -> str:
 
 def relative(path: str, cwd: str) -> str:
     """``path`` relative to ``cwd`` when it lies below it, else as given (as the table shows it)."""
+    if is_remote(path):  # an s3:// URL is shown whole
+        return path
     try:
         rel = os.path.relpath(path, cwd)
     except ValueError:  # another drive on Windows

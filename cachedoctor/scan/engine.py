@@ -18,19 +18,24 @@ from itertools import chain
 from typing import TYPE_CHECKING
 
 from cachedoctor.checks import RUN_CHECKS, RunView
+from cachedoctor.errors import UsageError
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
 from cachedoctor.layouts.samplers.census import from_shapes, gather
 from cachedoctor.progress import LIST, SCAN
+from cachedoctor.remote.interface import is_remote
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.folders import Collector, Record, ScanError, ScanStats
+from cachedoctor.scan.remote_walk import OBJECT, PREFIX
 from cachedoctor.scan.state.plan import StateSet, plan_folder
 from cachedoctor.scan.state.sample import Sample, choose
 from cachedoctor.scan.walk import Folder, WalkError, check_targets, drop_excluded, walk
 
 if TYPE_CHECKING:
     from cachedoctor.progress import Progress
+    from cachedoctor.remote.s3 import S3Settings
     from cachedoctor.scan.pool import Chunk
+    from cachedoctor.scan.remote_walk import RemoteTarget
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,7 @@ class ScanOptions:
     file_timeout: float | None = 10.0  # seconds to judge one file before it is reported (read-timeout)
     world_size: int | None = None  # the training run's ranks (rank-imbalance); None: from the trainer's config
     batch_size: int | None = None  # its batch size per rank; None: from the trainer's config
+    s3: S3Settings | None = None  # how to reach s3:// targets (None: the standard AWS chain)
 
     @property
     def mode(self) -> str:
@@ -100,10 +106,18 @@ def scan(
     """
     options = options if options is not None else ScanOptions()
     started = time.perf_counter()
-    roots = check_targets(targets)
-    states = StateSet.open(roots, options.state)
+    roots = check_targets([t for t in targets if not is_remote(t)])
+    remote: list[RemoteTarget] = []
+    if any(is_remote(t) for t in targets):
+        if options.sample is not None:
+            raise UsageError("--sample does not take s3:// targets yet; scan them with --deep, or without --sample")
+        from cachedoctor.scan.remote_scan import open_remote
+
+        known = dataset.remote_settings if dataset is not None else {}
+        remote = open_remote([t for t in targets if is_remote(t)], options.s3, known)
+    states = StateSet.open(roots, options.state, [t.url for t in remote if t.kind == PREFIX])
     try:
-        result = _scan(roots, options, progress, dataset, states, watch or [])
+        result = _scan(roots, options, progress, dataset, states, watch or [], remote)
     finally:
         states.close()
     for store in states.stores:
@@ -121,6 +135,7 @@ def _scan(
     dataset: DatasetPlan | None,
     states: StateSet,
     watch: list[str],
+    remote: list[RemoteTarget],
 ) -> ScanResult:
     keep = (lambda path: not dataset.is_source_name(path)) if dataset is not None and dataset.source_suffixes else None
     if options.sample is not None:
@@ -142,7 +157,10 @@ def _scan(
     collector = Collector(count, matcher)
     if dataset is None and (options.world_size or options.batch_size):
         collector.shapes = Counter()  # no dataset: the run's buckets are the latent shapes read
-    collector.watch([os.path.abspath(w) for w in watch if os.path.isdir(w)])
+    collector.watch(
+        [os.path.abspath(w) for w in watch if not is_remote(w) and os.path.isdir(w)]
+        + [t.url for t in remote if t.kind != OBJECT]
+    )
     folders = walk(roots, walk_errors, options.exclude)
     chunks = _chunks(count.listing(folders) if count is not None else folders, options, collector, keep, states)
     workers = options.workers or os.cpu_count() or 1
@@ -158,6 +176,10 @@ def _scan(
         from cachedoctor.scan.pool import run_pool
 
         run_pool(chain([first], chunks), workers, collector, options.file_timeout)
+    if remote:
+        from cachedoctor.scan.remote_scan import scan_remote
+
+        scan_remote(remote, options, collector, states, keep, count.listing if count is not None else None)
     if matcher is not None:
         collector.findings.extend(matcher.finish())
     if collector.shapes is not None:
@@ -176,7 +198,8 @@ def _scan(
     notes = ([special] if special else []) + run_notes
     for store in states.stores:
         store.finish(
-            [r for r in roots if os.path.isdir(r) and store.covers(r)],
+            [r for r in roots if os.path.isdir(r) and store.covers(r)]
+            + [t.url for t in remote if t.kind == PREFIX and store.covers(t.url)],
             options.deep,
             options.sample.text if options.sample else None,
             stats.files_seen,
@@ -184,7 +207,8 @@ def _scan(
             len(findings),
         )
     unchecked = sorted(collector.unchecked)
-    return ScanResult(roots, options, findings, stats, errors, 0.0, dataset, notes, unchecked, special)
+    targets = roots + [t.url for t in remote]
+    return ScanResult(targets, options, findings, stats, errors, 0.0, dataset, notes, unchecked, special)
 
 
 def judge_run(run: RunView) -> list[Finding]:

@@ -75,6 +75,7 @@ class Record:
         "bytes",
         "formats",
         "settled",
+        "remote",
     )
 
     def __init__(
@@ -92,6 +93,7 @@ class Record:
         self.read = self.skipped = self.bytes = 0
         self.formats: Counter = Counter()
         self.settled = digest is not None
+        self.remote = False  # an object store's folder: its signatures are never racy (``remote_state.py``)
 
 
 def _compare_digest(o: Outcome, recorded: str) -> Outcome:
@@ -236,7 +238,7 @@ class Collector:
                 Upsert(
                     os.path.basename(o.path),
                     sig,
-                    record.store.is_racy(sig.mtime_ns, sig.ctime_ns),
+                    not record.remote and record.store.is_racy(sig.mtime_ns, sig.ctime_ns),
                     deep_scan,
                     xxh3,
                     outcome_to_text(o),

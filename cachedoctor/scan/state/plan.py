@@ -13,6 +13,7 @@ import json
 import os
 from array import array
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cachedoctor.findings import Finding
@@ -40,11 +41,16 @@ class StateSet:
         return self._notes + [note for store in self.stores for note in store.notes]
 
     @classmethod
-    def open(cls, roots: list[str], state: str | None) -> StateSet:
+    def open(cls, roots: list[str], state: str | None, remote: Sequence[str] = ()) -> StateSet:
+        """``remote``: the remote prefixes scanned, whose own databases live in the user cache
+        dir (``scan/remote_state.py``); a ``--state`` path serves them as it serves the rest."""
         stores: list[StateStore] = []
         notes: list[str] = []
         if state is None:
             return cls(stores, notes)
+        from cachedoctor.scan.remote_state import remote_state_path
+
+        elsewhere = [(remote_state_path(url), url) for url in sorted(set(remote))]
         if state == READ_ONLY or state.startswith(READ_ONLY + ":"):
             from cachedoctor.scan.state.readonly import open_read_only
 
@@ -52,7 +58,7 @@ class StateSet:
             places = (
                 [(os.path.abspath(named), "")]
                 if named
-                else [(default_path(r), r) for r in sorted({r for r in roots if os.path.isdir(r)})]
+                else [(default_path(r), r) for r in sorted({r for r in roots if os.path.isdir(r)})] + elsewhere
             )
             for path, base in places:
                 found = open_read_only(path, base)
@@ -61,7 +67,8 @@ class StateSet:
             return cls(stores, notes)
         if state in (AUTO, EXISTING):
             folders = sorted({r for r in roots if os.path.isdir(r)})
-            places = [(default_path(r), r) for r in folders if state == AUTO or os.path.isfile(default_path(r))]
+            places = [(default_path(r), r) for r in folders] + elsewhere
+            places = [(path, base) for path, base in places if state == AUTO or os.path.isfile(path)]
         else:
             places = [(os.path.abspath(state), "")]
         try:
@@ -153,21 +160,40 @@ def plan_folder(
                 numbers.extend((st.st_size, mtime, ctime, st.st_ino))
             except OverflowError:  # a time before 1970: no digest, the files are still compared one by one
                 settled = False
-    plan = FolderPlan()
+    digest = None
     if settled:
         import xxhash
 
         listing = "\0".join(p[cut:] for p in files).encode("utf-8", "surrogateescape")
-        plan.digest = xxhash.xxh3_128_hexdigest(listing + b"\0" + numbers.tobytes())
+        digest = xxhash.xxh3_128_hexdigest(listing + b"\0" + numbers.tobytes())
         if whole and not deep and not chosen:
-            result = store.folder_result(folder, plan.digest)
+            result = store.folder_result(folder, digest)
             if result is not None:
-                return plan, result
+                return FolderPlan(digest=digest), result
+    sigs = [sig_of(st) if st is not None else None for st in stats]
+    return plan_rows(store, folder, files, sigs, digest, deep=deep, deep_changed=deep_changed, chosen=chosen), None
+
+
+def plan_rows(
+    store: StateStore,
+    folder: str,
+    files: list[str],
+    sigs: list[Sig | None],
+    digest: str | None,
+    *,
+    deep: bool,
+    deep_changed: bool,
+    chosen: set[str],
+) -> FolderPlan:
+    """The file-by-file half of a folder's plan, from each file's signature (``None``: it could
+    not be had, the read reports why): shared by local folders (a ``stat``) and remote ones (a
+    listing's size, LastModified and ETag, ``scan/remote_state.py``)."""
+    cut = len(folder.rstrip(os.sep)) + 1
+    plan = FolderPlan(digest=digest)
     rows = store.rows(folder)
-    for path, found in zip(files, stats, strict=False):
+    for path, sig in zip(files, sigs, strict=False):
         name = path[cut:]
         row: Row | None = rows.pop(name, None)
-        sig = sig_of(found) if found is not None else None
         if sig is not None:
             plan.sigs[path] = sig
         unchanged = row is not None and sig is not None and row.sig == sig and not row.racy
@@ -182,7 +208,7 @@ def plan_folder(
             if read_deep and unchanged and row is not None and row.xxh3:
                 plan.recorded[path] = row.xxh3
     plan.gone = list(rows)
-    return plan, None
+    return plan
 
 
 def folder_result(
@@ -252,4 +278,5 @@ __all__ = [
     "decode_result",
     "folder_result",
     "plan_folder",
+    "plan_rows",
 ]
