@@ -35,6 +35,16 @@ def one_prefix(targets: list[str]) -> str:
     return targets[0]
 
 
+def on_its_own(url: str) -> RepairError:
+    """A dataset (a SimpleTuner ``aws`` backend) whose cache is in a bucket: one line saying to
+    repair that prefix on its own (a repair holds one prefix's lock; recomputes are not remote)."""
+    return RepairError(
+        url,
+        f"this dataset's cache is in a bucket; repair it on its own: `cachedoctor repair {url}` "
+        "(recomputes are not done for remote caches yet)",
+    )
+
+
 def where(store: ObjectStore, url: str) -> tuple[Location, dict[str, ObjectInfo]]:
     """The prefix a repair of ``url`` works in (its lock, journal and quarantine) and its objects
     by URL: ``url`` itself, or the folder of the one object it names."""
@@ -95,7 +105,7 @@ def repair_remote(
 
 def s3_of(options: ScanOptions) -> S3Settings | None:
     """The scan's S3 settings (``--s3-endpoint-url`` ...; ``None``: the standard AWS chain)."""
-    return getattr(options, "s3", None)
+    return options.s3
 
 
 def _scan(
@@ -145,4 +155,4 @@ def survey_remote_targets(targets: list[str], options: ScanOptions | None) -> Su
     return out
 
 
-__all__ = ["one_prefix", "repair_remote", "survey_remote_targets", "where"]
+__all__ = ["on_its_own", "one_prefix", "repair_remote", "survey_remote_targets", "where"]

@@ -85,6 +85,10 @@ def _scan(
     progress: Progress | None = None,
 ) -> tuple[ScanResult, dict[str, list[Expected]], str | None, LayoutOf]:
     plan, line = plan_for(layout, targets, layout_options)
+    if plan is not None and any(is_remote(r) for r in plan.roots):  # a SimpleTuner aws backend
+        from cachedoctor.repair.remote_flow import on_its_own
+
+        raise on_its_own(next(r for r in plan.roots if is_remote(r)))
     expected = plan.by_path() if plan is not None else {}
     roots = plan.roots if plan is not None else targets
     result = scan(roots, options.scan, progress, dataset=plan, watch=targets)
