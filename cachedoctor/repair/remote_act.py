@@ -75,12 +75,12 @@ class RemoteActor:
         store: ObjectStore,
         quarantine: RemoteQuarantine,
         record: Callable[[ItemResult], None],
-        threads: int = THREADS,
+        threads: int | None = None,
     ) -> None:
         self.store = store
         self.quarantine = quarantine
         self._record = record
-        self.threads = threads
+        self.threads = threads or THREADS
         self.lock = threading.Lock()
         self.since_records = 0
 
