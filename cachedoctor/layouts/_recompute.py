@@ -137,7 +137,8 @@ def precondition(expected: Expected | None) -> str | None:
     """Why no layout can recompute this entry (its source unknown or gone), else ``None``."""
     if expected is None:
         return "its source is unknown: repair with the dataset (--config, --layout or --manifest)"
-    if not expected.source_exists or not os.path.exists(expected.source):
+    remote = "://" in expected.source  # an image in a bucket: the dataset's listing saw it (source_exists)
+    if not expected.source_exists or not (remote or os.path.exists(expected.source)):
         return f"its source {expected.source} is gone"
     return None
 

@@ -148,6 +148,7 @@ def expect_aws_backend(
     no_caption = 0
     for info in images:
         plan.items += 1
+        plan.remote_sources[info.url] = info
         image_stem = stem(info.key)
         if vae is not None:
             subfolders = posixpath.dirname(info.key).replace(prefix, "").lstrip("/")

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from cachedoctor.formats.interface import FileMeta
     from cachedoctor.layouts._hazards import Hazard
     from cachedoctor.layouts.samplers.interface import Sampling
+    from cachedoctor.remote.interface import ObjectInfo
     from cachedoctor.remote.s3 import S3Settings
 
 
@@ -104,6 +105,8 @@ class DatasetPlan:
     #: s3:// roots -> how to reach them, from the dataset's own config (its endpoint and keys): the
     #: scan lists a cache prefix with the settings the trainer writes it with, not the defaults
     remote_settings: dict[str, S3Settings] = field(default_factory=dict)
+    #: s3:// source URL -> its object as the dataset's listing saw it (a remote recompute GETs that version)
+    remote_sources: dict[str, ObjectInfo] = field(default_factory=dict)
 
     def add(self, entry: Expected, folder_path: str | None = None) -> None:
         """Expect ``entry`` (in ``folder_path``, its folder, when the caller knows it); a second

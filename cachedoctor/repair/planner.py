@@ -58,17 +58,20 @@ def plan_repair(
     only: Collection[str] | None = None,
     keep_blocked: bool = False,
     stat_of: Callable[[str], Stat | None] = Stat.of,
+    templates: TemplateFinder | None = None,
 ) -> RepairPlan:
     """``expected`` maps cache path -> the dataset's entries for it (empty without a layout),
     ``layout`` names the layout that planned them (``DatasetPlan.layout_for``: per path);
     ``modalities`` says which encoders were given (``image``, ``text``). ``stat_of`` says what
-    is at a path now (a remote cache's planner passes what its listing saw of each object)."""
+    is at a path now (a remote cache's planner passes what its listing saw of each object);
+    ``templates`` finds the healthy peers a recompute copies (remote folders: ``remote_recompute.py``)."""
     by_path: dict[str, list[Finding]] = defaultdict(list)
     for finding in findings:
         if only is None or finding.kind in only:
             by_path[finding.path].append(finding)
     plan = RepairPlan()
-    templates = TemplateFinder(set(by_path))
+    if templates is None:
+        templates = TemplateFinder(set(by_path))
     for path in sorted(by_path):
         group = by_path[path]
         kinds = tuple(sorted({f.kind for f in group}))

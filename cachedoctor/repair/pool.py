@@ -19,12 +19,14 @@ from cachedoctor.errors import PathError
 from cachedoctor.lifetime import die_with_parent, reraise_interrupt
 from cachedoctor.repair.model import Action, ItemResult, ItemState, RepairError
 from cachedoctor.repair.posterior import Models
+from cachedoctor.repair.sink import LocalSink
 
 if TYPE_CHECKING:
     import torch
 
     from cachedoctor.encoders.interface import Encoder
     from cachedoctor.layouts.prepare import Prepared
+    from cachedoctor.repair.sink import Sink
 
 Batch = list[Action]
 OnResult = Callable[[ItemResult], None]
@@ -59,15 +61,14 @@ def split(batches: list[Batch], shares: int) -> list[list[Batch]]:
 Ready: TypeAlias = "Prepared | Exception | None"
 
 
-def _prepared(batches: list[Batch], downscale: int) -> Iterator[tuple[Batch, list[Ready]]]:
+def _prepared(batches: list[Batch], downscale: int, sink: Sink) -> Iterator[tuple[Batch, list[Ready]]]:
     """Decode and resize ahead of the encoder (two batches in flight on a small thread pool)."""
-    from cachedoctor.layouts.prepare import prepare_image
 
     def prepare(batch: Batch) -> list[Ready]:
         out: list[Ready] = []
         for action in batch:
             try:
-                out.append(prepare_image(action.recompute, downscale) if action.recompute.role == "latent" else None)
+                out.append(sink.prepare(action.recompute, downscale) if action.recompute.role == "latent" else None)
             except Exception as exc:  # a missing or undecodable image fails its own item only
                 out.append(exc)
         return out
@@ -96,20 +97,22 @@ def work(
     run_id: str,
     on_result: OnResult,
     workers_on_cpu: int = 1,
+    sink: Sink | None = None,
 ) -> None:
-    """Encode and write every item of ``batches`` on ``device`` (runs in a worker or in-process)."""
+    """Encode and write every item of ``batches`` on ``device`` (runs in a worker or in-process);
+    ``sink``: where sources are read and files written (``sink.py``; default: local files)."""
     import torch
 
     threads = torch.get_num_threads()
     if device == "cpu":
         torch.set_num_threads(cpu_threads(workers_on_cpu))
     try:
-        _work(batches, models, device, run_id, on_result)
+        _work(batches, models, device, sink or LocalSink(run_id), on_result)
     finally:
         torch.set_num_threads(threads)  # in-process callers (tests, the API) get theirs back
 
 
-def _work(batches: list[Batch], models: Models, device: str, run_id: str, on_result: OnResult) -> None:
+def _work(batches: list[Batch], models: Models, device: str, sink: Sink, on_result: OnResult) -> None:
     from cachedoctor.encoders import load_encoder
 
     encoders = {}
@@ -131,7 +134,7 @@ def _work(batches: list[Batch], models: Models, device: str, run_id: str, on_res
     texts_first = [b for b in batches if b[0].recompute.role == "text"]
     images = [b for b in batches if b[0].recompute.role == "latent"]
     for batch in texts_first:
-        _run_text(batch, encoders["text"], run_id, on_result)
+        _run_text(batch, encoders["text"], sink, on_result)
     if not images:
         return
     if image is None:  # the planner blocks latent items without an image encoder
@@ -141,11 +144,11 @@ def _work(batches: list[Batch], models: Models, device: str, run_id: str, on_res
     # stops the loop at the next batch.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cachedoctor-writer") as writer:
         pending: list = []
-        for batch, prepared in _prepared(images, image.downscale):
+        for batch, prepared in _prepared(images, image.downscale, sink):
             for future in [f for f in pending if f.done()]:
                 future.result()
             pending = [f for f in pending if not f.done()]
-            _encode_batch(batch, prepared, image, models, run_id, on_result, writer, pending)
+            _encode_batch(batch, prepared, image, models, sink, on_result, writer, pending)
         for future in pending:
             future.result()
 
@@ -155,7 +158,7 @@ def _encode_batch(
     prepared: list[Ready],
     image: Encoder,
     models: Models,
-    run_id: str,
+    sink: Sink,
     on_result: OnResult,
     writer: ThreadPoolExecutor,
     pending: list[Future[None]],
@@ -163,10 +166,7 @@ def _encode_batch(
     import torch
 
     from cachedoctor.layouts.prepare import Prepared
-    from cachedoctor.repair.quarantine import Quarantine
     from cachedoctor.repair.recompute import build_file
-    from cachedoctor.repair.replace import run_action
-    from cachedoctor.repair.verify import problems_of
 
     ok = [(a, p) for a, p in zip(batch, prepared, strict=False) if isinstance(p, Prepared)]  # latent items only
     for action, problem in zip(batch, prepared, strict=False):
@@ -188,7 +188,7 @@ def _encode_batch(
             return build_file(a.recompute, latent=latent, flipped=flip, prepared=prep, encoder=image.name)
 
         def write(action: Action = action, make: Callable[[Action], bytes] = make) -> None:
-            on_result(run_action(action, Quarantine(action.root, run_id), make, problems_of))
+            on_result(sink.write(action, make))
 
         pending.append(writer.submit(write))
 
@@ -203,11 +203,8 @@ def _latent(out: dict[str, Any], i: int, image: Encoder, models: Models, action:
     return image.scaling.apply(latent) if action.recompute.scaled else latent
 
 
-def _run_text(batch: Batch, encoder: Encoder, run_id: str, on_result: OnResult) -> None:
-    from cachedoctor.repair.quarantine import Quarantine
+def _run_text(batch: Batch, encoder: Encoder, sink: Sink, on_result: OnResult) -> None:
     from cachedoctor.repair.recompute import build_file
-    from cachedoctor.repair.replace import run_action
-    from cachedoctor.repair.verify import problems_of
 
     outputs = encoder.encode([a.recompute.text for a in batch])
     for i, action in enumerate(batch):
@@ -216,7 +213,7 @@ def _run_text(batch: Batch, encoder: Encoder, run_id: str, on_result: OnResult) 
         def make(a: Action, item: dict[str, torch.Tensor] = item) -> bytes:
             return build_file(a.recompute, texts=item, encoder=encoder.name)
 
-        on_result(run_action(action, Quarantine(action.root, run_id), make, problems_of))
+        on_result(sink.write(action, make))
 
 
 def _worker_main(

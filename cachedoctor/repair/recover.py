@@ -89,6 +89,13 @@ def survey(
         return survey_remote_targets(targets, scan_options)
     base = scan_options or ScanOptions()
     plan, line = plan_for(layout, targets, options)
+    if plan is not None and any(is_remote(r) for r in plan.roots):  # a dataset whose cache is in a bucket
+        from cachedoctor.repair.remote_flow import survey_remote_targets
+
+        found = Survey(line)
+        for url in (r for r in plan.roots if is_remote(r)):
+            survey_remote_targets([url], scan_options, plan.remote_settings.get(url), found)
+        return found
     roots = plan.roots if plan is not None else targets
     folders = [r if os.path.isdir(r) else os.path.dirname(r) for r in roots]
     stateful = [f for f in folders if os.path.isdir(f) and os.path.isfile(default_path(f))]

@@ -13,6 +13,11 @@ verify, delete. The steps of one object, and what a kill between any two of them
 4. the journal records the item verified (a kill between 3 and 4 leaves a replaced object whose
    row says "kept": ``recover`` reads it, finds it healthy and closes the item).
 
+A recompute (``remote_recompute.py``) replaces step 1: the entry's source image is fetched and
+encoded by the local recompute's own loop, and its bytes come to :meth:`RemoteActor.put_made`
+for steps 2-4; a missing entry has nothing to keep and is created by a PUT conditional on there
+still being no object (``If-None-Match: *``: a trainer that re-cached it meanwhile wins).
+
 Items run on a small pool of threads: requests, not bytes, are what an object costs, and the
 waits overlap. The journal (local SQLite) is written under the actor's lock, the records under the quarantine's.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeAlias
 
 from cachedoctor.lifetime import reraise_interrupt
 from cachedoctor.remote.interface import (
@@ -42,6 +48,8 @@ THREADS = 8
 RECORDS_EVERY = 64
 
 CHANGED = "changed since the scan; left for the final scan to judge"
+CREATED = "written by another process since the scan (the trainer re-cached it?); left for the final scan to judge"
+NOT_HERE = "recomputes of a remote cache need the dataset (--config) and an --encoder"
 GONE = "gone since the scan (deleted by another process)"
 
 
@@ -66,6 +74,10 @@ def judge(action: Action, data: bytes) -> str | None:
     return problems_of(action, "", data)
 
 
+#: Runs a run's recompute actions through ``actor.put_made`` (``remote_recompute.recomputer``).
+Recompute: TypeAlias = "Callable[[list[Action], RemoteActor], None]"
+
+
 class RemoteActor:
     """Runs the actions of one run on one prefix. ``record(result)`` is told each step (a kept
     copy as a ``planned`` result naming it, then the end state), under the actor's lock."""
@@ -76,7 +88,9 @@ class RemoteActor:
         quarantine: RemoteQuarantine,
         record: Callable[[ItemResult], None],
         threads: int | None = None,
+        recompute: Recompute | None = None,
     ) -> None:
+        self.recompute = recompute
         self.store = store
         self.quarantine = quarantine
         self._record = record
@@ -96,36 +110,70 @@ class RemoteActor:
     def run(self, actions: Iterable[Action]) -> None:
         """Every action; a :class:`RepairError` (credentials revoked, the bucket gone) stops the
         run after the items in flight, which are recorded as they end."""
-        todo = list(actions)
+        todo = [a for a in actions if a.kind is not ActionKind.RECOMPUTE]
+        remade = [a for a in actions if a.kind is ActionKind.RECOMPUTE]
         try:
-            if self.threads <= 1 or len(todo) <= 1:
-                for action in todo:
-                    self.record(self.one(action))
-                return
-            with ThreadPoolExecutor(self.threads, thread_name_prefix="cachedoctor-remote") as pool:
-                futures = [pool.submit(self.one, a) for a in todo]
-                stop: BaseException | None = None
-                for future in futures:
-                    try:
-                        self.record(future.result())
-                    except BaseException as exc:  # the first stop wins; the rest still end
-                        if stop is None:
-                            stop = exc
-                            for other in futures:
-                                other.cancel()
-                if stop is not None:
-                    raise stop
+            self._each(todo)
+            if remade and self.recompute is not None:
+                self.recompute(remade, self)
+            for action in remade if self.recompute is None else ():
+                self.record(ItemResult(action.path, action.kind, ItemState.BLOCKED, NOT_HERE))
         finally:
             self.quarantine.write_records()
 
+    def _each(self, todo: list[Action]) -> None:
+        if self.threads <= 1 or len(todo) <= 1:
+            for action in todo:
+                self.record(self.one(action))
+            return
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="cachedoctor-remote") as pool:
+            futures = [pool.submit(self.one, a) for a in todo]
+            stop: BaseException | None = None
+            for future in futures:
+                try:
+                    self.record(future.result())
+                except BaseException as exc:  # the first stop wins; the rest still end
+                    if stop is None:
+                        stop = exc
+                        for other in futures:
+                            other.cancel()
+            if stop is not None:
+                raise stop
+
     def one(self, action: Action) -> ItemResult:
         """One action, start to end; one bad object never stops the run."""
-        try:
+
+        def do() -> ItemResult:
             if action.kind is ActionKind.QUARANTINE:
                 return self.move(action)
             if action.kind.lossless:
                 return self.rewrite(action)
             return ItemResult(action.path, action.kind, ItemState.BLOCKED, f"{action.kind.value} is not done remotely")
+
+        return self.guarded(action, do)
+
+    def put_made(self, action: Action, make: Callable[[Action], bytes]) -> ItemResult:
+        """Steps 2-4 for a recompute's ``make(action)`` bytes, judged first (the sink's write)."""
+
+        def do() -> ItemResult:
+            data = make(action)
+            problem = judge(action, data)
+            if problem:
+                return ItemResult(action.path, action.kind, ItemState.FAILED, f"not written: the new object {problem}")
+            if action.before is not None:
+                return self.replace_with(action, info_of(action), data)
+            crash_point("remote-before-put")
+            if not self.store.put_if_absent(action.path, data):
+                return ItemResult(action.path, action.kind, ItemState.SKIPPED, CREATED)
+            crash_point("remote-after-put")
+            return ItemResult(action.path, action.kind, ItemState.VERIFIED, "written and checked", None, 0, len(data))
+
+        return self.guarded(action, do)
+
+    def guarded(self, action: Action, do: Callable[[], ItemResult]) -> ItemResult:
+        """``do()``, its object's faults turned into the item's result."""
+        try:
+            return do()
         except ObjectGone:
             return ItemResult(action.path, action.kind, ItemState.SKIPPED, GONE)
         except ObjectChanged:
@@ -147,6 +195,10 @@ class RemoteActor:
         problem = judge(action, data)
         if problem:
             return ItemResult(action.path, action.kind, ItemState.FAILED, f"not written: the new object {problem}")
+        return self.replace_with(action, info, data)
+
+    def replace_with(self, action: Action, info: ObjectInfo, data: bytes) -> ItemResult:
+        """Steps 2-4: the old version kept, then one PUT conditional on it."""
         dest = self.keep(action, info)
         crash_point("remote-before-put")
         new = self.store.put_if_match(action.path, data, info.etag)
@@ -178,4 +230,15 @@ class RemoteActor:
         return dest
 
 
-__all__ = ["CHANGED", "GONE", "THREADS", "RemoteActor", "info_of", "judge", "new_bytes"]
+__all__ = [
+    "CHANGED",
+    "CREATED",
+    "GONE",
+    "NOT_HERE",
+    "THREADS",
+    "Recompute",
+    "RemoteActor",
+    "info_of",
+    "judge",
+    "new_bytes",
+]

@@ -17,7 +17,7 @@ from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
 from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore, is_remote
 from cachedoctor.repair.model import Declined, RepairError
 from cachedoctor.repair.remote_lock import lock_url
-from cachedoctor.repair.remote_run import NOT_HERE, RemoteSession, listed, plan_remote
+from cachedoctor.repair.remote_run import RemoteSession, listed, plan_remote
 
 if TYPE_CHECKING:
     from cachedoctor.remote.s3 import S3Settings
@@ -33,16 +33,6 @@ def one_prefix(targets: list[str]) -> str:
         remote = next(t for t in targets if is_remote(t))
         raise RepairError(remote, "repair takes one s3:// prefix at a time, on its own; run one repair per prefix")
     return targets[0]
-
-
-def on_its_own(url: str) -> RepairError:
-    """A dataset (a SimpleTuner ``aws`` backend) whose cache is in a bucket: one line saying to
-    repair that prefix on its own (a repair holds one prefix's lock; recomputes are not remote)."""
-    return RepairError(
-        url,
-        f"this dataset's cache is in a bucket; repair it on its own: `cachedoctor repair {url}` "
-        "(recomputes are not done for remote caches yet)",
-    )
 
 
 def where(store: ObjectStore, url: str) -> tuple[Location, dict[str, ObjectInfo]]:
@@ -73,8 +63,6 @@ def repair_remote(
     from cachedoctor.repair.run import RepairOutcome
 
     url = one_prefix(targets)
-    if options.encoders:
-        raise RepairError(" ".join(options.encoders), f"{NOT_HERE}; run without --encoder, or repair a local copy")
     store = store_for(url, s3_of(options.scan))
     stages = Stages(progress)
     if options.dry_run:
@@ -85,6 +73,13 @@ def repair_remote(
         return outcome
     first = where(store, url)
     with RemoteSession(store, first[0], argv, fresh=options.fresh, take_stale=take_stale) as session:
+        if options.encoders:  # new recomputes are blocked (no dataset); an interrupted run's are finished
+            from cachedoctor.encoders import load_encoder
+            from cachedoctor.repair.remote_recompute import recomputer
+
+            session.recompute = recomputer(options, lambda u: store_for(u, s3_of(options.scan)), {})
+            session.encoders = options.encoders
+            session.fingerprint = ",".join(load_encoder(e).fingerprint() for e in options.encoders)
         finished = session.finish_interrupted()  # (then the listing is made again: it changed)
         before, location, infos = _scan(
             store, url, options.scan, stages.progress, first if session.interrupted is None else None
@@ -136,18 +131,21 @@ def _plan(
     return plan
 
 
-def survey_remote_targets(targets: list[str], options: ScanOptions | None) -> Survey:
+def survey_remote_targets(
+    targets: list[str], options: ScanOptions | None, settings: S3Settings | None = None, out: Survey | None = None
+) -> Survey:
     """``recover``'s survey of a remote prefix: its lock object and its interrupted run (remote
-    writes are whole PUTs: no temp objects, no torn ones to read deep)."""
+    writes are whole PUTs: no temp objects, no torn ones to read deep). ``settings``: a
+    dataset's own for it; ``out``: a survey to add to (one per cache prefix of a dataset)."""
     from cachedoctor.remote.connect import store_for
     from cachedoctor.repair.recover import Survey
     from cachedoctor.repair.remote_recover import survey_remote
 
     url = one_prefix(targets)
-    store = store_for(url, s3_of(options) if options is not None else None)
+    store = store_for(url, settings or (s3_of(options) if options is not None else None))
     location = where(store, url)[0]
     found = survey_remote(store, location)
-    out = Survey(None)
+    out = out if out is not None else Survey(None)
     if found.locked:
         (out.stale_locks if found.stale_lock else out.held_locks).append(lock_url(location))
     if found.interrupted is not None:
@@ -155,4 +153,4 @@ def survey_remote_targets(targets: list[str], options: ScanOptions | None) -> Su
     return out
 
 
-__all__ = ["on_its_own", "one_prefix", "repair_remote", "survey_remote_targets", "where"]
+__all__ = ["one_prefix", "repair_remote", "survey_remote_targets", "where"]

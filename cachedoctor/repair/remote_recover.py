@@ -13,6 +13,10 @@ object's ETag now, against the one the plan was made on, says how far the item g
   version is in the quarantine) is read back once and judged; anything else is some other
   writer's, and is left for the next scan.
 
+A recompute is rolled forward the same way, but "do it again" is returned as ``None``: the
+caller runs those together through the recompute loop (one model load, batched). A missing
+entry (nothing was there to keep) that is present now is read back and judged.
+
 Records the killed run had not written yet are written from the journal's actions.
 """
 
@@ -52,13 +56,16 @@ def survey_remote(store: ObjectStore, location: Location) -> RemoteSurvey:
     return RemoteSurvey(location, holder, locked, interrupted_run(remote_root(location)))
 
 
-def roll_forward(actor: RemoteActor, action: Action) -> ItemResult:
-    """Finish one unfinished item of an interrupted run (see the module's docstring)."""
+def roll_forward(actor: RemoteActor, action: Action) -> ItemResult | None:
+    """Finish one unfinished item of an interrupted run (see the module's docstring); ``None``:
+    a recompute to be done again."""
     store, quarantine = actor.store, actor.quarantine
+    if action.kind is ActionKind.RECOMPUTE and action.before is None:
+        return _was_missing(actor, action)
     planned = info_of(action)
     now = store.head(action.path)
-    if now is not None and now.etag == planned.etag:
-        return actor.one(action)  # untouched: do it (again); a kept copy is reused
+    if now is not None and now.etag == planned.etag:  # untouched: do it (again); a kept copy is reused
+        return None if action.kind is ActionKind.RECOMPUTE else actor.one(action)
     dest = quarantine.destination(action.path)
     kept = store.head(dest)
     ours = kept is not None and same_version(kept, planned)
@@ -76,6 +83,20 @@ def roll_forward(actor: RemoteActor, action: Action) -> ItemResult:
             action.path, action.kind, ItemState.SKIPPED, "changed by another writer; the next scan judges it"
         )
     return _written_before_kill(store, quarantine, action, planned, now, dest)
+
+
+def _was_missing(actor: RemoteActor, action: Action) -> ItemResult | None:
+    """A missing entry: still missing (``None``: made again), or there now, written by the
+    killed run or by the trainer since: read back and judged either way."""
+    now = actor.store.head(action.path)
+    if now is None:
+        return None
+    problem = judge(action, actor.store.read_whole(now, now.size))
+    if problem:
+        return ItemResult(action.path, action.kind, ItemState.SKIPPED, f"another version is there, and it {problem}")
+    return ItemResult(
+        action.path, action.kind, ItemState.VERIFIED, "written and checked (read back by recover)", None, 0, now.size
+    )
 
 
 def _written_before_kill(

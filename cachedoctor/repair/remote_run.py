@@ -10,13 +10,13 @@ is skipped, so repair only ever acts on the version its scan judged.
 A :class:`RemoteSession` holds the prefix's lock object for its whole life (scan, plan, writes),
 keeps the journal locally (``remote_lock.remote_root``), finishes an interrupted run first
 (``remote_recover.roll_forward``, under that run's id and quarantine folder) and carries out a
-plan (``remote_act.py``). What repair does not do remotely says so per item: recomputes (they
-need the dataset's images and an encoder here; repair a local copy, or let the trainer re-cache
-what was quarantined).
+plan (``remote_act.py``). Without a dataset a recompute is blocked per item, as on disk (its
+source is unknown); with one (``remote_dataset.py``) the session is given a ``recompute``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
@@ -25,16 +25,15 @@ from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore
 from cachedoctor.repair.journal import Interrupted, Journal, abandon, new_run_id
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairPlan, Stat
 from cachedoctor.repair.planner import plan_repair
-from cachedoctor.repair.remote_act import RemoteActor
+from cachedoctor.repair.remote_act import Recompute, RemoteActor
 from cachedoctor.repair.remote_lock import PrefixLock, remote_root
 from cachedoctor.repair.remote_quarantine import RemoteQuarantine, quarantine_url
 from cachedoctor.repair.remote_recover import roll_forward, survey_remote
 
 NO_RECOMPUTE = (
-    "recomputing objects of a remote cache is not supported yet (it needs the dataset's images "
-    "and an encoder here); repair a local copy of the cache, or let the trainer re-cache it"
+    "its source is unknown: repair with the dataset (--config naming its SimpleTuner aws dataset) "
+    "and an --encoder, or let the trainer re-cache it"
 )
-NOT_HERE = "recomputes are not done for remote caches yet"
 NO_TEMPS = "a temp object: cachedoctor writes none remotely; delete it by hand if no writer is running"
 
 
@@ -64,10 +63,10 @@ def plan_remote(
     for action in plan.actions:
         info = infos.get(action.path)
         action = replace(action, root=location.url, etag=info.etag if info else None)
-        if action.kind is ActionKind.RECOMPUTE:
+        if action.kind is ActionKind.RECOMPUTE:  # as on disk without a dataset: nothing to make it from
             action = replace(action, blocked=NO_RECOMPUTE)
         elif action.note:  # a recompute it could not plan, quarantined instead: the remote reason
-            action = replace(action, note=NOT_HERE)
+            action = replace(action, note=NO_RECOMPUTE)
         elif action.kind is ActionKind.CLEANUP:
             action = replace(action, blocked=NO_TEMPS)
         actions.append(action)
@@ -100,6 +99,11 @@ class RemoteSession:
         self.lock = PrefixLock(store, location, self.run_id, command)
         self.journal: Journal | None = None
         self.results: list[ItemResult] = []
+        #: How recomputes are made (``remote_recompute.recomputer``; ``None``: they are blocked),
+        #: and the encoders the journal records for them (``recover`` reuses them).
+        self.recompute: Recompute | None = None
+        self.encoders: tuple[str, ...] = ()
+        self.fingerprint: str | None = None
 
     def __enter__(self) -> RemoteSession:
         self.lock.acquire(take_stale=self.take_stale)
@@ -126,7 +130,8 @@ class RemoteSession:
     def _start(self) -> Journal:
         if self.journal is None:
             self.journal = Journal(self.root)
-            self.journal.start(self.run_id, self.argv, None, None, self.interrupted is not None)
+            encoders = json.dumps(list(self.encoders)) if self.encoders else None
+            self.journal.start(self.run_id, self.argv, encoders, self.fingerprint, self.interrupted is not None)
         return self.journal
 
     def _actor(self) -> RemoteActor:
@@ -138,7 +143,7 @@ class RemoteSession:
             if result.state is not ItemState.PLANNED:
                 self.results.append(result)
 
-        return RemoteActor(self.store, quarantine, record)
+        return RemoteActor(self.store, quarantine, record, recompute=self.recompute)
 
     def finish_interrupted(self) -> list[ItemResult]:
         """Roll the interrupted run's unfinished items forward (``remote_recover.py``)."""
@@ -146,9 +151,16 @@ class RemoteSession:
             return []
         actor = self._actor()
         done = len(self.results)
+        again: list[Action] = []
         try:
             for action in self.interrupted.unfinished:
-                actor.record(roll_forward(actor, action))
+                result = roll_forward(actor, action)
+                if result is None:
+                    again.append(action)
+                else:
+                    actor.record(result)
+            if again:
+                actor.run(again)
         finally:
             actor.quarantine.write_records()
         return self.results[done:]

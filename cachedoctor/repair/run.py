@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cachedoctor.layouts import LayoutName, LayoutOf, LayoutOptions, plan_for
-from cachedoctor.layouts.interface import Expected
+from cachedoctor.layouts.interface import DatasetPlan, Expected
 from cachedoctor.progress import LOSSLESS, PLAN, RECOMPUTE, RESCAN, Progress, Stages
 from cachedoctor.remote.interface import is_remote
 from cachedoctor.repair import distributed
@@ -83,12 +83,9 @@ def _scan(
     layout_options: LayoutOptions,
     options: RepairOptions,
     progress: Progress | None = None,
+    planned: tuple[DatasetPlan | None, str | None] | None = None,
 ) -> tuple[ScanResult, dict[str, list[Expected]], str | None, LayoutOf]:
-    plan, line = plan_for(layout, targets, layout_options)
-    if plan is not None and any(is_remote(r) for r in plan.roots):  # a SimpleTuner aws backend
-        from cachedoctor.repair.remote_flow import on_its_own
-
-        raise on_its_own(next(r for r in plan.roots if is_remote(r)))
+    plan, line = planned or plan_for(layout, targets, layout_options)
     expected = plan.by_path() if plan is not None else {}
     roots = plan.roots if plan is not None else targets
     result = scan(roots, options.scan, progress, dataset=plan, watch=targets)
@@ -111,6 +108,14 @@ def repair(
         from cachedoctor.repair.remote_flow import repair_remote
 
         return repair_remote(targets, options, argv, confirm, show_plan, progress, options.take_stale_lock)
+    planned = plan_for(layout, targets, layout_options)
+    dataset = planned[0]
+    if dataset is not None and any(is_remote(r) for r in dataset.roots):  # a SimpleTuner aws dataset
+        from cachedoctor.repair.remote_dataset import repair_dataset
+
+        return repair_dataset(
+            dataset, planned[1], targets, layout, layout_options, options, argv, confirm, show_plan, progress
+        )
     from cachedoctor.encoders import load_encoder
     from cachedoctor.extras import require_torch
     from cachedoctor.repair.pool import devices_for, visible_gpus
@@ -137,7 +142,7 @@ def repair(
     if not options.dry_run:
         distributed.init(rank)
     stages = Stages(progress if rank.leader else None)
-    before, expected, line, layout_name = _scan(targets, layout, layout_options, options, stages.progress)
+    before, expected, line, layout_name = _scan(targets, layout, layout_options, options, stages.progress, planned)
     if before.errors:
         first = before.errors[0]
         raise RepairError(first.path, f"{first.message}; repair only runs on a cache it can read completely")

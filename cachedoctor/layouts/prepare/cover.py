@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cachedoctor.layouts.prepare.interface import Prepared, open_rgb, target_size, to_pixels
+from cachedoctor.layouts.prepare.interface import Prepared, image_input, open_rgb, target_size, to_pixels
 
 if TYPE_CHECKING:
     from cachedoctor.layouts.interface import RecomputeSpec
 
 
-def prepare(spec: RecomputeSpec, downscale: int) -> Prepared:
+def prepare(spec: RecomputeSpec, downscale: int, data: bytes | None = None) -> Prepared:
     from PIL import Image
 
     tw, th = target_size(spec, downscale)
-    image = open_rgb(spec.source)
+    image = open_rgb(image_input(spec, data))
     ow, oh = image.size
     scale = max(tw / ow, th / oh)
     rw, rh = max(tw, round(ow * scale)), max(th, round(oh * scale))

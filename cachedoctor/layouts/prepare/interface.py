@@ -13,9 +13,10 @@ Preparers import torch, numpy and PIL lazily: planning a repair never loads them
 from __future__ import annotations
 
 import importlib
+import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     from cachedoctor.layouts.interface import RecomputeSpec
@@ -29,7 +30,7 @@ class Prepared:
     recorded: dict[str, Any] = field(default_factory=dict)  # base key -> value (list of numbers or array)
 
 
-#: ``RecomputeSpec.prepare`` -> module (in this package) whose ``prepare(spec, downscale)`` does it.
+#: ``RecomputeSpec.prepare`` -> module (in this package) whose ``prepare(spec, downscale, data)`` does it.
 PREPARERS = {
     "cover": "cover",  # scale to cover, centre crop (a manifest that records only the latent size)
     "simpletuner": "simpletuner",
@@ -38,14 +39,16 @@ PREPARERS = {
 }
 
 
-def prepare_image(spec: RecomputeSpec, downscale: int) -> Prepared:
-    """The source of ``spec`` prepared as its trainer prepares it, for a ``downscale``x encoder."""
+def prepare_image(spec: RecomputeSpec, downscale: int, data: bytes | None = None) -> Prepared:
+    """The source of ``spec`` prepared as its trainer prepares it, for a ``downscale``x encoder.
+    ``data``: the source's bytes, already fetched (an image in a bucket: ``repair/remote_recompute.py``);
+    decoded from memory exactly as the file would be."""
     name = PREPARERS.get(spec.prepare)
     if name is None:
         raise ValueError(f"unknown image preparation {spec.prepare!r}; known: {', '.join(PREPARERS)}")
     module = importlib.import_module(f"cachedoctor.layouts.prepare.{name}")
-    prepare: Callable[[RecomputeSpec, int], Prepared] = module.prepare
-    return prepare(spec, downscale)
+    prepare: Callable[[RecomputeSpec, int, bytes | None], Prepared] = module.prepare
+    return prepare(spec, downscale, data)
 
 
 def target_size(spec: RecomputeSpec, downscale: int) -> tuple[int, int]:
@@ -58,7 +61,12 @@ def target_size(spec: RecomputeSpec, downscale: int) -> tuple[int, int]:
     return w * downscale, h * downscale
 
 
-def open_rgb(path: str) -> Any:
+def image_input(spec: RecomputeSpec, data: bytes | None) -> str | BinaryIO:
+    """What PIL opens for ``spec``'s source: its bytes when given, else its path."""
+    return io.BytesIO(data) if data is not None else spec.source
+
+
+def open_rgb(path: str | BinaryIO) -> Any:
     """The image as PIL RGB (decoded fully, the file closed)."""
     from PIL import Image
 

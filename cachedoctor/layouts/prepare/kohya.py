@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cachedoctor.layouts._kohya_buckets import Bucketer, BucketRules, crop_ltrb
-from cachedoctor.layouts.prepare.interface import Prepared
+from cachedoctor.layouts.prepare.interface import Prepared, image_input
 
 if TYPE_CHECKING:
     from cachedoctor.layouts.interface import RecomputeSpec
@@ -50,7 +50,7 @@ def resize(array: Any, size: tuple[int, int], interpolation: str | None) -> Any:
     return cv2.resize(array, size, interpolation=getattr(cv2, _CV2[interpolation]))
 
 
-def prepare(spec: RecomputeSpec, downscale: int) -> Prepared:
+def prepare(spec: RecomputeSpec, downscale: int, data: bytes | None = None) -> Prepared:
     import numpy as np
     import torch
     from PIL import Image
@@ -66,7 +66,7 @@ def prepare(spec: RecomputeSpec, downscale: int) -> Prepared:
     h, w = spec.latent_hw
     bucket = (w * STRIDE, h * STRIDE)
     alpha = any(k.startswith("alpha_mask") for k in spec.keys)
-    with Image.open(spec.source) as opened:
+    with Image.open(image_input(spec, data)) as opened:
         mode = "RGBA" if alpha else "RGB"
         image = np.array(opened if opened.mode == mode else opened.convert(mode), np.uint8)
     oh, ow = image.shape[:2]

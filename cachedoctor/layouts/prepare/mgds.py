@@ -20,20 +20,20 @@ Augmentations that run before caching (random flip, rotate, colour) are not repe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from cachedoctor.layouts.prepare.interface import Prepared, target_size
+from cachedoctor.layouts.prepare.interface import Prepared, image_input, target_size
 
 if TYPE_CHECKING:
     from cachedoctor.layouts.interface import RecomputeSpec
 
 
-def prepare(spec: RecomputeSpec, downscale: int) -> Prepared:
+def prepare(spec: RecomputeSpec, downscale: int, data: bytes | None = None) -> Prepared:
     cw, ch = target_size(spec, downscale)  # the bucket: aggregate crop_resolution (H, W) = (ch, cw)
-    return prepare_path(spec.source, ch, cw)
+    return prepare_path(image_input(spec, data), ch, cw)
 
 
-def prepare_path(path: str, crop_h: int, crop_w: int) -> Prepared:
+def prepare_path(path: str | BinaryIO, crop_h: int, crop_w: int) -> Prepared:
     """``path`` scaled to cover ``crop_h x crop_w`` and centre-cropped, as mgds does it."""
     import torch
 
@@ -51,7 +51,7 @@ def prepare_path(path: str, crop_h: int, crop_w: int) -> Prepared:
     return Prepared(pixels.contiguous(), recorded)
 
 
-def load_image(path: str) -> Any:
+def load_image(path: str | BinaryIO) -> Any:
     """float32 ``[3, H, W]`` in ``[0, 1]``: RGB, EXIF orientation applied, ``x / 255``."""
     import numpy as np
     import torch

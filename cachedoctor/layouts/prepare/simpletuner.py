@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from cachedoctor.layouts.prepare import cover
-from cachedoctor.layouts.prepare.interface import Prepared, target_size, to_pixels
+from cachedoctor.layouts.prepare.interface import Prepared, image_input, target_size, to_pixels
 
 if TYPE_CHECKING:
     from cachedoctor.layouts.interface import RecomputeSpec
@@ -32,14 +32,14 @@ _BITS = 11
 _ONE = 1 << _BITS
 
 
-def prepare(spec: RecomputeSpec, downscale: int) -> Prepared:
+def prepare(spec: RecomputeSpec, downscale: int, data: bytes | None = None) -> Prepared:
     import numpy as np
     from PIL import Image
 
     if spec.crop is None or spec.resize is None:
-        return cover.prepare(spec, downscale)
+        return cover.prepare(spec, downscale, data)
     tw, th = target_size(spec, downscale)
-    with Image.open(spec.source) as opened:
+    with Image.open(image_input(spec, data)) as opened:
         image = opened.convert("RGB")
     h, w = spec.latent_hw or (0, 0)
     cw, ch = w * 8, h * 8  # the recorded sizes are in the trainer's 8x pixel space

@@ -1,0 +1,158 @@
+"""Recomputing entries of a remote cache: the local recompute's loop, with a bucket at both ends.
+
+What makes the new object the same bytes a local recompute would write for that item is that
+nothing of the making is remote-specific: the planner's spec (``Layout.recompute_spec``), the
+preparer (``layouts/prepare/``, decoding the image from the fetched bytes), the batching, the
+encoder, its thread settings and the file's bytes (``recompute.build_file``) are the local
+ones (``pool.work``). Only the two ends differ (:class:`RemoteSink`): the image is one
+conditional GET (its facts from the dataset's listing, or one HEAD when the plan has none),
+and the entry is written by ``RemoteActor.put_made`` (judged, old version kept, one conditional
+PUT, journaled).
+
+Where it runs: in this process, on one device, batches of ``--batch-size`` with the source GETs
+two batches ahead on the prefetch thread and the PUTs on the writer thread (``pool.work``).
+Worker processes would each need their own S3 client and journal writer for what is, per item,
+one GET and one PUT: the encoder is the cost, and one device runs it.
+
+A template (the healthy peer whose container, keys and dtypes a new entry copies) must be a
+file for torch to load: :class:`RemoteTemplates` keeps the few peers it reads per folder in the
+prefix's local state folder, named by URL and ETag, and the verification reads them there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from cachedoctor.layouts import TemplateFinder
+from cachedoctor.layouts._recompute import _NPZ_TEXT, _PEERS, _TEMPLATE_TRIES
+from cachedoctor.layouts.interface import Template
+from cachedoctor.remote.interface import ObjectChanged, ObjectGone, ObjectInfo, ObjectStore, TransientError, is_remote
+
+if TYPE_CHECKING:
+    from cachedoctor.formats.interface import FileMeta
+    from cachedoctor.layouts.interface import RecomputeSpec
+    from cachedoctor.layouts.prepare import Prepared
+    from cachedoctor.repair.model import Action, ItemResult
+    from cachedoctor.repair.remote_act import Recompute, RemoteActor
+    from cachedoctor.repair.run import RepairOptions
+    from cachedoctor.repair.sink import Make
+
+#: A source image larger than this is not read (a training image is a few MB).
+SOURCE_LIMIT = 512 << 20
+#: A template or peer larger than this is not copied here to be one.
+_TEMPLATE_LIMIT = 64 << 20
+
+
+class RemoteSink:
+    """``pool.work``'s two ends for one remote run (see the module's docstring)."""
+
+    def __init__(
+        self, actor: RemoteActor, source_store: Callable[[str], ObjectStore], sources: Mapping[str, ObjectInfo]
+    ) -> None:
+        self.actor = actor
+        self.source_store = source_store
+        self.sources = sources
+
+    def prepare(self, spec: RecomputeSpec, downscale: int) -> Prepared:
+        from cachedoctor.layouts.prepare import prepare_image
+
+        return prepare_image(spec, downscale, self.fetch(spec.source))
+
+    def fetch(self, url: str) -> bytes:
+        """The source's bytes: one GET conditional on the version the dataset listed."""
+        store = self.source_store(url)
+        info = self.sources.get(url) or store.head(url)
+        if info is None:
+            raise ObjectGone(f"{url} is gone")
+        try:
+            return store.read_whole(info, SOURCE_LIMIT)
+        except ObjectChanged:  # replaced since the listing: the image as it is now
+            now = store.head(url)
+            if now is None:
+                raise ObjectGone(f"{url} is gone") from None
+            return store.read_whole(now, SOURCE_LIMIT)
+
+    def write(self, action: Action, make: Make) -> ItemResult:
+        return self.actor.put_made(action, make)
+
+
+def recomputer(
+    options: RepairOptions, source_store: Callable[[str], ObjectStore], sources: Mapping[str, ObjectInfo]
+) -> Recompute:
+    """What a :class:`~cachedoctor.repair.remote_run.RemoteSession` runs its recomputes with."""
+
+    def run(actions: list[Action], actor: RemoteActor) -> None:
+        from cachedoctor.repair.pool import devices_for, make_batches, work
+        from cachedoctor.repair.posterior import Models
+
+        models = Models(options.encoders, options.posterior, options.seed)
+        device = devices_for(options.gpus, options.device, options.workers)[0]
+        sink = RemoteSink(actor, source_store, sources)
+        work(make_batches(actions, options.batch_size), models, device, actor.quarantine.run_id, actor.record, 1, sink)
+
+    return run
+
+
+class RemoteTemplates(TemplateFinder):
+    """Templates for the entries of remote cache folders, from the listing of their prefix:
+    up to ``_PEERS`` healthy objects per folder, each copied once into ``home``."""
+
+    def __init__(
+        self, bad: set[str], infos: Mapping[str, ObjectInfo], store_of: Callable[[str], ObjectStore], home: str
+    ) -> None:
+        super().__init__(bad)
+        self.infos = infos
+        self.store_of = store_of
+        self.home = home
+
+    def _search(self, folder: str, role: str, suffix: str) -> Template | None:
+        if not is_remote(folder):
+            return super()._search(folder, role, suffix)
+        from cachedoctor.layouts._recompute import own_meta
+
+        healthy: list[tuple[str, FileMeta]] = []
+        tries = 0
+        for url in sorted(u for u in self.infos if posixpath.dirname(u) == folder):
+            name = posixpath.basename(url)
+            if url in self.bad or not name.endswith(suffix) or name.startswith("."):
+                continue
+            if suffix == ".npz" and name.endswith(_NPZ_TEXT) != (role == "text"):
+                continue
+            tries += 1
+            local = self._copy(self.infos[url], suffix)
+            meta = own_meta(local) if local is not None else None
+            if local is not None and meta is not None and meta.tensors:
+                healthy.append((local, meta))
+                if len(healthy) >= _PEERS:
+                    break
+            if tries >= _TEMPLATE_TRIES:
+                break
+        if not healthy:
+            return None
+        return Template(healthy[0][0], healthy[0][1], tuple(p for p, _ in healthy))
+
+    def _copy(self, info: ObjectInfo, suffix: str) -> str | None:
+        """The object's bytes in a local file named by its URL and ETag (reused while both hold)."""
+        from cachedoctor.atomic import atomic_binary
+
+        digest = hashlib.sha256(f"{info.url}\0{info.etag}\0{info.size}".encode()).hexdigest()[:32]
+        path = os.path.join(self.home, "templates", digest + suffix)
+        if os.path.isfile(path) and os.path.getsize(path) == info.size:
+            return path
+        if info.size > _TEMPLATE_LIMIT:
+            return None
+        try:
+            data = self.store_of(info.url).read_whole(info, _TEMPLATE_LIMIT)
+        except (ObjectGone, ObjectChanged, TransientError):
+            return None
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with atomic_binary(path) as out:
+            out.write(data)
+        return path
+
+
+__all__ = ["SOURCE_LIMIT", "RemoteSink", "RemoteTemplates", "recomputer"]
