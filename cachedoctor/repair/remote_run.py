@@ -30,10 +30,8 @@ from cachedoctor.repair.remote_lock import PrefixLock, remote_root
 from cachedoctor.repair.remote_quarantine import RemoteQuarantine, quarantine_url
 from cachedoctor.repair.remote_recover import roll_forward, survey_remote
 
-NO_RECOMPUTE = (
-    "its source is unknown: repair with the dataset (--config naming its SimpleTuner aws dataset) "
-    "and an --encoder, or let the trainer re-cache it"
-)
+NO_SOURCE = "its source is unknown: repair with the dataset (--config naming its SimpleTuner aws dataset)"
+NO_RECOMPUTE = f"{NO_SOURCE} and an --encoder, or let the trainer re-cache it"
 NO_TEMPS = "a temp object: cachedoctor writes none remotely; delete it by hand if no writer is running"
 
 
@@ -66,7 +64,7 @@ def plan_remote(
         if action.kind is ActionKind.RECOMPUTE:  # as on disk without a dataset: nothing to make it from
             action = replace(action, blocked=NO_RECOMPUTE)
         elif action.note:  # a recompute it could not plan, quarantined instead: the remote reason
-            action = replace(action, note=NO_RECOMPUTE)
+            action = replace(action, note=NO_SOURCE)
         elif action.kind is ActionKind.CLEANUP:
             action = replace(action, blocked=NO_TEMPS)
         actions.append(action)
@@ -181,4 +179,4 @@ class RemoteSession:
         return self.results[done:]
 
 
-__all__ = ["NO_RECOMPUTE", "RemoteSession", "listed", "plan_remote"]
+__all__ = ["NO_RECOMPUTE", "NO_SOURCE", "RemoteSession", "listed", "plan_remote"]

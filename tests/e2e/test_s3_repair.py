@@ -114,7 +114,7 @@ def test_recover_apply_finishes_a_repair_killed_between_its_copy_and_its_put(buc
     assert "nothing to recover" in cli("recover", bucket.url())[1]
 
 
-def test_a_dataset_whose_cache_is_in_a_bucket_is_repaired_prefix_by_prefix(
+def test_a_dataset_whose_cache_is_in_a_bucket_is_repaired_in_the_bucket(
     s3_server: Any, bucket: Bucket, tmp_path: Path
 ) -> None:
     photos = Path(__file__).resolve().parents[2] / "fixtures" / "datasets" / "simpletuner" / "datasets" / "photos"
@@ -144,8 +144,9 @@ def test_a_dataset_whose_cache_is_in_a_bucket_is_repaired_prefix_by_prefix(
     (tmp_path / "config.json").write_text(json.dumps({"model_family": "sdxl", "output_dir": str(tmp_path / "out")}))
 
     code, out, err = cli("repair", "--yes", "--config", str(config), columns=400)
-    assert (code, out) == (2, "")
-    assert err == (
-        f"cachedoctor: error: {bucket.url('vae/photos')}: this dataset's cache is in a bucket; repair it on its own: "
-        f"`cachedoctor repair {bucket.url('vae/photos')}` (recomputes are not done for remote caches yet)\n"
-    )
+    assert (code, err) == (1, ""), out  # repaired in the bucket: what needs an encoder or metadata stays
+    assert "done: 1 verified, 0 skipped, 2 blocked, 0 failed" in out
+    assert "no bucket metadata for it" in out
+    assert bucket.get(bucket.url("vae/photos/x.pt")) is None  # the orphan moved into that prefix's quarantine
+    (kept,) = [k for k in bucket.keys("vae/photos/.cachedoctor/") if k.endswith("/x.pt")]
+    assert bucket.get(bucket.url(kept)) == cuda_tagged()

@@ -18,7 +18,7 @@ from cachedoctor.repair.model import ActionKind, ItemState
 from cachedoctor.repair.remote_lock import PrefixLock, RemoteLocked
 from cachedoctor.repair.remote_quarantine import list_remote_runs
 from cachedoctor.repair.remote_restore import RestoreRefused, restore_remote
-from cachedoctor.repair.remote_run import NO_RECOMPUTE, RemoteSession, listed, plan_remote
+from cachedoctor.repair.remote_run import NO_RECOMPUTE, NO_SOURCE, RemoteSession, listed, plan_remote
 
 
 @pytest.fixture
@@ -104,9 +104,7 @@ def test_an_unreadable_object_is_moved_out_by_copy_verify_delete(bucket: Bucket)
 
     assert [a.kind for a in plan.actions] == [ActionKind.QUARANTINE]
     assert [r.state for r in results] == [ItemState.VERIFIED]
-    assert results[0].message == (
-        "moved to the quarantine (not recomputed: recomputes are not done for remote caches yet; the trainer re-caches it)"
-    )
+    assert results[0].message == (f"moved to the quarantine (not recomputed: {NO_SOURCE}; the trainer re-caches it)")
     assert bucket.get(bucket.url("t.pt")) is None
     assert bucket.get(bucket.url(f".cachedoctor/quarantine/{session.run_id}/t.pt")) == old
 
