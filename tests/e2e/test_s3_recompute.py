@@ -67,6 +67,7 @@ def run_id_of(out: str) -> str:
     return next(line.split()[4] for line in out.splitlines() if line.startswith("undo: "))
 
 
+@pytest.mark.slow  # a real diffusers VAE, three repairs' worth of encoding
 def test_an_entry_recomputed_from_the_bucket_is_the_bytes_of_the_local_recompute(
     s3_server: Any, bucket: Bucket, tmp_path: Path
 ) -> None:

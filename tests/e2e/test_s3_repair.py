@@ -16,6 +16,7 @@ from cli_run import cli
 from factories import latent, pt_bytes, saved_on
 from s3_repair_helpers import Bucket, kinds
 
+from cachedoctor.repair.remote_dataset import LOCAL_BESIDE
 from cachedoctor.repair.remote_lock import PrefixLock
 
 
@@ -142,11 +143,15 @@ def test_a_dataset_whose_cache_is_in_a_bucket_is_repaired_in_the_bucket(
     config = tmp_path / "multidatabackend.json"
     config.write_text(json.dumps([backend, text]))
     (tmp_path / "config.json").write_text(json.dumps({"model_family": "sdxl", "output_dir": str(tmp_path / "out")}))
+    (tmp_path / "t").mkdir()
+    orphan = tmp_path / "t" / f"{'0' * 32}-sdxl.pt"  # a local cache beside the bucket's: not this run's
+    orphan.write_bytes(pt_bytes(latent(seed=4)))
 
     code, out, err = cli("repair", "--yes", "--config", str(config), columns=400)
     assert (code, err) == (1, ""), out  # repaired in the bucket: what needs an encoder or metadata stays
-    assert "done: 1 verified, 0 skipped, 2 blocked, 0 failed" in out
+    assert "done: 1 verified, 0 skipped, 3 blocked, 0 failed" in out
     assert "no bucket metadata for it" in out
+    assert f"cannot fix     1 file(s): {LOCAL_BESIDE}" in out and orphan.exists()
     assert bucket.get(bucket.url("vae/photos/x.pt")) is None  # the orphan moved into that prefix's quarantine
     (kept,) = [k for k in bucket.keys("vae/photos/.cachedoctor/") if k.endswith("/x.pt")]
     assert bucket.get(bucket.url(kept)) == cuda_tagged()
