@@ -47,6 +47,8 @@ class LayoutOptions:
     #: sd-scripts' bucket options from the command line (resolution, enable_bucket, min_bucket_reso,
     #: max_bucket_reso, bucket_reso_steps, bucket_no_upscale), as (name, value) pairs; below the TOML
     kohya_args: tuple[tuple[str, Any], ...] = ()
+    #: how a manifest's s3:// rows are reached (``None``: the standard AWS chain decides)
+    s3: S3Settings | None = None
 
 
 @dataclass(frozen=True, slots=True)
