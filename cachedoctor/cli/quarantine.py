@@ -14,12 +14,21 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cachedoctor.cli.environment import Environment, current
-from cachedoctor.cli.options import ConfigOption, ManifestOption, ModelFamilyOption, OutputDirOption
+from cachedoctor.cli.options import (
+    ConfigOption,
+    ManifestOption,
+    ModelFamilyOption,
+    OutputDirOption,
+    S3EndpointUrlOption,
+    S3ProfileOption,
+    S3RegionOption,
+)
 from cachedoctor.errors import PathError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.text import human_size
 
 if TYPE_CHECKING:
+    from cachedoctor.remote.s3 import S3Settings
     from cachedoctor.repair.quarantine import QuarantineRun
     from cachedoctor.repair.quarantine_search import Search
 
@@ -96,20 +105,46 @@ def _described(
     )
 
 
+def _remote(paths: list[str] | None) -> str | None:
+    """The s3:// URL among ``paths`` (its quarantine is in the bucket: ``quarantine_remote.py``)."""
+    from cachedoctor.remote.interface import is_remote
+
+    remote = [p for p in paths or () if is_remote(p)]
+    if remote and len(paths or ()) > 1:
+        raise PathError(remote[0], "give one s3:// prefix on its own; run one command per prefix")
+    return remote[0] if remote else None
+
+
+def _s3(ctx: typer.Context, endpoint_url: str | None, profile: str | None, region: str | None) -> S3Settings:
+    """How to reach the bucket, resolved as every command resolves it (options, variables, config)."""
+    from cachedoctor.cli.settings import resolve
+    from cachedoctor.options import s3_settings
+
+    return s3_settings(resolve(ctx, s3_endpoint_url=endpoint_url, s3_profile=profile, s3_region=region))
+
+
 def _where(search: Search) -> str:
     return " ".join(search.below + search.here) or "the dataset's cache folders"
 
 
 @quarantine_app.command("list")
 def quarantine_list(
+    ctx: typer.Context,
     paths: PathsArg = None,
     config: ConfigOption = None,
     kohya_config: KohyaConfigOption = None,
     manifest: ManifestOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
+    s3_endpoint_url: S3EndpointUrlOption = None,
+    s3_profile: S3ProfileOption = None,
+    s3_region: S3RegionOption = None,
 ) -> int:
     """Every repair run's quarantine at or below PATH...: files, sizes, why."""
+    if url := _remote(paths):
+        from cachedoctor.cli.quarantine_remote import remote_list
+
+        return remote_list(url, _s3(ctx, s3_endpoint_url, s3_profile, s3_region))
     env = current()
     out = env.stdout
     search = _search(paths, config, kohya_config, manifest, model_family, output_dir)
@@ -122,11 +157,11 @@ def quarantine_list(
         if not alone:
             print(f"{root}:", file=out)
         for run in runs:
-            _print_run(run, "" if alone else "  ", env)
+            print_run(run, "" if alone else "  ", env)
     return ExitStatus.CLEAN
 
 
-def _print_run(run: QuarantineRun, indent: str, env: Environment) -> None:
+def print_run(run: QuarantineRun, indent: str, env: Environment) -> None:
     """One line per file; at the terminal's width the ``[action: why]`` goes under its path."""
     print(f"{indent}{run.run_id}: {len(run.files)} file(s), {human_size(run.size)}", file=env.stdout)
     for item in run.files:
@@ -149,6 +184,7 @@ def _found(search: Search, run_id: str, verb: str) -> list[tuple[str, Quarantine
 
 @quarantine_app.command("restore")
 def quarantine_restore(
+    ctx: typer.Context,
     run_id: RunArg,
     paths: PathsArg = None,
     config: ConfigOption = None,
@@ -156,10 +192,23 @@ def quarantine_restore(
     manifest: ManifestOption = None,
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="s3:// caches: restore objects that changed since the repair too (they are kept first)."
+        ),
+    ] = False,
+    s3_endpoint_url: S3EndpointUrlOption = None,
+    s3_profile: S3ProfileOption = None,
+    s3_region: S3RegionOption = None,
 ) -> int:
     """Put RUN's files back in every cache root at or below PATH... that holds it (one repair run
     is one RUN across all its cache roots); what is there now is quarantined first, so nothing is
     lost."""
+    if url := _remote(paths):
+        from cachedoctor.cli.quarantine_remote import remote_restore
+
+        return remote_restore(url, run_id, force, _s3(ctx, s3_endpoint_url, s3_profile, s3_region))
     from cachedoctor.repair.journal import new_run_id
     from cachedoctor.repair.quarantine import Quarantine, restore
 
@@ -177,6 +226,7 @@ def quarantine_restore(
 
 @quarantine_app.command("purge")
 def quarantine_purge(
+    ctx: typer.Context,
     run_id: RunArg,
     paths: PathsArg = None,
     config: ConfigOption = None,
@@ -185,9 +235,16 @@ def quarantine_purge(
     model_family: ModelFamilyOption = None,
     output_dir: OutputDirOption = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    s3_endpoint_url: S3EndpointUrlOption = None,
+    s3_profile: S3ProfileOption = None,
+    s3_region: S3RegionOption = None,
 ) -> int:
     """Delete RUN's quarantine for good, in every cache root at or below PATH... that holds it
     (the only command that deletes data)."""
+    if url := _remote(paths):
+        from cachedoctor.cli.quarantine_remote import remote_purge
+
+        return remote_purge(url, run_id, yes, _s3(ctx, s3_endpoint_url, s3_profile, s3_region))
     from cachedoctor.repair.quarantine import purge
 
     env = current()

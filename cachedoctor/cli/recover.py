@@ -147,6 +147,7 @@ def recover(
         encoders=encoders,
         only=None if resumed else CRASH_KINDS,
         allow_empty=bool(settings.allow_empty.value),
+        take_stale_lock=True,  # an s3:// prefix's lock left by a dead repair
     )
     if human:
         lines.say()

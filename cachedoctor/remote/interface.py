@@ -129,3 +129,17 @@ class ObjectStore(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional
         """Release connections."""
+
+    # -- appended for repair (conditional writes; a store without them falls back) ------------
+
+    def put_if_match(self, url: str, data: bytes, etag: str) -> ObjectInfo:
+        """Replace the object only if its ETag is still ``etag`` (``If-Match``): a write by
+        someone else since it was read is :class:`ObjectChanged`, not overwritten. One request:
+        the size and ETag returned are the written ones, ``mtime_ns`` only about now. This
+        default cannot tell, and writes unconditionally."""
+        return self.put(url, data)
+
+    def delete_if_match(self, url: str, etag: str) -> None:
+        """Delete the object only if its ETag is still ``etag``, else :class:`ObjectChanged`.
+        This default cannot tell, and deletes unconditionally."""
+        self.delete(url)

@@ -49,7 +49,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
 
 
-def _process_start(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (so a recycled pid is not taken for a live repair)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
@@ -58,7 +58,7 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
-def _alive(host: str, pid: int, pid_start: str | None) -> bool:
+def process_alive(host: str, pid: int, pid_start: str | None) -> bool:
     if host != socket.gethostname():
         return True  # another machine's run: we cannot tell, so never steal it
     try:
@@ -67,7 +67,7 @@ def _alive(host: str, pid: int, pid_start: str | None) -> bool:
         return False
     except PermissionError:
         return True
-    return pid_start is None or _process_start(pid) == pid_start
+    return pid_start is None or process_start(pid) == pid_start
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +207,7 @@ class Journal:
             "WHERE status IN ('running', 'interrupted') ORDER BY started DESC"
         ).fetchall()
         for run_id, host, pid, pid_start, encoder, fingerprint in rows:
-            if _alive(host, pid, pid_start):
+            if process_alive(host, pid, pid_start):
                 continue
             items = self.db.execute("SELECT path, action, state FROM items WHERE run_id = ?", (run_id,)).fetchall()
             (last,) = self.db.execute("SELECT MAX(updated) FROM items WHERE run_id = ?", (run_id,)).fetchone()
@@ -233,7 +233,7 @@ class Journal:
                     time.time(),
                     socket.gethostname(),
                     pid,
-                    _process_start(pid),
+                    process_start(pid),
                     json.dumps(argv),
                     encoder,
                     fingerprint,
@@ -243,7 +243,7 @@ class Journal:
                 self.db.execute(
                     "UPDATE runs SET status='running', host=?, pid=?, pid_start=?, encoder=?, fingerprint=? "
                     "WHERE run_id=?",
-                    (socket.gethostname(), pid, _process_start(pid), encoder, fingerprint, run_id),
+                    (socket.gethostname(), pid, process_start(pid), encoder, fingerprint, run_id),
                 )
 
     def plan(self, actions: list[Action]) -> None:

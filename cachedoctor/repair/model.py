@@ -91,6 +91,7 @@ class Action:
     spec: RecomputeSpec | None = None
     blocked: str | None = None  # why it cannot be carried out here
     note: str | None = None  # a quarantine in place of a recompute: why it could not be made again
+    etag: str | None = None  # an object in a remote cache: its ETag when scanned (every request is conditional on it)
 
     @property
     def recompute(self) -> RecomputeSpec:

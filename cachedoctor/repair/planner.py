@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from cachedoctor.atomic import is_own_temp
 from cachedoctor.findings import Finding, Fix
@@ -57,10 +57,12 @@ def plan_repair(
     modalities: set[str],
     only: Collection[str] | None = None,
     keep_blocked: bool = False,
+    stat_of: Callable[[str], Stat | None] = Stat.of,
 ) -> RepairPlan:
     """``expected`` maps cache path -> the dataset's entries for it (empty without a layout),
     ``layout`` names the layout that planned them (``DatasetPlan.layout_for``: per path);
-    ``modalities`` says which encoders were given (``image``, ``text``)."""
+    ``modalities`` says which encoders were given (``image``, ``text``). ``stat_of`` says what
+    is at a path now (a remote cache's planner passes what its listing saw of each object)."""
     by_path: dict[str, list[Finding]] = defaultdict(list)
     for finding in findings:
         if only is None or finding.kind in only:
@@ -72,7 +74,7 @@ def plan_repair(
         kinds = tuple(sorted({f.kind for f in group}))
         fixes = {f.fix for f in group}
         source = next((f.source for f in group if f.source), None)
-        before = Stat.of(path)
+        before = stat_of(path)
         root = root_of(path, roots)
         if is_own_temp(os.path.basename(path)):
             if before is None:

@@ -191,7 +191,7 @@ def list_runs(root: str) -> list[QuarantineRun]:
             original = record.get("original")
             if not isinstance(original, str) or not _inside(original, root):  # a cache moved since: restore into it
                 moved = moved or isinstance(original, str)
-                original = os.path.join(root, _original_rel(rel))
+                original = os.path.join(root, original_rel(rel))
             files.append(
                 QuarantinedFile(
                     rel,
@@ -209,7 +209,7 @@ def _inside(path: str, root: str) -> bool:
     return os.path.isabs(path) and not os.path.relpath(path, root).startswith(os.pardir)
 
 
-def _original_rel(rel: str) -> str:
+def original_rel(rel: str) -> str:
     """``a/b.pt.1`` (a second copy of one path in one run) restores to ``a/b.pt``."""
     stem, _, n = rel.rpartition(".")
     return stem if n.isdigit() and stem else rel

@@ -26,6 +26,7 @@ from cachedoctor.errors import PathError
 from cachedoctor.findings import Finding
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.progress import Progress
+from cachedoctor.remote.interface import is_remote
 from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.plan import EXISTING
@@ -55,6 +56,8 @@ class Survey:
     #: not read again now (the state database vouches for them).
     known_damaged: list[Finding] = field(default_factory=list)
     held_locks: list[str] = field(default_factory=list)  # a live process holds these: a writer is active
+    #: Remote lock objects whose holder is provably gone (a killed repair): ``--apply`` clears them.
+    stale_locks: list[str] = field(default_factory=list)
     interrupted: list[tuple[str, Interrupted]] = field(default_factory=list)
 
     @property
@@ -64,7 +67,7 @@ class Survey:
 
     @property
     def empty(self) -> bool:
-        return not (self.temp_files or self.damaged or self.held_locks or self.interrupted)
+        return not (self.temp_files or self.damaged or self.held_locks or self.stale_locks or self.interrupted)
 
 
 def survey(
@@ -80,6 +83,10 @@ def survey(
     Targets with nothing to check (no cache file, no dataset entry, no interrupted repair, no
     held lock) raise :class:`PathError` unless ``allow_empty``, as ``scan`` would exit 2.
     ``progress(stage, done, total)`` follows its scans (:mod:`cachedoctor.progress`)."""
+    if any(is_remote(t) for t in targets):  # a remote prefix: its lock object and journal
+        from cachedoctor.repair.remote_flow import survey_remote_targets
+
+        return survey_remote_targets(targets, scan_options)
     base = scan_options or ScanOptions()
     plan, line = plan_for(layout, targets, options)
     roots = plan.roots if plan is not None else targets

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from cachedoctor.layouts import LayoutName, LayoutOf, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.progress import LOSSLESS, PLAN, RECOMPUTE, RESCAN, Progress, Stages
+from cachedoctor.remote.interface import is_remote
 from cachedoctor.repair import distributed
 from cachedoctor.repair.act import close, recompute, run_lossless, share
 from cachedoctor.repair.journal import (
@@ -54,6 +55,7 @@ class RepairOptions:
     posterior: str = "mode"  # "mode": the posterior's mean (reproducible); "sample": mean + std * noise(seed, path)
     seed: int = 0
     allow_empty: bool = False  # targets with no cache file (and no dataset entry) are no error
+    take_stale_lock: bool = False  # a remote prefix's lock left by a dead repair is cleared (recover --apply)
 
 
 @dataclass
@@ -83,6 +85,10 @@ def _scan(
     progress: Progress | None = None,
 ) -> tuple[ScanResult, dict[str, list[Expected]], str | None, LayoutOf]:
     plan, line = plan_for(layout, targets, layout_options)
+    if plan is not None and any(is_remote(r) for r in plan.roots):  # a SimpleTuner aws backend
+        from cachedoctor.repair.remote_flow import on_its_own
+
+        raise on_its_own(next(r for r in plan.roots if is_remote(r)))
     expected = plan.by_path() if plan is not None else {}
     roots = plan.roots if plan is not None else targets
     result = scan(roots, options.scan, progress, dataset=plan, watch=targets)
@@ -101,6 +107,10 @@ def repair(
 ) -> RepairOutcome:
     """``progress(stage, done, total)`` follows it stage by stage (:mod:`cachedoctor.progress`):
     scan, plan, lossless, recompute, rescan; on the leader rank only."""
+    if any(is_remote(t) for t in targets):  # s3://: its own flow (remote_flow.py)
+        from cachedoctor.repair.remote_flow import repair_remote
+
+        return repair_remote(targets, options, argv, confirm, show_plan, progress, options.take_stale_lock)
     from cachedoctor.encoders import load_encoder
     from cachedoctor.extras import require_torch
     from cachedoctor.repair.pool import devices_for, visible_gpus

@@ -39,6 +39,8 @@ def print_survey(found: Survey, env: Environment) -> None:
         lines.files([f"{lines.rel(f.path)}: {f.kind}: {f.message}" for f in found.known_damaged], "  ", findings=True)
     for lock in found.held_locks:
         lines.say(f"lock held by a live process (a writer is active): {lines.rel(lock)}")
+    for lock in found.stale_locks:
+        lines.say(f"lock left by a repair whose process is gone (--apply clears it): {lines.rel(lock)}")
     for root, run in found.interrupted:
         specs = " ".join(run.encoders) or "none"
         lines.say(

@@ -1,0 +1,74 @@
+"""``cachedoctor quarantine list|restore|purge s3://bucket/prefix``: the quarantine of a remote
+cache (``repair/remote_quarantine.py``), printed as ``quarantine.py`` prints a local one."""
+
+from __future__ import annotations
+
+from cachedoctor.cli.environment import current
+from cachedoctor.errors import PathError
+from cachedoctor.exit_status import ExitStatus
+from cachedoctor.remote.interface import Location, ObjectStore
+from cachedoctor.remote.s3 import S3Settings
+from cachedoctor.report.text import human_size
+
+
+def _open(url: str, s3: S3Settings) -> tuple[ObjectStore, Location]:
+    from cachedoctor.remote.connect import store_for
+    from cachedoctor.repair.remote_flow import one_prefix, where
+
+    store = store_for(one_prefix([url]), s3)
+    return store, where(store, url)[0]
+
+
+def remote_list(url: str, s3: S3Settings) -> int:
+    from cachedoctor.cli.quarantine import print_run
+    from cachedoctor.repair.remote_quarantine import list_remote_runs
+
+    env = current()
+    store, location = _open(url, s3)
+    runs = list_remote_runs(store, location)
+    if not runs:
+        print(f"no quarantine at or below {location.url}", file=env.stdout)
+    for found in runs:
+        print_run(found.run, "", env)
+    return ExitStatus.CLEAN
+
+
+def _found(store: ObjectStore, location: Location, run_id: str):  # type: ignore[no-untyped-def]
+    from cachedoctor.repair.remote_quarantine import list_remote_runs
+
+    found = next((r for r in list_remote_runs(store, location) if r.run.run_id == run_id), None)
+    if found is None:
+        raise PathError(location.url, f"no quarantine run {run_id!r} here; see `cachedoctor quarantine list`")
+    return found
+
+
+def remote_restore(url: str, run_id: str, force: bool, s3: S3Settings) -> int:
+    from cachedoctor.repair.journal import new_run_id
+    from cachedoctor.repair.remote_restore import restore_remote
+
+    env = current()
+    store, location = _open(url, s3)
+    aside = f"restore-{new_run_id()}"
+    done, replaced = restore_remote(store, location, _found(store, location, run_id), aside, force)
+    line = f"restored {len(done)} file(s) from {run_id} in {location.url}"
+    if replaced:
+        line += f"; the objects they replaced are in quarantine run {aside}"
+    print(env.wrap(line), file=env.stdout)
+    return ExitStatus.CLEAN
+
+
+def remote_purge(url: str, run_id: str, yes: bool, s3: S3Settings) -> int:
+    from cachedoctor.repair.remote_restore import purge_remote
+
+    env = current()
+    store, location = _open(url, s3)
+    found = _found(store, location, run_id)
+    files, size = len(found.run.files), found.run.size
+    if not yes and not (env.stdin_isatty and env.ask(f"Delete {files} file(s), {human_size(size)}, for good? [y/N] ")):
+        raise PathError(found.run.folder, "not purged; pass --yes to delete it without asking")
+    freed = purge_remote(store, location, found)
+    print(f"purged {run_id}: {human_size(freed)} freed", file=env.stdout)
+    return ExitStatus.CLEAN
+
+
+__all__ = ["remote_list", "remote_purge", "remote_restore"]

@@ -1,0 +1,181 @@
+"""Carrying out a repair plan on a remote cache: each object replaced by one PUT, its old version
+first copied into the quarantine and the copy verified; an unfixable object moved out by copy,
+verify, delete. The steps of one object, and what a kill between any two of them leaves:
+
+1. one whole GET (conditional on the scanned ETag), the new bytes made from it (``lossless.py``,
+   as on disk) and judged by the scan's own readers and checks (``verify.problems_of`` of the
+   bytes in memory): repair never writes an object its own scan would reject;
+2. the server-side copy into the quarantine, verified (``remote_quarantine.py``); the journal
+   records the kept copy (the object is still the old one: a kill here changes nothing a reader
+   sees, and ``recover`` finishes the item);
+3. the PUT of the new bytes, conditional on the old ETag (``If-Match``: a trainer's write since
+   the scan is never overwritten), or for a move the DELETE, conditional too;
+4. the journal records the item verified (a kill between 3 and 4 leaves a replaced object whose
+   row says "kept": ``recover`` reads it, finds it healthy and closes the item).
+
+Items run on a small pool of threads: requests, not bytes, are what an object costs, and the
+waits overlap. The journal (local SQLite) is written under the actor's lock, the records under the quarantine's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from cachedoctor.lifetime import reraise_interrupt
+from cachedoctor.remote.interface import (
+    ObjectChanged,
+    ObjectGone,
+    ObjectInfo,
+    ObjectStore,
+    RemoteError,
+    TransientError,
+)
+from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, NotRewritable, RepairError
+from cachedoctor.repair.remote_quarantine import CopyUnverified, RemoteQuarantine
+from cachedoctor.repair.replace import crash_point
+
+#: Objects in flight at once (each is a handful of requests; torch's work holds the GIL anyway).
+THREADS = 8
+#: Items between two writes of the quarantine's records object.
+RECORDS_EVERY = 64
+
+CHANGED = "changed since the scan; left for the final scan to judge"
+GONE = "gone since the scan (deleted by another process)"
+
+
+def info_of(action: Action) -> ObjectInfo:
+    """The object as the scan saw it (what every request of the action is conditional on)."""
+    before = action.before
+    assert before is not None and action.etag is not None, "a remote action carries its object's facts"
+    return ObjectInfo(action.path, before.size, action.etag, before.mtime_ns)
+
+
+def new_bytes(action: Action, raw: bytes) -> bytes:
+    """The lossless rewrite of ``raw`` (``NotRewritable`` when it cannot be rewritten)."""
+    from cachedoctor.repair.batch import lossless_bytes
+
+    return lossless_bytes(action, raw, action.path)
+
+
+def judge(action: Action, data: bytes) -> str | None:
+    """What the scan would find wrong with ``data`` at ``action.path`` (``None``: nothing)."""
+    from cachedoctor.repair.verify import problems_of
+
+    return problems_of(action, "", data)
+
+
+class RemoteActor:
+    """Runs the actions of one run on one prefix. ``record(result)`` is told each step (a kept
+    copy as a ``planned`` result naming it, then the end state), under the actor's lock."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        quarantine: RemoteQuarantine,
+        record: Callable[[ItemResult], None],
+        threads: int | None = None,
+    ) -> None:
+        self.store = store
+        self.quarantine = quarantine
+        self._record = record
+        self.threads = threads or THREADS
+        self.lock = threading.Lock()
+        self.since_records = 0
+
+    def record(self, result: ItemResult) -> None:
+        with self.lock:
+            self._record(result)
+            if result.state is not ItemState.PLANNED:
+                self.since_records += 1
+                if self.since_records >= RECORDS_EVERY:
+                    self.quarantine.write_records()
+                    self.since_records = 0
+
+    def run(self, actions: Iterable[Action]) -> None:
+        """Every action; a :class:`RepairError` (credentials revoked, the bucket gone) stops the
+        run after the items in flight, which are recorded as they end."""
+        todo = list(actions)
+        try:
+            if self.threads <= 1 or len(todo) <= 1:
+                for action in todo:
+                    self.record(self.one(action))
+                return
+            with ThreadPoolExecutor(self.threads, thread_name_prefix="cachedoctor-remote") as pool:
+                futures = [pool.submit(self.one, a) for a in todo]
+                stop: BaseException | None = None
+                for future in futures:
+                    try:
+                        self.record(future.result())
+                    except BaseException as exc:  # the first stop wins; the rest still end
+                        if stop is None:
+                            stop = exc
+                            for other in futures:
+                                other.cancel()
+                if stop is not None:
+                    raise stop
+        finally:
+            self.quarantine.write_records()
+
+    def one(self, action: Action) -> ItemResult:
+        """One action, start to end; one bad object never stops the run."""
+        try:
+            if action.kind is ActionKind.QUARANTINE:
+                return self.move(action)
+            if action.kind.lossless:
+                return self.rewrite(action)
+            return ItemResult(action.path, action.kind, ItemState.BLOCKED, f"{action.kind.value} is not done remotely")
+        except ObjectGone:
+            return ItemResult(action.path, action.kind, ItemState.SKIPPED, GONE)
+        except ObjectChanged:
+            return ItemResult(action.path, action.kind, ItemState.SKIPPED, CHANGED)
+        except NotRewritable as exc:
+            return ItemResult(action.path, action.kind, ItemState.BLOCKED, str(exc))
+        except (CopyUnverified, TransientError) as exc:
+            return ItemResult(action.path, action.kind, ItemState.FAILED, str(exc))
+        except (RepairError, RemoteError):  # a full journal, credentials revoked: the run stops
+            raise
+        except Exception as exc:  # a reader or torch bug on one object
+            reraise_interrupt(exc)
+            return ItemResult(action.path, action.kind, ItemState.FAILED, f"{type(exc).__name__}: {exc}")
+
+    def rewrite(self, action: Action) -> ItemResult:
+        info = info_of(action)
+        raw = self.store.read_whole(info, info.size)
+        data = new_bytes(action, raw)
+        problem = judge(action, data)
+        if problem:
+            return ItemResult(action.path, action.kind, ItemState.FAILED, f"not written: the new object {problem}")
+        dest = self.keep(action, info)
+        crash_point("remote-before-put")
+        new = self.store.put_if_match(action.path, data, info.etag)
+        if new.size != len(data):
+            raise TransientError(f"{action.path}: wrote {len(data)} bytes, the server holds {new.size}")
+        self.quarantine.replaced(dest, new.etag)
+        crash_point("remote-after-put")
+        return ItemResult(
+            action.path, action.kind, ItemState.VERIFIED, "written and checked", dest, info.size, len(data)
+        )
+
+    def move(self, action: Action) -> ItemResult:
+        info = info_of(action)
+        dest = self.keep(action, info)
+        crash_point("remote-before-delete")
+        self.store.delete_if_match(action.path, info.etag)
+        crash_point("remote-after-delete")
+        why = "moved to the quarantine"
+        if action.note:
+            why += f" (not recomputed: {action.note}; the trainer re-caches it)"
+        return ItemResult(action.path, action.kind, ItemState.VERIFIED, why, dest, info.size, 0)
+
+    def keep(self, action: Action, info: ObjectInfo) -> str:
+        """Step 2: the verified copy, then the journal told (before anything changes)."""
+        crash_point("remote-before-copy")
+        dest = self.quarantine.keep(info, action.reasons, action.kind.value)
+        self.record(ItemResult(action.path, action.kind, ItemState.PLANNED, "kept; not yet replaced", dest))
+        crash_point("remote-after-copy")
+        return dest
+
+
+__all__ = ["CHANGED", "GONE", "THREADS", "RemoteActor", "info_of", "judge", "new_bytes"]

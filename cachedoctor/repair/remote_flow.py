@@ -1,0 +1,158 @@
+"""``cachedoctor repair s3://bucket/prefix`` and ``recover s3://...``: the remote twin of
+``run.repair`` (which hands remote targets here) and of ``recover.survey``.
+
+The order is what keeps it safe: take the prefix's lock; finish an interrupted run of it (its
+items were confirmed when it started: ``remote_recover.roll_forward``); LIST the prefix (the
+versions every later request is conditional on); scan it (the scan's own remote reader, the
+same checks as on disk); plan; show the plan and ask; act (``remote_act.py``); release the
+lock; rescan. A dry run takes no lock and writes nothing, not even the journal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
+from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore, is_remote
+from cachedoctor.repair.model import Declined, RepairError
+from cachedoctor.repair.remote_lock import lock_url
+from cachedoctor.repair.remote_run import NOT_HERE, RemoteSession, listed, plan_remote
+
+if TYPE_CHECKING:
+    from cachedoctor.remote.s3 import S3Settings
+    from cachedoctor.repair.model import RepairPlan
+    from cachedoctor.repair.recover import Survey
+    from cachedoctor.repair.run import RepairOptions, RepairOutcome
+    from cachedoctor.scan import ScanOptions, ScanResult
+
+
+def one_prefix(targets: list[str]) -> str:
+    """The one remote target of a repair (several, or local paths beside it: one line)."""
+    if len(targets) != 1 or not is_remote(targets[0]):
+        remote = next(t for t in targets if is_remote(t))
+        raise RepairError(remote, "repair takes one s3:// prefix at a time, on its own; run one repair per prefix")
+    return targets[0]
+
+
+def on_its_own(url: str) -> RepairError:
+    """A dataset (a SimpleTuner ``aws`` backend) whose cache is in a bucket: one line saying to
+    repair that prefix on its own (a repair holds one prefix's lock; recomputes are not remote)."""
+    return RepairError(
+        url,
+        f"this dataset's cache is in a bucket; repair it on its own: `cachedoctor repair {url}` "
+        "(recomputes are not done for remote caches yet)",
+    )
+
+
+def where(store: ObjectStore, url: str) -> tuple[Location, dict[str, ObjectInfo]]:
+    """The prefix a repair of ``url`` works in (its lock, journal and quarantine) and its objects
+    by URL: ``url`` itself, or the folder of the one object it names."""
+    location = Location.parse(url)
+    infos = listed(store, location)
+    if not infos and location.key:
+        info = store.head(url)
+        if info is not None:  # s3://bucket/key.pt: one object, repaired in its folder
+            parent = location.key.rpartition("/")[0]
+            return location.child(parent), {url: info}
+    return location, infos
+
+
+def repair_remote(
+    targets: list[str],
+    options: RepairOptions,
+    argv: list[str],
+    confirm: Callable[[RepairOutcome], bool],
+    show_plan: Callable[[RepairOutcome], None],
+    progress: Progress | None = None,
+    take_stale: bool = False,
+) -> RepairOutcome:
+    """See the module's docstring. ``take_stale``: a lock whose holder is provably gone is
+    cleared (``recover --apply``); else it stops the repair with one line."""
+    from cachedoctor.remote.connect import store_for
+    from cachedoctor.repair.run import RepairOutcome
+
+    url = one_prefix(targets)
+    if options.encoders:
+        raise RepairError(" ".join(options.encoders), f"{NOT_HERE}; run without --encoder, or repair a local copy")
+    store = store_for(url, s3_of(options.scan))
+    stages = Stages(progress)
+    if options.dry_run:
+        before, location, infos = _scan(store, url, options.scan, stages.progress)
+        outcome = RepairOutcome(before, _plan(before, location, infos, options, stages), None)
+        show_plan(outcome)
+        outcome.after = before if not outcome.plan.runnable() else None
+        return outcome
+    first = where(store, url)
+    with RemoteSession(store, first[0], argv, fresh=options.fresh, take_stale=take_stale) as session:
+        finished = session.finish_interrupted()  # (then the listing is made again: it changed)
+        before, location, infos = _scan(
+            store, url, options.scan, stages.progress, first if session.interrupted is None else None
+        )
+        outcome = RepairOutcome(before, _plan(before, location, infos, options, stages), None)
+        outcome.run_id, outcome.interrupted = session.run_id, session.interrupted
+        outcome.results = list(finished)
+        show_plan(outcome)
+        if not outcome.plan.runnable():
+            outcome.after = before
+            return outcome
+        if not confirm(outcome):
+            raise Declined()
+        outcome.results += session.act(outcome.plan)
+    outcome.after = _scan(store, url, options.scan, stages.renamed(RESCAN))[0]
+    return outcome
+
+
+def s3_of(options: ScanOptions) -> S3Settings | None:
+    """The scan's S3 settings (``--s3-endpoint-url`` ...; ``None``: the standard AWS chain)."""
+    return options.s3
+
+
+def _scan(
+    store: ObjectStore,
+    url: str,
+    options: ScanOptions,
+    progress: Progress | None,
+    listing: tuple[Location, dict[str, ObjectInfo]] | None = None,
+) -> tuple[ScanResult, Location, dict[str, ObjectInfo]]:
+    """The objects as listed before the scan (``listing``, or a LIST now), and the scan (one
+    that could not read everything stops the repair, as on disk)."""
+    from cachedoctor.scan import scan
+
+    location, infos = listing or where(store, url)
+    result = scan([url], options, progress, watch=[url])
+    if result.errors:
+        first = result.errors[0]
+        raise RepairError(first.path, f"{first.message}; repair only runs on a cache it can read completely")
+    return result, location, infos
+
+
+def _plan(
+    before: ScanResult, location: Location, infos: dict[str, ObjectInfo], options: RepairOptions, stages: Stages
+) -> RepairPlan:
+    stages.start(PLAN, len(before.findings))
+    plan = plan_remote(before.findings, location, infos, options.only, options.keep_blocked)
+    stages.finish(PLAN)
+    return plan
+
+
+def survey_remote_targets(targets: list[str], options: ScanOptions | None) -> Survey:
+    """``recover``'s survey of a remote prefix: its lock object and its interrupted run (remote
+    writes are whole PUTs: no temp objects, no torn ones to read deep)."""
+    from cachedoctor.remote.connect import store_for
+    from cachedoctor.repair.recover import Survey
+    from cachedoctor.repair.remote_recover import survey_remote
+
+    url = one_prefix(targets)
+    store = store_for(url, s3_of(options) if options is not None else None)
+    location = where(store, url)[0]
+    found = survey_remote(store, location)
+    out = Survey(None)
+    if found.locked:
+        (out.stale_locks if found.stale_lock else out.held_locks).append(lock_url(location))
+    if found.interrupted is not None:
+        out.interrupted.append((location.url, found.interrupted))
+    return out
+
+
+__all__ = ["on_its_own", "one_prefix", "repair_remote", "survey_remote_targets", "where"]

@@ -1,0 +1,181 @@
+"""Where a remote cache's repair keeps its own things, and the lock that lets one repair at a
+time change a prefix.
+
+An object store has no ``flock``. The convention is one object, ``<prefix>/.cachedoctor/lock``,
+created with a conditional PUT (``If-None-Match: *``, which S3, MinIO and moto honour): the
+first repair to create it holds the prefix; a second one finds it there and stops with one line
+naming the holder (host, pid, run, since when). It is deleted at the end of the run, on error
+too; only a SIGKILL or a power cut leaves it, and then ``cachedoctor recover s3://... --apply``
+clears it when the holder is provably gone (same host, process dead), as the local journal
+decides whether an interrupted run's process is gone. A holder on another host cannot be
+judged from here: the line says to delete the object by hand once that repair is known dead.
+
+The journal is not in the bucket: it is local (SQLite needs a file system), under the user
+cache directory, one folder per bucket and prefix (``remote_root``), beside the remote scan's
+state. Two machines repairing one prefix therefore do not see each other's journals; the lock
+is what keeps them apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+
+from cachedoctor.remote.interface import Location, ObjectChanged, ObjectGone, ObjectStore
+from cachedoctor.repair.journal import process_alive, process_start
+from cachedoctor.repair.model import RepairError
+from cachedoctor.statedir import STATE_DIR
+
+LOCK = "lock"
+#: A lock object bigger than this is no lock of ours (it is not read whole).
+_LOCK_LIMIT = 64 << 10
+
+
+def own_key(location: Location, *parts: str) -> str:
+    """The URL of ``<prefix>/.cachedoctor/<parts...>``."""
+    key = "/".join(p for p in (location.key, STATE_DIR, *parts) if p)
+    return location.child(key).url
+
+
+def lock_url(location: Location) -> str:
+    return own_key(location, LOCK)
+
+
+def remote_root(location: Location) -> str:
+    """The local folder that stands for ``location`` as a cache root does (its
+    ``.cachedoctor/journal.sqlite``): ``$XDG_CACHE_HOME/cachedoctor/remote/<scheme>/<bucket>/
+    <hash of the prefix>.repair``, so that each prefix has its own journal."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    digest = hashlib.sha256(location.key.encode()).hexdigest()[:16]
+    return os.path.join(base, "cachedoctor", "remote", location.scheme, location.bucket, f"{digest}.repair")
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """What the lock object says about the repair that holds it."""
+
+    run_id: str
+    host: str
+    pid: int
+    pid_start: str | None
+    since: float
+    command: str
+
+    @classmethod
+    def me(cls, run_id: str, command: str) -> Holder:
+        pid = os.getpid()
+        return cls(run_id, socket.gethostname(), pid, process_start(pid), time.time(), command)
+
+    @classmethod
+    def parse(cls, data: bytes) -> Holder | None:
+        try:
+            raw = json.loads(data)
+            return cls(
+                str(raw["run_id"]),
+                str(raw["host"]),
+                int(raw["pid"]),
+                raw.get("pid_start"),
+                float(raw["since"]),
+                str(raw.get("command", "")),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @property
+    def gone(self) -> bool:
+        """Provably dead: on this host, and its process is no longer there."""
+        return self.host == socket.gethostname() and not process_alive(self.host, self.pid, self.pid_start)
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since))
+        return f"run {self.run_id}, pid {self.pid} on {self.host}, since {when}"
+
+
+class RemoteLocked(RepairError):
+    """Another repair holds the prefix (one line: who, since when, how to clear a stale lock)."""
+
+
+def read_holder(store: ObjectStore, location: Location) -> tuple[Holder | None, bool]:
+    """The lock's holder (``None`` when unreadable) and whether a lock object exists at all."""
+    info = store.head(lock_url(location))
+    if info is None:
+        return None, False
+    try:
+        return Holder.parse(store.read_whole(info, _LOCK_LIMIT)), True
+    except ObjectGone:
+        return None, False
+    except ObjectChanged:
+        return None, True
+
+
+def locked_error(location: Location, holder: Holder | None) -> RemoteLocked:
+    url = lock_url(location)
+    who = holder.describe() if holder else "an unreadable lock object"
+    if holder is not None and holder.gone:
+        then = (
+            f"that process is gone: `cachedoctor recover {location.url} --apply` clears the lock and finishes its run"
+        )
+    elif holder is not None and holder.host == socket.gethostname():
+        then = "wait for it to finish"
+    else:
+        then = f"wait for it to finish; if it is dead, delete the lock object by hand (aws s3 rm {url})"
+    return RemoteLocked(url, f"another repair holds this prefix ({who}); {then}")
+
+
+class PrefixLock:
+    """``with PrefixLock(store, location, run_id, command):`` holds the prefix for the block."""
+
+    def __init__(self, store: ObjectStore, location: Location, run_id: str, command: str = "repair") -> None:
+        self.store = store
+        self.location = location
+        self.url = lock_url(location)
+        self.holder = Holder.me(run_id, command)
+        self.held = False
+
+    def acquire(self, take_stale: bool = False) -> None:
+        """Create the lock object, or raise :class:`RemoteLocked`. ``take_stale``: a lock whose
+        holder is provably gone is deleted first (``recover --apply``)."""
+        if self.store.put_if_absent(self.url, self.holder.to_bytes()):
+            self.held = True
+            return
+        holder, exists = read_holder(self.store, self.location)
+        if take_stale and exists and holder is not None and holder.gone:
+            self.store.delete(self.url)
+            if self.store.put_if_absent(self.url, self.holder.to_bytes()):
+                self.held = True
+                return
+            holder, _ = read_holder(self.store, self.location)
+        elif not exists and self.store.put_if_absent(self.url, self.holder.to_bytes()):
+            self.held = True  # released between our two requests
+            return
+        raise locked_error(self.location, holder)
+
+    def release(self) -> None:
+        """Delete the lock object if it is still ours (a lock someone cleared and took since is
+        theirs now)."""
+        if not self.held:
+            return
+        self.held = False
+        holder, exists = read_holder(self.store, self.location)
+        if exists and holder is not None and (holder.run_id, holder.pid, holder.host) == self._mine():
+            self.store.delete(self.url)
+
+    def _mine(self) -> tuple[str, int, str]:
+        return self.holder.run_id, self.holder.pid, self.holder.host
+
+    def __enter__(self) -> PrefixLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+__all__ = ["Holder", "PrefixLock", "RemoteLocked", "lock_url", "own_key", "read_holder", "remote_root"]

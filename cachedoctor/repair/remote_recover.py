@@ -1,0 +1,101 @@
+"""Finishing a remote repair that was killed: each item its journal left unfinished is rolled
+forward from what the bucket shows now, without a scan.
+
+The journal (local) says which items were planned and which had their old version kept; the
+object's ETag now, against the one the plan was made on, says how far the item got:
+
+* still the planned version: nothing a reader sees has changed; the item is done again from
+  step 1 (``remote_act.py``): the copy already in the quarantine is found by one HEAD and
+  reused, so the quarantine holds each object once;
+* gone: a move whose DELETE went through (its copy is in the quarantine: done), or an object
+  someone else removed (skipped);
+* another version: a PUT of ours that went through before the journal heard of it (its old
+  version is in the quarantine) is read back once and judged; anything else is some other
+  writer's, and is left for the next scan.
+
+Records the killed run had not written yet are written from the journal's actions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore
+from cachedoctor.repair.journal import Interrupted, interrupted_run
+from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState
+from cachedoctor.repair.remote_act import RemoteActor, info_of, judge
+from cachedoctor.repair.remote_lock import Holder, read_holder, remote_root
+from cachedoctor.repair.remote_quarantine import RemoteQuarantine, same_version
+
+
+@dataclass(frozen=True)
+class RemoteSurvey:
+    """What a crash left for one remote prefix: its lock object and its interrupted run."""
+
+    location: Location
+    lock: Holder | None
+    locked: bool  # a lock object exists (``lock`` is ``None`` when it cannot be read)
+    interrupted: Interrupted | None
+
+    @property
+    def stale_lock(self) -> bool:
+        return self.locked and self.lock is not None and self.lock.gone
+
+    @property
+    def empty(self) -> bool:
+        return not self.locked and self.interrupted is None
+
+
+def survey_remote(store: ObjectStore, location: Location) -> RemoteSurvey:
+    """One HEAD (and a GET when a lock is there), and the local journal."""
+    holder, locked = read_holder(store, location)
+    return RemoteSurvey(location, holder, locked, interrupted_run(remote_root(location)))
+
+
+def roll_forward(actor: RemoteActor, action: Action) -> ItemResult:
+    """Finish one unfinished item of an interrupted run (see the module's docstring)."""
+    store, quarantine = actor.store, actor.quarantine
+    planned = info_of(action)
+    now = store.head(action.path)
+    if now is not None and now.etag == planned.etag:
+        return actor.one(action)  # untouched: do it (again); a kept copy is reused
+    dest = quarantine.destination(action.path)
+    kept = store.head(dest)
+    ours = kept is not None and same_version(kept, planned)
+    if now is None:
+        if ours and action.kind is ActionKind.QUARANTINE:
+            quarantine.note(dest, planned, action.reasons, action.kind.value)
+            return ItemResult(
+                action.path, action.kind, ItemState.VERIFIED, "moved to the quarantine", dest, planned.size
+            )
+        return ItemResult(
+            action.path, action.kind, ItemState.SKIPPED, "gone since the scan (deleted by another process)"
+        )
+    if not ours or action.kind is ActionKind.QUARANTINE:
+        return ItemResult(
+            action.path, action.kind, ItemState.SKIPPED, "changed by another writer; the next scan judges it"
+        )
+    return _written_before_kill(store, quarantine, action, planned, now, dest)
+
+
+def _written_before_kill(
+    store: ObjectStore, quarantine: RemoteQuarantine, action: Action, planned: ObjectInfo, now: ObjectInfo, dest: str
+) -> ItemResult:
+    """The PUT went through and the kill came before the journal heard of it: read it back."""
+    data = store.read_whole(now, now.size)
+    problem = judge(action, data)
+    quarantine.note(dest, planned, action.reasons, action.kind.value, replaced_by=now.etag)
+    if problem:
+        return ItemResult(action.path, action.kind, ItemState.FAILED, f"another version is there, and it {problem}")
+    return ItemResult(
+        action.path,
+        action.kind,
+        ItemState.VERIFIED,
+        "written and checked (read back by recover)",
+        dest,
+        planned.size,
+        now.size,
+    )
+
+
+__all__ = ["RemoteSurvey", "roll_forward", "survey_remote"]

@@ -1,0 +1,172 @@
+"""A repair of a remote cache (``s3://bucket/prefix``): the seam between the scan's findings
+and the writes, and the session that keeps them safe.
+
+:func:`plan_remote` turns findings (paths are the objects' URLs) into the same actions the
+local planner makes, each carrying the facts of the object it is conditional on. Those facts
+come from a LIST made *before* the scan: an object rewritten between that LIST and the scan's
+read, or after it, fails the condition of every request repair makes on it (``If-Match``) and
+is skipped, so repair only ever acts on the version its scan judged.
+
+A :class:`RemoteSession` holds the prefix's lock object for its whole life (scan, plan, writes),
+keeps the journal locally (``remote_lock.remote_root``), finishes an interrupted run first
+(``remote_recover.roll_forward``, under that run's id and quarantine folder) and carries out a
+plan (``remote_act.py``). What repair does not do remotely says so per item: recomputes (they
+need the dataset's images and an encoder here; repair a local copy, or let the trainer re-cache
+what was quarantined).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import replace
+
+from cachedoctor.findings import Finding
+from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore
+from cachedoctor.repair.journal import Interrupted, Journal, abandon, new_run_id
+from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairPlan, Stat
+from cachedoctor.repair.planner import plan_repair
+from cachedoctor.repair.remote_act import RemoteActor
+from cachedoctor.repair.remote_lock import PrefixLock, remote_root
+from cachedoctor.repair.remote_quarantine import RemoteQuarantine, quarantine_url
+from cachedoctor.repair.remote_recover import roll_forward, survey_remote
+
+NO_RECOMPUTE = (
+    "recomputing objects of a remote cache is not supported yet (it needs the dataset's images "
+    "and an encoder here); repair a local copy of the cache, or let the trainer re-cache it"
+)
+NOT_HERE = "recomputes are not done for remote caches yet"
+NO_TEMPS = "a temp object: cachedoctor writes none remotely; delete it by hand if no writer is running"
+
+
+def listed(store: ObjectStore, location: Location) -> dict[str, ObjectInfo]:
+    """Every object under ``location`` by URL (one paginated LIST), outside ``.cachedoctor/``."""
+    own = Location.parse(quarantine_url(location)).key.rsplit("/", 1)[0] + "/"
+    return {info.url: info for info in store.list(location) if not info.key.startswith(own)}
+
+
+def plan_remote(
+    findings: Iterable[Finding],
+    location: Location,
+    infos: Mapping[str, ObjectInfo],
+    only: Collection[str] | None = None,
+    keep_blocked: bool = False,
+) -> RepairPlan:
+    """The local planner's actions for the objects of ``location`` (rooted at its URL), each with
+    its object's size, LastModified and ETag from ``infos``; a finding on an object not in
+    ``infos`` (gone since the listing) plans nothing."""
+
+    def stat_of(url: str) -> Stat | None:
+        info = infos.get(url)
+        return Stat(info.size, info.mtime_ns, 0) if info is not None else None
+
+    plan = plan_repair(findings, [location.url], {}, None, set(), only, keep_blocked, stat_of=stat_of)
+    actions = []
+    for action in plan.actions:
+        info = infos.get(action.path)
+        action = replace(action, root=location.url, etag=info.etag if info else None)
+        if action.kind is ActionKind.RECOMPUTE:
+            action = replace(action, blocked=NO_RECOMPUTE)
+        elif action.note:  # a recompute it could not plan, quarantined instead: the remote reason
+            action = replace(action, note=NOT_HERE)
+        elif action.kind is ActionKind.CLEANUP:
+            action = replace(action, blocked=NO_TEMPS)
+        actions.append(action)
+    plan.actions = actions
+    return plan
+
+
+class RemoteSession:
+    """``with RemoteSession(store, location, argv) as session:`` one repair (or ``recover``) of
+    one prefix: the lock is taken on entry and released on exit, an error too."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        location: Location,
+        argv: list[str] | None = None,
+        *,
+        fresh: bool = False,
+        take_stale: bool = False,
+        command: str = "repair",
+    ) -> None:
+        self.store = store
+        self.location = location
+        self.argv = argv or []
+        self.fresh = fresh
+        self.take_stale = take_stale
+        self.root = remote_root(location)
+        self.interrupted: Interrupted | None = None
+        self.run_id = new_run_id()
+        self.lock = PrefixLock(store, location, self.run_id, command)
+        self.journal: Journal | None = None
+        self.results: list[ItemResult] = []
+
+    def __enter__(self) -> RemoteSession:
+        self.lock.acquire(take_stale=self.take_stale)
+        try:
+            self.interrupted = survey_remote(self.store, self.location).interrupted
+            if self.interrupted is not None and self.fresh:
+                abandon(self.root, None, self.interrupted.run_id)
+                self.interrupted = None
+            if self.interrupted is not None:
+                self.run_id = self.interrupted.run_id
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        try:
+            if self.journal is not None:
+                self.journal.finish("done" if kind is None else "interrupted")
+                self.journal.close()
+        finally:
+            self.lock.release()
+
+    def _start(self) -> Journal:
+        if self.journal is None:
+            self.journal = Journal(self.root)
+            self.journal.start(self.run_id, self.argv, None, None, self.interrupted is not None)
+        return self.journal
+
+    def _actor(self) -> RemoteActor:
+        quarantine = RemoteQuarantine(self.store, self.location, self.run_id, resumed=self.interrupted is not None)
+        journal = self._start()
+
+        def record(result: ItemResult) -> None:
+            journal.record(result)
+            if result.state is not ItemState.PLANNED:
+                self.results.append(result)
+
+        return RemoteActor(self.store, quarantine, record)
+
+    def finish_interrupted(self) -> list[ItemResult]:
+        """Roll the interrupted run's unfinished items forward (``remote_recover.py``)."""
+        if self.interrupted is None or not self.interrupted.unfinished:
+            return []
+        actor = self._actor()
+        done = len(self.results)
+        try:
+            for action in self.interrupted.unfinished:
+                actor.record(roll_forward(actor, action))
+        finally:
+            actor.quarantine.write_records()
+        return self.results[done:]
+
+    def act(self, plan: RepairPlan) -> list[ItemResult]:
+        """Record the plan, then carry it out; blocked actions are recorded as blocked."""
+        journal = self._start()
+        journal.plan(plan.actions)
+        done = len(self.results)
+        for action in plan.actions:
+            if action.blocked:
+                result = ItemResult(action.path, action.kind, ItemState.BLOCKED, action.blocked)
+                journal.record(result)
+                self.results.append(result)
+        runnable: list[Action] = plan.runnable()
+        if runnable:
+            self._actor().run(runnable)
+        return self.results[done:]
+
+
+__all__ = ["NO_RECOMPUTE", "RemoteSession", "listed", "plan_remote"]
