@@ -128,3 +128,11 @@ def test_deleted_source_makes_its_entry_an_orphan(s3_server: Any, built: tuple[s
     s3_server.client().delete_object(Bucket=url.removeprefix("s3://"), Key="photos/teapot.png")
     code, findings, _ = scan(manifest)
     assert (code, findings) == (0, [("orphan-entry", f"{url}/{latent_key('photos/teapot.png')}", None)])
+
+
+def test_repair_through_a_manifest_with_s3_caches_says_to_repair_the_prefix(built: tuple[str, Path]) -> None:
+    url, manifest = built
+    code, out, err = cli("repair", "--manifest", str(manifest), "--dry-run")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"cachedoctor: error: {url}/{VAE}: this dataset's cache is in a bucket; repair it on its own")
+    assert err.count("\n") == 1
