@@ -5,9 +5,10 @@ sources are hashed on a small thread pool in streamed 1 MiB blocks, and rows are
 they complete in order, so memory stays flat apart from the plan itself.
 
 A remote source (``s3://``, a SimpleTuner ``aws`` dataset) is never read: its row records the
-ETag, size and LastModified that one LIST per source bucket shows (``layouts/_manifest_remote``
-says why the ETag is the content's fingerprint), so a build costs a few LIST pages, not one GET
-per image. Its cache path is kept as the layout names it (a local path, or an ``s3://`` URL).
+ETag, size and LastModified that a LIST shows (``layouts/_manifest_remote`` says why the ETag is
+the content's fingerprint): the plan's own LIST of the bucket where the layout kept them (an
+image's), else one LIST per source bucket (a caption's), so a build costs LIST pages, not one
+GET per image. Its cache path is kept as the layout names it (a local path, or an ``s3://`` URL).
 """
 
 from __future__ import annotations
@@ -72,8 +73,10 @@ def build(
     output = os.path.abspath(output)
     base = os.path.dirname(output)
     pairs = list(entries(plan))
-    tracked = [s for s, e in pairs if e.source_mtime_ns is not None and is_remote(s)]
-    listed = list_sources(tracked, lambda bucket: _settings(plan, bucket, s3)) if tracked else {}
+    listed = {s: info for s, e in pairs if (info := _as_listed(s, e)) is not None}
+    tracked = [s for s, e in pairs if e.source_mtime_ns is not None and is_remote(s) and s not in listed]
+    if tracked:  # remote sources whose facts the plan did not keep: one LIST per bucket
+        listed.update(list_sources(tracked, lambda bucket: _settings(plan, bucket, s3)))
     unreadable: list[str] = []
     try:
         with (
@@ -93,6 +96,15 @@ def build(
             output, f"cannot write the manifest ({exc.strerror or exc}); nothing was changed"
         ) from None
     return BuildResult(len(pairs) - len(unreadable), unreadable)
+
+
+def _as_listed(source: str, entry: Expected) -> ObjectInfo | None:
+    """The facts of a remote source as the plan's own LIST saw them (its ``etag`` and ``size``
+    hints, its LastModified), when the layout kept them."""
+    hints = dict(entry.hints)
+    if source != entry.source or entry.source_mtime_ns is None or "etag" not in hints or not is_remote(source):
+        return None
+    return ObjectInfo(source, int(hints["size"]), str(hints["etag"]), entry.source_mtime_ns)
 
 
 def _settings(plan: DatasetPlan, bucket: str, default: S3Settings | None) -> S3Settings | None:

@@ -82,7 +82,9 @@ class Expected:
     crop: tuple[int, int, int, int] | None = None  # recorded preprocessing: resize (W, H), then crop at (top, left)
     pre_resize: tuple[int, int] | None = None  # (W, H) an earlier resize the trainer applies first (SimpleTuner)
     text: str | None = None  # the caption a text entry encodes (repair recomputes from it)
-    hints: tuple[tuple[str, Any], ...] = ()  # what the layout's recompute_spec needs beyond these (kohya: resize, flip)
+    #: what the layout's recompute_spec needs beyond these (kohya: resize, flip); an s3:// source's
+    #: listed ``etag`` and ``size``, which ``manifest build`` records (SimpleTuner aws)
+    hints: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(slots=True)

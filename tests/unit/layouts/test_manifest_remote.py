@@ -131,3 +131,28 @@ def test_manifest_build_of_an_s3_folder_points_to_config() -> None:
         "SimpleTuner aws dataset pass --config multidatabackend.json (its images are listed in the bucket, "
         "never read)\n"
     )
+
+
+def test_build_lists_only_the_sources_whose_facts_the_plan_did_not_keep(tmp_path: Path, bucket: dict[str, Any]) -> None:
+    from cachedoctor.manifest_build import build
+    from cachedoctor.remote.connect import _stores, forget
+
+    url = f"s3://{bucket['name']}"
+    plan = DatasetPlan("simpletuner", [])
+    kept = ("data/a/one.png", {"etag": "kept-by-the-plan", "size": 3})  # what the layout's LIST saw
+    plan.add(Expected(f"{url}/c/one.pt", f"{url}/{kept[0]}", "latent", 5, hints=tuple(kept[1].items())))
+    plan.add(Expected(f"{url}/c/two.pt", f"{url}/data/b/two.png", "text", 7))  # a caption: no facts kept
+    forget()
+    assert build(plan, str(tmp_path / "m.jsonl")).rows == 2
+    rows = {r["cache"]: r for r in map(json.loads, (tmp_path / "m.jsonl").read_text().splitlines())}
+    assert (rows[f"{url}/c/one.pt"]["etag"], rows[f"{url}/c/one.pt"]["mtime_ns"]) == ("kept-by-the-plan", 5)
+    two = bucket["data/b/two.png"]
+    assert rows[f"{url}/c/two.pt"] == {
+        "source": f"{url}/data/b/two.png",
+        "cache": f"{url}/c/two.pt",
+        "role": "text",
+        "size": two["ContentLength"],
+        "mtime_ns": int(two["LastModified"].timestamp()) * 10**9,
+        "etag": etag(bucket, "data/b/two.png"),
+    }
+    assert [s.requests for s in _stores.values()] == [1]  # type: ignore[attr-defined]  # one LIST, for two.png
