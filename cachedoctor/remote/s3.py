@@ -14,9 +14,6 @@ the scan's bounded thread pool keeps that many requests in flight.
 
 from __future__ import annotations
 
-import asyncio
-import random
-import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -32,32 +29,18 @@ from cachedoctor.remote.interface import (
     RemoteError,
     TransientError,
 )
+from cachedoctor.remote.s3_errors import (
+    RetryPolicy,
+    ShortRead,
+    etag_of,
+    final_error,
+    message,
+    seconds_ns,
+    transient_types,
+    unreachable,
+)
 
 _T = TypeVar("_T")
-
-#: Error codes S3 (and MinIO, R2, Ceph) send for "try again later".
-_RETRY_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "RequestTimeout",
-        "RequestTimeTooSkewed",
-        "InternalError",
-        "ServiceUnavailable",
-        "503",
-        "500",
-        "502",
-        "504",
-    }
-)
-_REFUSED_CODES = frozenset(
-    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "403"}
-)
-_MISSING_BUCKET = frozenset({"NoSuchBucket"})
-_GONE_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
-_CHANGED_CODES = frozenset({"PreconditionFailed", "412"})
-_EXISTS_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,52 +54,6 @@ class S3Settings:
     key: str | None = None
     secret: str | None = None
     token: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Capped exponential backoff with full jitter (AWS's recommendation for throttling)."""
-
-    attempts: int = 6
-    base: float = 0.1  # seconds before the first retry, at most
-    cap: float = 5.0
-
-    def delay(self, attempt: int) -> float:
-        return random.uniform(0, min(self.cap, self.base * (2**attempt)))
-
-
-class ShortRead(Exception):
-    """The server sent fewer bytes than it said it would (a reset mid-body)."""
-
-
-def _code(exc: BaseException) -> str | None:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        error = response.get("Error") or {}
-        code = str(error.get("Code") or "")
-        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return code or (str(status) if status else None)
-    return None
-
-
-def _transient_types() -> tuple[type[BaseException], ...]:
-    import aiohttp
-    from botocore import exceptions as bx
-
-    return (
-        ShortRead,
-        ConnectionError,
-        asyncio.TimeoutError,
-        aiohttp.ClientConnectionError,
-        aiohttp.ClientPayloadError,
-        bx.ConnectionClosedError,
-        bx.EndpointConnectionError,
-        bx.ReadTimeoutError,
-        bx.ConnectTimeoutError,
-        bx.IncompleteReadError,
-        bx.ResponseStreamingError,
-        bx.HTTPClientError,
-    )
 
 
 class S3Store(ObjectStore):
@@ -156,7 +93,7 @@ class S3Store(ObjectStore):
             skip_instance_cache=True,
             use_listings_cache=False,
         )
-        self._transient = _transient_types()
+        self._transient = transient_types()
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -175,35 +112,17 @@ class S3Store(ObjectStore):
             except self._transient as exc:
                 failure: BaseException = exc
             except Exception as exc:
-                code = _code(exc)
-                if code in _GONE_CODES:
-                    raise ObjectGone(url) from None
-                if code in _CHANGED_CODES:
-                    raise ObjectChanged(url) from None
-                if code in _MISSING_BUCKET:
-                    raise RemoteError(
-                        url, f"no bucket {self.bucket!r} at this endpoint; check the URL and --s3-endpoint-url"
-                    ) from None
-                if code in _REFUSED_CODES:
-                    raise RemoteError(
-                        url,
-                        f"the server refused these credentials ({code}); check AWS_PROFILE / AWS_ACCESS_KEY_ID or the config's keys",
-                    ) from None
-                if _no_credentials(exc):
-                    raise RemoteError(
-                        url,
-                        "no AWS credentials found; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or the dataset config's keys",
-                    ) from None
-                if code not in _RETRY_CODES:
-                    raise RemoteError(url, f"the server said {code or type(exc).__name__}: {_message(exc)}") from None
+                final = final_error(exc, url, self.bucket)
+                if final is not None:
+                    raise final from None
                 failure = exc
             attempt += 1
             if attempt >= self.policy.attempts:
-                if isinstance(failure, Exception) and _unreachable(failure):
+                if isinstance(failure, Exception) and unreachable(failure):
                     raise RemoteError(
-                        url, f"cannot reach the endpoint ({_message(failure)}); check --s3-endpoint-url and the network"
+                        url, f"cannot reach the endpoint ({message(failure)}); check --s3-endpoint-url and the network"
                     ) from None
-                raise TransientError(f"{url}: still failing after {attempt} attempts: {_message(failure)}") from None
+                raise TransientError(f"{url}: still failing after {attempt} attempts: {message(failure)}") from None
             with self._count_lock:
                 self.retries += 1
             time.sleep(self.policy.delay(attempt))
@@ -234,7 +153,10 @@ class S3Store(ObjectStore):
                 if name.endswith("/"):
                     continue  # a "folder" marker some tools write
                 yield ObjectInfo(
-                    f"s3://{self.bucket}/{name}", int(item["Size"]), _etag(item.get("ETag")), _ns(item["LastModified"])
+                    f"s3://{self.bucket}/{name}",
+                    int(item["Size"]),
+                    etag_of(item.get("ETag")),
+                    seconds_ns(item["LastModified"]),
                 )
             if not result.get("IsTruncated"):
                 return
@@ -253,7 +175,9 @@ class S3Store(ObjectStore):
             result = self._run(head, url)
         except ObjectGone:
             return None
-        return ObjectInfo(url, int(result["ContentLength"]), _etag(result.get("ETag")), _ns(result["LastModified"]))
+        return ObjectInfo(
+            url, int(result["ContentLength"]), etag_of(result.get("ETag")), seconds_ns(result["LastModified"])
+        )
 
     def read_range(self, info: ObjectInfo, start: int, end: int) -> bytes:
         end = min(end, info.size)
@@ -389,7 +313,7 @@ class S3Store(ObjectStore):
             return self.put(url, data)
         # The PUT's answer names the new version: no HEAD (its LastModified is the server's clock
         # at about now; nothing compares it before the next LIST brings the exact one).
-        return ObjectInfo(url, len(data), _etag(answer.get("ETag")), time.time_ns())
+        return ObjectInfo(url, len(data), etag_of(answer.get("ETag")), time.time_ns())
 
     def delete_if_match(self, url: str, etag: str) -> None:
         key = Location.parse(url).key
@@ -410,35 +334,3 @@ class S3Store(ObjectStore):
             if "NotImplemented" in exc.message or "501" in exc.message:
                 return None
             raise
-
-
-def _etag(value: object) -> str:
-    return str(value or "").strip('"')
-
-
-def _ns(value: Any) -> int:
-    """LastModified to whole seconds in ns: listings give milliseconds, HEAD an HTTP date to the
-    second, and the change test must find them equal."""
-    return int(value.timestamp()) * 1_000_000_000
-
-
-def _message(exc: BaseException) -> str:
-    """The first line of ``exc``, without botocore's "(reached max retries: 0)": its retries are
-    off, and the count that means something is this module's."""
-    text = str(exc).strip().splitlines()
-    return _BOTO_RETRIES.sub("", text[0]) if text else type(exc).__name__
-
-
-_BOTO_RETRIES = re.compile(r" \(reached max retries: \d+\)")
-
-
-def _no_credentials(exc: BaseException) -> bool:
-    return type(exc).__name__ in {"NoCredentialsError", "PartialCredentialsError", "ProfileNotFound"}
-
-
-def _unreachable(exc: Exception) -> bool:
-    return type(exc).__name__ in {
-        "EndpointConnectionError",
-        "ConnectTimeoutError",
-        "ClientConnectorError",
-    } or isinstance(exc, ConnectionRefusedError)
