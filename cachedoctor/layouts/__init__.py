@@ -109,7 +109,11 @@ def described_roots(options: LayoutOptions) -> list[str]:
         folders += [s.image_dir for s in _kohya_config.load(options.kohya_config, dict(options.kohya_args)).subsets]
     if options.manifest:
         base = os.path.dirname(os.path.abspath(options.manifest))
-        folders += {os.path.dirname(os.path.join(base, str(row["cache"]))) for _, row in read_rows(options.manifest)}
+        folders += {
+            os.path.dirname(os.path.join(base, str(row["cache"])))
+            for _, row in read_rows(options.manifest)
+            if "://" not in str(row["cache"])  # an s3:// cache keeps its quarantine in its bucket
+        }
     out: list[str] = []
     for folder in sorted({os.path.normpath(os.path.abspath(f)) for f in folders}):
         if not any(folder == o or folder.startswith(o.rstrip(os.sep) + os.sep) for o in out):
