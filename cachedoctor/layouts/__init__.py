@@ -104,7 +104,8 @@ def described_roots(options: LayoutOptions) -> list[str]:
     folders: list[str] = []
     if options.config:
         backends = _simpletuner_config.load(options).backends
-        folders += [d for b in backends for d in (b.cache_dir_vae, b.cache_dir) if d]
+        # an aws dataset's caches are key prefixes in its bucket, which keep their quarantine there
+        folders += [d for b in backends if b.kind != "aws" for d in (b.cache_dir_vae, b.cache_dir) if d]
     if options.kohya_config:  # kohya caches sit beside the images
         folders += [s.image_dir for s in _kohya_config.load(options.kohya_config, dict(options.kohya_args)).subsets]
     if options.manifest:
