@@ -41,8 +41,12 @@ demo: $(STAMP)
 	  $(VENV)/bin/cachedoctor repair --deep $$demo/caches --yes; code=$$?; \
 	  echo; echo "cachedoctor repair exited with $$code; the repaired copy is in $$demo/caches"; test $$code -le 1
 
+# The suite runs on TEST_JOBS processes (pytest-xdist), a file per process at a time: most of its
+# time is real subprocesses, servers and disk, so two processes keep a 2-core machine busy.
+# `make TEST_JOBS=0 test` runs it in this process (pdb, profiling).
+TEST_JOBS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
 # Test tiers. `make check`: the edit loop, tests/unit and tests/e2e less the tests marked `slow`
 # (crash tests, real subprocess sweeps); under a minute on an idle 2-core machine. `make test`:
@@ -50,7 +54,7 @@ test: $(STAMP)
 # that starts many processes or takes seconds with @pytest.mark.slow.
 .PHONY: check
 check: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests/unit tests/e2e
+	$(PY) -m pytest -q -m "not slow" $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) tests/unit tests/e2e
 
 # The lint and type gate: ruff's rules, ruff's formatting (check only), mypy (its files and
 # options are in pyproject.toml). All three run, so one report shows every failure.

@@ -104,7 +104,7 @@ def audit(
     existing = require_existing(given)
     local, remote = _split(existing)
     plan, layout_line = plan_for(layout_name(settings), local, layout_options(settings, model_family, output_dir))
-    roots = plan.roots + remote if plan is not None else existing
+    roots = _outermost_remote(plan.roots + remote) if plan is not None else existing
     result = scan(roots, options, progress=progress, dataset=plan, watch=existing)
     summary = ScanSummary.of(result)
     summary.findings = apply_severity(summary.findings, settings.severity.value)
@@ -141,6 +141,15 @@ def _split(targets: list[str]) -> tuple[list[str], list[str]]:
     from cachedoctor.remote.interface import is_remote
 
     return [t for t in targets if not is_remote(t)], [t for t in targets if is_remote(t)]
+
+
+def _outermost_remote(roots: list[str]) -> list[str]:
+    """``roots`` with each s3:// one that another contains left out: a remote prefix is listed and
+    read once, whether the plan (a manifest's cache folders) or the command line named it."""
+    from cachedoctor.layouts._manifest_remote import is_remote, outermost
+
+    remote = [r for r in roots if is_remote(r)]
+    return [r for r in roots if not is_remote(r)] + outermost(remote) if remote else roots
 
 
 def _expected_again(

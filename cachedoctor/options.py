@@ -101,6 +101,7 @@ def layout_options(
         manifest=settings.manifest.value if manifest else None,
         model_family=model_family,
         output_dir=output_dir,
+        s3=s3_settings(settings),
     )
 
 

@@ -1,4 +1,5 @@
-"""``cachedoctor manifest build``: one row per cache file with its source's size, mtime and xxh3."""
+"""``cachedoctor manifest build``: one row per cache file with its source's size, mtime and xxh3
+(an ``s3://`` source's ETag instead: ``manifest_build.py``)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def manifest_build(
     from cachedoctor.cli.settings import resolve
     from cachedoctor.layouts import LayoutError, plan_for
     from cachedoctor.manifest_build import build
-    from cachedoctor.options import layout_name, layout_options
+    from cachedoctor.options import layout_name, layout_options, s3_settings
 
     env = current()
     # The dataset is named here, never by a configured manifest (this writes one) or paths.
@@ -66,9 +67,11 @@ def manifest_build(
     if settings.layout.value == "manifest":
         raise UsageError("--layout manifest reads a manifest; pick the trainer's layout to build one")
     if dataset and "://" in dataset:
+        # The folder layouts plan through the file system (kohya reads every image's header, and
+        # both it and OneTrainer walk folders); only a SimpleTuner config plans a bucket, by one LIST.
         raise UsageError(
-            f"{dataset}: manifest build hashes a local dataset's sources; scan the s3:// cache with "
-            "`cachedoctor scan`, or build the manifest where the dataset is on disk"
+            f"{dataset}: manifest build plans a dataset folder on disk; for a SimpleTuner aws dataset "
+            "pass --config multidatabackend.json (its images are listed in the bucket, never read)"
         )
     targets = [os.path.abspath(dataset)] if dataset else []
     started = time.perf_counter()
@@ -87,13 +90,16 @@ def manifest_build(
             targets[0] if targets else ".",
             "no trainer layout recognised here; pass --layout kohya|onetrainer|simpletuner",
         )
-    result = build(plan, output, exclude=tuple(settings.exclude.value or ()))
+    result = build(plan, output, exclude=tuple(settings.exclude.value or ()), s3=s3_settings(settings))
     print(
         f"{line}\nwrote {result.rows} rows for {plan.items} items to {output} in {time.perf_counter() - started:.2f}s",
         file=env.stdout,
     )
     for source in result.unreadable:
-        env.error(f"{source}: cannot read to hash it; fix its permissions, then build again")
+        if "://" in source:
+            env.error(f"{source}: gone from the bucket since it was planned; build again once the dataset is settled")
+        else:
+            env.error(f"{source}: cannot read to hash it; fix its permissions, then build again")
     return ExitStatus.ERROR if result.unreadable else ExitStatus.CLEAN
 
 

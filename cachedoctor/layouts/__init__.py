@@ -104,12 +104,17 @@ def described_roots(options: LayoutOptions) -> list[str]:
     folders: list[str] = []
     if options.config:
         backends = _simpletuner_config.load(options).backends
-        folders += [d for b in backends for d in (b.cache_dir_vae, b.cache_dir) if d]
+        # an aws dataset's caches are key prefixes in its bucket, which keep their quarantine there
+        folders += [d for b in backends if b.kind != "aws" for d in (b.cache_dir_vae, b.cache_dir) if d]
     if options.kohya_config:  # kohya caches sit beside the images
         folders += [s.image_dir for s in _kohya_config.load(options.kohya_config, dict(options.kohya_args)).subsets]
     if options.manifest:
         base = os.path.dirname(os.path.abspath(options.manifest))
-        folders += {os.path.dirname(os.path.join(base, str(row["cache"]))) for _, row in read_rows(options.manifest)}
+        folders += {
+            os.path.dirname(os.path.join(base, str(row["cache"])))
+            for _, row in read_rows(options.manifest)
+            if "://" not in str(row["cache"])  # an s3:// cache keeps its quarantine in its bucket
+        }
     out: list[str] = []
     for folder in sorted({os.path.normpath(os.path.abspath(f)) for f in folders}):
         if not any(folder == o or folder.startswith(o.rstrip(os.sep) + os.sep) for o in out):

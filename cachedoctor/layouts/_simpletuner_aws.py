@@ -167,6 +167,7 @@ def expect_aws_backend(
                     latent_hw=hw,
                     crop=crop,
                     pre_resize=pre_resize,
+                    hints=(("etag", info.etag), ("size", info.size)),  # as listed: manifest build needs no LIST more
                 ),
                 folder,
             )

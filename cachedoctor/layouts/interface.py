@@ -48,6 +48,8 @@ class LayoutOptions:
     #: sd-scripts' bucket options from the command line (resolution, enable_bucket, min_bucket_reso,
     #: max_bucket_reso, bucket_reso_steps, bucket_no_upscale), as (name, value) pairs; below the TOML
     kohya_args: tuple[tuple[str, Any], ...] = ()
+    #: how a manifest's s3:// rows are reached (``None``: the standard AWS chain decides)
+    s3: S3Settings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,9 @@ class Expected:
     crop: tuple[int, int, int, int] | None = None  # recorded preprocessing: resize (W, H), then crop at (top, left)
     pre_resize: tuple[int, int] | None = None  # (W, H) an earlier resize the trainer applies first (SimpleTuner)
     text: str | None = None  # the caption a text entry encodes (repair recomputes from it)
-    hints: tuple[tuple[str, Any], ...] = ()  # what the layout's recompute_spec needs beyond these (kohya: resize, flip)
+    #: what the layout's recompute_spec needs beyond these (kohya: resize, flip); an s3:// source's
+    #: listed ``etag`` and ``size``, which ``manifest build`` records (SimpleTuner aws)
+    hints: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(slots=True)

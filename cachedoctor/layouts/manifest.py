@@ -8,6 +8,11 @@ same cache file (an embed named after its caption) without a collision. Relative
 manifest's folder. With ``xxh3`` the staleness check is exact: a source whose size and mtime
 still match the row is taken as unchanged, any other is hashed and compared.
 
+``s3://`` URLs may stand for either column (a SimpleTuner ``aws`` dataset). A remote source's
+fingerprint is its ``etag`` column, compared with what one LIST per source bucket shows
+(``_manifest_remote.py``: exact, and no GET of any image); a row without one is judged by the
+object's LastModified. The cache objects are found by the scan's own LIST of their folders.
+
 A recompute writes the raw latent under the row's ``key`` (else in the healthy peer's shape) at
 its ``latent_hw`` or ``shape``, in the peer's container and dtypes.
 """
@@ -17,11 +22,13 @@ from __future__ import annotations
 import csv
 import json
 import os
+import posixpath
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TextIO
 
 from cachedoctor.layouts import _recompute
+from cachedoctor.layouts._manifest_remote import etag_stale, is_remote, list_sources, outermost
 from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, SpecOrWhy, Template
 
 REQUIRED = ("source", "cache")
@@ -43,26 +50,39 @@ class ManifestLayout(Layout):
         manifest = os.path.abspath(options.manifest)
         rows = list(read_rows(manifest))
         base = os.path.dirname(manifest)
+        caches = [_abs(base, r["cache"]) for _, r in rows]
         roots = [os.path.abspath(t) for t in targets] or sorted(
-            {os.path.dirname(_abs(base, r["cache"])) for _, r in rows}
+            {os.path.dirname(c) for c in caches if not is_remote(c)}
         )
+        # s3:// cache folders are always listed (once each): a local target cannot settle them
+        roots += outermost(posixpath.dirname(c) for c in caches if is_remote(c))
         plan = DatasetPlan("manifest", roots, source_suffixes=())
+        remote = sorted({s for _, r in rows if is_remote(s := _abs(base, r["source"]))})
+        listed = list_sources(remote, lambda bucket: options.s3) if remote else {}
         stale = _stale_by_content(base, rows)
-        for (line, row), reason in zip(rows, stale, strict=False):
+        for (line, row), cache, reason in zip(rows, caches, stale, strict=False):
             source = _abs(base, row["source"])
-            st = _stat(source)
+            if is_remote(source):
+                info = listed.get(source)
+                exists, mtime = info is not None, None if info is None else info.mtime_ns
+                if info is not None and row.get("etag"):
+                    reason = etag_stale(str(row["etag"]), info)
+            else:
+                st = _stat(source)
+                exists, mtime = st is not None, None if st is None else st.st_mtime_ns
+            recorded = row.get("etag") if is_remote(source) else row.get("xxh3")
             plan.items += 1
             plan.add(
                 Expected(
-                    _abs(base, row["cache"]),
+                    cache,
                     source,
                     str(row.get("role") or "latent"),
-                    None if st is None or row.get("xxh3") or not _tracked(row) else st.st_mtime_ns,
+                    None if recorded or not _tracked(row) else mtime,
                     latent_hw=_hw(row.get("latent_hw"), manifest, line),
                     latent_key=row.get("key"),
                     shape=_dims(row.get("shape"), manifest, line, "shape"),
                     stale_reason=reason,
-                    source_exists=st is not None,
+                    source_exists=exists,
                     shared=_flag(row, "shared", False),
                 )
             )
@@ -158,6 +178,9 @@ def _hw(value: Any, path: str, line: int) -> tuple[int, int] | None:
 
 
 def _abs(base: str, path: str) -> str:
+    """A row's path: an ``s3://`` URL as it is, a relative local path from the manifest's folder."""
+    if is_remote(path):
+        return path
     return os.path.normpath(path if os.path.isabs(path) else os.path.join(base, path))
 
 
@@ -176,9 +199,9 @@ def _stale_by_content(base: str, rows: list[tuple[int, dict[str, Any]]]) -> list
         if not recorded:
             return None
         source = _abs(base, row["source"])
-        st = _stat(source)
+        st = None if is_remote(source) else _stat(source)
         if st is None:
-            return None
+            return None  # gone (its entry is an orphan), or remote (judged by its ETag)
         if (
             row.get("size") is not None
             and row.get("mtime_ns") is not None

@@ -209,3 +209,24 @@ def test_an_aws_dataset_without_endpoint_is_skipped_as_simpletuner_refuses_it(tm
     cfg = config.load(LayoutOptions(str(path)))
     assert (cfg.backends, cfg.skipped) == ([], ["s3"])
     assert cfg.notes == ["dataset 's3' skipped: type 'aws' without aws_endpoint_url (SimpleTuner refuses it too)"]
+
+
+def test_an_aws_datasets_cache_prefix_is_no_local_quarantine_root(tmp_path: Path) -> None:
+    """``quarantine list --config`` looks for quarantines under the config's local cache folders;
+    an aws dataset's ``cache_dir_vae`` is a key prefix in its bucket (its quarantine is there)."""
+    from cachedoctor.layouts import described_roots
+
+    local = tmp_path / "cache" / "vae" / "local"
+    backends = [
+        {"id": "here", "type": "local", "instance_data_dir": str(tmp_path / "images"), "cache_dir_vae": str(local)},
+        {
+            "id": "there",
+            "type": "aws",
+            "aws_bucket_name": "b",
+            "aws_endpoint_url": "http://127.0.0.1:9",
+            "cache_dir_vae": "cache/vae/there",
+        },
+    ]
+    config = tmp_path / "multidatabackend.json"
+    config.write_text(json.dumps(backends))
+    assert described_roots(LayoutOptions(config=str(config))) == [str(local)]
