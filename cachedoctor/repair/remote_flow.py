@@ -35,6 +35,16 @@ def one_prefix(targets: list[str]) -> str:
     return targets[0]
 
 
+def on_its_own(url: str) -> RepairError:
+    """A dataset other than a SimpleTuner config (a manifest) whose cache is in a bucket: one
+    line saying to repair that prefix on its own (remote recomputes follow SimpleTuner's plan)."""
+    return RepairError(
+        url,
+        f"this dataset's cache is in a bucket; repair it on its own: `cachedoctor repair {url}` "
+        "(remote caches are recomputed through a SimpleTuner config's aws datasets only)",
+    )
+
+
 def where(store: ObjectStore, url: str) -> tuple[Location, dict[str, ObjectInfo]]:
     """The prefix a repair of ``url`` works in (its lock, journal and quarantine) and its objects
     by URL: ``url`` itself, or the folder of the one object it names."""
@@ -153,4 +163,4 @@ def survey_remote_targets(
     return out
 
 
-__all__ = ["one_prefix", "repair_remote", "survey_remote_targets", "where"]
+__all__ = ["on_its_own", "one_prefix", "repair_remote", "survey_remote_targets", "where"]

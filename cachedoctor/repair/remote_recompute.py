@@ -60,6 +60,8 @@ class RemoteSink:
     def prepare(self, spec: RecomputeSpec, downscale: int) -> Prepared:
         from cachedoctor.layouts.prepare import prepare_image
 
+        if not is_remote(spec.source):  # a local image for a cache in a bucket: read from disk
+            return prepare_image(spec, downscale)
         return prepare_image(spec, downscale, self.fetch(spec.source))
 
     def fetch(self, url: str) -> bytes:

@@ -112,7 +112,10 @@ def repair(
     dataset = planned[0]
     if dataset is not None and any(is_remote(r) for r in dataset.roots):  # a SimpleTuner aws dataset
         from cachedoctor.repair.remote_dataset import repair_dataset
+        from cachedoctor.repair.remote_flow import on_its_own
 
+        if dataset.layout != "simpletuner":
+            raise on_its_own(next(r for r in dataset.roots if is_remote(r)))
         return repair_dataset(
             dataset, planned[1], targets, layout, layout_options, options, argv, confirm, show_plan, progress
         )
