@@ -152,36 +152,46 @@ def test_without_a_dataset_a_recompute_is_blocked_as_on_disk(bucket: Bucket, tmp
 
 
 @pytest.mark.slow
-def test_recover_finishes_a_recompute_killed_between_the_image_get_and_the_put(
-    s3_server: Any, bucket: Bucket, tmp_path: Path
+@pytest.mark.parametrize(
+    ("victim", "point"),
+    [("nan", "remote-before-put"), ("missing", "remote-before-put"), ("missing", "remote-after-put")],
+)
+def test_recover_finishes_a_recompute_killed_around_its_put(
+    s3_server: Any, bucket: Bucket, tmp_path: Path, victim: str, point: str
 ) -> None:
+    """Killed between the image's GET and the PUT (the old object, or the gap, still there), or
+    after a missing entry's PUT before the journal heard of it: ``recover --apply`` finishes."""
     ds = simpletuner(tmp_path / "st", 3)
-    nan = ds.images[1]
-    healthy = ds.latent_path(nan).read_bytes()
-    broken = torch.load(ds.latent_path(nan), weights_only=True).clone()
-    broken[0, 0, 0] = float("nan")
-    save_pt(ds.latent_path(nan), broken)
-    nan_bytes = ds.latent_path(nan).read_bytes()
-    config = upload(ds, bucket, s3_server)
-    name = ds.latent_path(nan).name
+    image = ds.images[1]
+    name = ds.latent_path(image).name
+    healthy = ds.latent_path(image).read_bytes()
+    before: bytes | None = None
+    if victim == "nan":
+        broken = torch.load(ds.latent_path(image), weights_only=True).clone()
+        broken[0, 0, 0] = float("nan")
+        save_pt(ds.latent_path(image), broken)
+        before = ds.latent_path(image).read_bytes()
+    config = upload(ds, bucket, s3_server, skip=(image,) if victim == "missing" else ())
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
-    env["CACHEDOCTOR_TEST_KILL_AT_POINT"] = "remote-before-put"  # the image was read, the old copy kept
+    env["CACHEDOCTOR_TEST_KILL_AT_POINT"] = point
     argv = [sys.executable, "-m", "cachedoctor", "repair", "--config", str(config), "--encoder", POOL, "--yes"]
     killed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
-    assert bucket.get(bucket.url(name)) == nan_bytes  # nothing a reader sees has changed
+    if point == "remote-before-put":
+        assert bucket.get(bucket.url(name)) == before  # nothing a reader sees has changed
     assert ".cachedoctor/lock" in bucket.keys(".cachedoctor/")
 
     code, out, err = cli("recover", "--config", str(config), columns=400)
     assert (code, err) == (1, ""), out
-    assert "interrupted" in out
+    assert "interrupted repair in " + bucket.url() in out and "1 not; encoder(s): " + POOL in out
 
     code, out, err = cli("recover", "--apply", "--yes", "--config", str(config), columns=400)
     assert (code, err) == (0, ""), out
+    assert "done: 1 verified, 0 skipped, 0 blocked, 0 failed" in out
     got = torch.load(io.BytesIO(bucket.get(bucket.url(name)) or b""), weights_only=True)
     want = torch.load(io.BytesIO(healthy), weights_only=True)
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
     kept = [k for k in bucket.keys(".cachedoctor/") if k.endswith(name)]
-    assert len(kept) == 1 and bucket.get(bucket.url(kept[0])) == nan_bytes  # kept once
+    assert [bucket.get(bucket.url(k)) for k in kept] == ([before] if before else [])  # kept once, if at all
     assert ".cachedoctor/lock" not in bucket.keys(".cachedoctor/")
