@@ -84,7 +84,7 @@ def recover(
 
     from cachedoctor.cli.progress import ProgressLine
     from cachedoctor.options import layout_name, layout_options, scan_options
-    from cachedoctor.repair.recover import CRASH_KINDS, survey
+    from cachedoctor.repair.recover import resumed_only, survey
     from cachedoctor.repair.run import RepairOptions, still_broken
     from cachedoctor.report.repair_lines import Lines, whole
     from cachedoctor.report.repair_text import RepairReport, print_result, print_survey
@@ -145,7 +145,8 @@ def recover(
     options = RepairOptions(
         scan=replace(scanning, deep=True),
         encoders=encoders,
-        only=None if resumed else CRASH_KINDS,
+        only=resumed_only(resumed),  # a resumed run keeps its own scope (its --only, --keep-blocked)
+        keep_blocked=bool(resumed and resumed.keep_blocked),
         allow_empty=bool(settings.allow_empty.value),
         take_stale_lock=True,  # an s3:// prefix's lock left by a dead repair
     )

@@ -29,13 +29,15 @@ from dataclasses import dataclass
 
 from cachedoctor.faults import could_not_write, is_full, move_aside, reason
 from cachedoctor.repair.model import Action, ItemResult, ItemState, RepairError
+from cachedoctor.repair.scope import scope_keeps_blocked, scope_only
 from cachedoctor.sqlite_mode import set_journal_mode
 from cachedoctor.statedir import journal_path
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, started REAL NOT NULL, finished REAL, status TEXT NOT NULL,
-    host TEXT NOT NULL, pid INTEGER NOT NULL, pid_start TEXT, argv TEXT, encoder TEXT, fingerprint TEXT
+    host TEXT NOT NULL, pid INTEGER NOT NULL, pid_start TEXT, argv TEXT, encoder TEXT, fingerprint TEXT,
+    scope TEXT
 );
 CREATE TABLE IF NOT EXISTS items (
     run_id TEXT NOT NULL, path TEXT NOT NULL, action TEXT NOT NULL, state TEXT NOT NULL,
@@ -79,6 +81,15 @@ class Interrupted:
     unfinished: tuple[Action, ...]
     last_update: float = 0.0  # when the journal last heard from it: files newer than this are suspects
     recomputed: bool = False  # it wrote at least one recompute: a resume must use the same model
+    scope: str | None = None  # what narrowed the run (``scope.run_scope``); ``None``: not recorded
+
+    @property
+    def only(self) -> frozenset[str] | None:
+        return scope_only(self.scope)
+
+    @property
+    def keep_blocked(self) -> bool:
+        return scope_keeps_blocked(self.scope)
 
     @property
     def encoders(self) -> tuple[str, ...]:
@@ -191,6 +202,9 @@ class Journal:
                 # consistent; a power cut may lose the last rows, which the next run's fresh scan makes up for.
                 self.db.execute("PRAGMA synchronous=NORMAL")
                 self.db.executescript(_SCHEMA)
+                columns = {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}
+                if "scope" not in columns:  # a journal written before runs recorded their scope
+                    self.db.execute("ALTER TABLE runs ADD COLUMN scope TEXT")
             except BaseException:
                 self.close()
                 raise
@@ -203,10 +217,10 @@ class Journal:
     def interrupted(self) -> Interrupted | None:
         """The newest run that is marked running (or interrupted) but whose process is gone."""
         rows = self.db.execute(
-            "SELECT run_id, host, pid, pid_start, encoder, fingerprint FROM runs "
+            "SELECT run_id, host, pid, pid_start, encoder, fingerprint, scope FROM runs "
             "WHERE status IN ('running', 'interrupted') ORDER BY started DESC"
         ).fetchall()
-        for run_id, host, pid, pid_start, encoder, fingerprint in rows:
+        for run_id, host, pid, pid_start, encoder, fingerprint, scope in rows:
             if process_alive(host, pid, pid_start):
                 continue
             items = self.db.execute("SELECT path, action, state FROM items WHERE run_id = ?", (run_id,)).fetchall()
@@ -218,16 +232,28 @@ class Journal:
             recomputed = any(
                 s == ItemState.VERIFIED.value and '"kind": "recompute"' in a for _p, a, s in items
             )  # the action JSON is written with sort_keys: "kind": "recompute" when it was one
-            return Interrupted(run_id, encoder, fingerprint, verified, unfinished, float(last or 0.0), recomputed)
+            return Interrupted(
+                run_id, encoder, fingerprint, verified, unfinished, float(last or 0.0), recomputed, scope
+            )
         return None
 
-    def start(self, run_id: str, argv: list[str], encoder: str | None, fingerprint: str | None, resumed: bool) -> None:
+    def start(
+        self,
+        run_id: str,
+        argv: list[str],
+        encoder: str | None,
+        fingerprint: str | None,
+        resumed: bool,
+        scope: str | None = None,
+    ) -> None:
+        """Record the run (``scope``: ``scope.run_scope``); a resumed one is taken over."""
         self.run_id = run_id
         pid = os.getpid()
         with _guard(self.path), self.db:
             self.db.execute(
-                "INSERT OR IGNORE INTO runs (run_id, started, status, host, pid, pid_start, argv, encoder, fingerprint) "
-                "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO runs "
+                "(run_id, started, status, host, pid, pid_start, argv, encoder, fingerprint, scope) "
+                "VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     time.time(),
@@ -237,13 +263,14 @@ class Journal:
                     json.dumps(argv),
                     encoder,
                     fingerprint,
+                    scope,
                 ),
             )
             if resumed:  # the run goes on under this process (another root may not know it yet: inserted above)
                 self.db.execute(
-                    "UPDATE runs SET status='running', host=?, pid=?, pid_start=?, encoder=?, fingerprint=? "
-                    "WHERE run_id=?",
-                    (socket.gethostname(), pid, process_start(pid), encoder, fingerprint, run_id),
+                    "UPDATE runs SET status='running', host=?, pid=?, pid_start=?, encoder=?, fingerprint=?, "
+                    "scope=COALESCE(?, scope) WHERE run_id=?",
+                    (socket.gethostname(), pid, process_start(pid), encoder, fingerprint, scope, run_id),
                 )
 
     def plan(self, actions: list[Action]) -> None:

@@ -38,6 +38,15 @@ from cachedoctor.statedir import STATE_DIR, clock_path, is_lock_name
 CRASH_KINDS = frozenset({"partial-write", "corrupt-archive", "non-finite"})
 
 
+def resumed_only(run: Interrupted | None) -> frozenset[str] | None:
+    """The finding kinds ``recover --apply`` repairs: the interrupted run's own ``--only`` (it
+    does no more than that run asked for), or the crash kinds when there is no run to resume or
+    its journal predates recorded scopes."""
+    if run is None or run.scope is None:
+        return CRASH_KINDS
+    return run.only
+
+
 @dataclass
 class DeepRead:
     """Files read deep because they were written around the crash, and the damaged among them."""

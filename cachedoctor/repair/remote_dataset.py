@@ -24,6 +24,7 @@ from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
 from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore, is_remote
 from cachedoctor.repair.model import ActionKind, Declined, RepairError, RepairPlan, Stat
 from cachedoctor.repair.remote_run import NO_TEMPS, RemoteSession, listed
+from cachedoctor.repair.scope import run_scope
 
 if TYPE_CHECKING:
     from cachedoctor.layouts import LayoutName, LayoutOptions
@@ -83,6 +84,7 @@ def repair_dataset(
             stack.enter_context(session)
             session.recompute = recomputer(options, source_store, plan.remote_sources) if encoders else None
             session.encoders, session.fingerprint = options.encoders, fingerprint
+            session.scope = run_scope(options.only, options.keep_blocked)
             _same_model(session, fingerprint)
             results += session.finish_interrupted()
             sessions[root] = session

@@ -18,6 +18,7 @@ from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore, is_r
 from cachedoctor.repair.model import Declined, RepairError
 from cachedoctor.repair.remote_lock import lock_url
 from cachedoctor.repair.remote_run import RemoteSession, listed, plan_remote
+from cachedoctor.repair.scope import run_scope
 
 if TYPE_CHECKING:
     from cachedoctor.remote.s3 import S3Settings
@@ -83,6 +84,7 @@ def repair_remote(
         return outcome
     first = where(store, url)
     with RemoteSession(store, first[0], argv, fresh=options.fresh, take_stale=take_stale) as session:
+        session.scope = run_scope(options.only, options.keep_blocked)
         if options.encoders:  # new recomputes are blocked (no dataset); an interrupted run's are finished
             from cachedoctor.encoders import load_encoder
             from cachedoctor.repair.remote_recompute import recomputer

@@ -102,6 +102,7 @@ class RemoteSession:
         self.recompute: Recompute | None = None
         self.encoders: tuple[str, ...] = ()
         self.fingerprint: str | None = None
+        self.scope: str | None = None  # ``journal.run_scope`` of the run's options (``recover`` keeps it)
 
     def __enter__(self) -> RemoteSession:
         self.lock.acquire(take_stale=self.take_stale)
@@ -129,7 +130,9 @@ class RemoteSession:
         if self.journal is None:
             self.journal = Journal(self.root)
             encoders = json.dumps(list(self.encoders)) if self.encoders else None
-            self.journal.start(self.run_id, self.argv, encoders, self.fingerprint, self.interrupted is not None)
+            self.journal.start(
+                self.run_id, self.argv, encoders, self.fingerprint, self.interrupted is not None, self.scope
+            )
         return self.journal
 
     def _actor(self) -> RemoteActor:

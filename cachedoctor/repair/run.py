@@ -34,6 +34,7 @@ from cachedoctor.repair.journal import (
 )
 from cachedoctor.repair.model import ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
 from cachedoctor.repair.planner import plan_repair
+from cachedoctor.repair.scope import run_scope
 from cachedoctor.scan import ScanOptions, ScanResult, scan
 
 
@@ -223,6 +224,7 @@ def repair(
             json.dumps(list(options.encoders)) if options.encoders else None,
             fingerprints,
             outcome.resumed,
+            run_scope(options.only, options.keep_blocked),
         )
         journal.plan([a for a in plan.actions if a.root == root])
 

@@ -127,10 +127,15 @@ def survey_document(found: Any) -> dict[str, Any]:
                 "finished": len(run.verified),
                 "unfinished": len(run.unfinished),
                 "encoders": list(run.encoders),
+                "scope": None if run.scope is None else {"only": _sorted(run.only), "keep_blocked": run.keep_blocked},
             }
             for root, run in found.interrupted
         ],
     }
+
+
+def _sorted(kinds: Any) -> list[str] | None:
+    return sorted(kinds) if kinds is not None else None
 
 
 def _pair(before: int, after: int) -> dict[str, int]:

@@ -10,6 +10,7 @@ from cachedoctor.report.repair_lines import Lines, whole
 
 if TYPE_CHECKING:  # type-only: printing must not import the repair machinery
     from cachedoctor.cli.environment import Environment
+    from cachedoctor.repair.journal import Interrupted
     from cachedoctor.repair.recover import Survey
 
 
@@ -47,6 +48,16 @@ def print_survey(found: Survey, env: Environment) -> None:
             f"interrupted repair in {lines.rel(root)}: run {run.run_id}, {len(run.verified)} item(s) finished, "
             f"{len(run.unfinished)} not; encoder(s): {specs}"
         )
+        lines.say(f"  --apply resumes it with its own scope: {scope_words(run)}")
 
 
-__all__ = ["print_survey"]
+def scope_words(run: Interrupted) -> str:
+    """What the interrupted run was asked to repair, as ``recover --apply`` will resume it."""
+    if run.scope is None:  # a journal written before runs recorded their scope
+        return "not recorded by that run's journal; only crash damage is repaired"
+    only = run.only
+    words = f"--only {','.join(sorted(only))}" if only is not None else "every finding kind"
+    return words + (", --keep-blocked" if run.keep_blocked else "")
+
+
+__all__ = ["print_survey", "scope_words"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -92,3 +93,41 @@ def test_finish_run_closes_a_run_and_is_a_no_op_without_journal(tmp_path: Path) 
     assert db.execute("SELECT status FROM runs").fetchall() == [("abandoned",)]
     db.close()
     assert journal_path(str(tmp_path), 3).endswith("/.cachedoctor/journal-rank3.sqlite")
+
+
+def test_a_journal_from_before_scopes_opens_and_its_run_resumes_with_crash_kinds_only(tmp_path: Path) -> None:
+    from cachedoctor.repair.recover import CRASH_KINDS, resumed_only
+
+    path = Path(journal_path(str(tmp_path)))
+    path.parent.mkdir(parents=True)
+    db = sqlite3.connect(path)
+    db.executescript(  # the runs table as it was before the scope column
+        "CREATE TABLE runs (run_id TEXT PRIMARY KEY, started REAL NOT NULL, finished REAL, status TEXT NOT NULL,"
+        " host TEXT NOT NULL, pid INTEGER NOT NULL, pid_start TEXT, argv TEXT, encoder TEXT, fingerprint TEXT);"
+    )
+    db.execute(  # a run of this host whose process is gone
+        "INSERT INTO runs VALUES ('run-old', 1.0, NULL, 'interrupted', ?, 2147483646, NULL, '[]', NULL, NULL)",
+        (socket.gethostname(),),
+    )
+    db.commit()
+    db.close()
+    found = interrupted_run(str(tmp_path))
+    assert found is not None and found.scope is None
+    assert resumed_only(found) == CRASH_KINDS
+
+
+def test_a_run_records_its_scope_and_a_resume_reads_it_back(tmp_path: Path) -> None:
+    from cachedoctor.repair.recover import resumed_only
+    from cachedoctor.repair.scope import run_scope
+
+    journal = Journal(str(tmp_path))
+    journal.start("run-1", ["repair"], None, None, False, run_scope(frozenset({"device-tagged"}), True))
+    journal.close()
+    db = sqlite3.connect(journal_path(str(tmp_path)))
+    db.execute("UPDATE runs SET pid = 2147483646")  # its process is gone
+    db.commit()
+    db.close()
+    found = interrupted_run(str(tmp_path))
+    assert found is not None
+    assert (found.only, found.keep_blocked) == (frozenset({"device-tagged"}), True)
+    assert resumed_only(found) == frozenset({"device-tagged"})
