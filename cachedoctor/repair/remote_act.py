@@ -24,8 +24,9 @@ waits overlap. The journal (local SQLite) is written under the actor's lock, the
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeAlias
 
@@ -201,7 +202,8 @@ class RemoteActor:
         """Steps 2-4: the old version kept, then one PUT conditional on it."""
         dest = self.keep(action, info)
         crash_point("remote-before-put")
-        new = self.store.put_if_match(action.path, data, info.etag)
+        with self.abandoned_if_refused(dest):
+            new = self.store.put_if_match(action.path, data, info.etag)
         if new.size != len(data):
             raise TransientError(f"{action.path}: wrote {len(data)} bytes, the server holds {new.size}")
         self.quarantine.replaced(dest, new.etag)
@@ -214,12 +216,23 @@ class RemoteActor:
         info = info_of(action)
         dest = self.keep(action, info)
         crash_point("remote-before-delete")
-        self.store.delete_if_match(action.path, info.etag)
+        with self.abandoned_if_refused(dest):
+            self.store.delete_if_match(action.path, info.etag)
         crash_point("remote-after-delete")
         why = "moved to the quarantine"
         if action.note:
             why += f" (not recomputed: {action.note}; the trainer re-caches it)"
         return ItemResult(action.path, action.kind, ItemState.VERIFIED, why, dest, info.size, 0)
+
+    @contextlib.contextmanager
+    def abandoned_if_refused(self, dest: str) -> Iterator[None]:
+        """A PUT or DELETE the server refused (the object changed or went since the scan) changed
+        nothing: the copy kept for it is given up, so the records list only what was replaced."""
+        try:
+            yield
+        except (ObjectChanged, ObjectGone):
+            self.quarantine.abandon(dest)
+            raise
 
     def keep(self, action: Action, info: ObjectInfo) -> str:
         """Step 2: the verified copy, then the journal told (before anything changes)."""

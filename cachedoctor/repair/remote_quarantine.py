@@ -127,6 +127,27 @@ class RemoteQuarantine:
                 record["replaced_by"] = etag
                 self._dirty = True
 
+    def abandon(self, dest: str) -> None:
+        """The copy at ``dest`` replaced nothing (the PUT or DELETE after it was refused): it is
+        deleted and its record dropped, so neither ``quarantine list`` nor restore sees it. A copy
+        that cannot be deleted keeps its record marked ``abandoned`` (both pass it over)."""
+        rel = dest[len(self.folder) + 1 :]
+        try:
+            self.store.delete(dest)
+            gone = True
+        except ObjectGone:
+            gone = True
+        except Exception:  # best effort (a transient fault): the record then says what the copy is
+            gone = False
+        with self._lock:
+            self._load()
+            assert self._records is not None
+            if gone:
+                self._dirty = self._records.pop(rel, None) is not None or self._dirty
+            elif rel in self._records:
+                self._records[rel]["abandoned"] = True
+                self._dirty = True
+
     def write_records(self) -> None:
         """PUT the records object again if anything was noted since the last time."""
         with self._lock:
@@ -191,7 +212,11 @@ def list_remote_runs(store: ObjectStore, location: Location) -> list[RemoteRun]:
         objects = by_run[run_id]
         records_info = objects.pop(RECORDS, None)
         records = read_records(store, "", records_info) if records_info is not None else {}
-        files = tuple(_file(location, rel, info, records.get(rel, {})) for rel, info in sorted(objects.items()))
+        files = tuple(  # (an abandoned copy replaced nothing: not listed, not restored; purged)
+            _file(location, rel, info, records.get(rel, {}))
+            for rel, info in sorted(objects.items())
+            if not records.get(rel, {}).get("abandoned")
+        )
         folder = f"{quarantine_url(location)}/{run_id}"
         runs.append(RemoteRun(QuarantineRun(run_id, folder, files), objects, records))
     return runs
