@@ -86,9 +86,15 @@ def repair_dataset(
             session.encoders, session.fingerprint = options.encoders, fingerprint
             session.scope = run_scope(options.only, options.keep_blocked)
             _same_model(session, fingerprint)
-            results += session.finish_interrupted()
             sessions[root] = session
-        infos = {r: listed(stores[r], Location.parse(r)) for r in roots}
+        infos = {r: listed(stores[r], Location.parse(r)) for r in roots}  # (once the locks are held)
+        for root, session in sessions.items():  # a repair of an overlapping prefix: stop before any write
+            session.exclude_overlaps(infos[root], {s.lock.url for s in sessions.values()})
+        for root, session in sessions.items():
+            finished = session.finish_interrupted()
+            if finished:  # the listing changed
+                infos[root] = listed(stores[root], Location.parse(root))
+            results += finished
         expected = plan.by_path()  # (the scan consumes the plan)
         before = _scan(plan, targets, options, stages.progress)
         stages.start(PLAN, len(before.findings))

@@ -1,9 +1,10 @@
 """``cachedoctor repair s3://bucket/prefix`` and ``recover s3://...``: the remote twin of
 ``run.repair`` (which hands remote targets here) and of ``recover.survey``.
 
-The order is what keeps it safe: take the prefix's lock; finish an interrupted run of it (its
-items were confirmed when it started: ``remote_recover.roll_forward``); LIST the prefix (the
-versions every later request is conditional on); scan it (the scan's own remote reader, the
+The order is what keeps it safe: take the prefix's lock; LIST the prefix (the versions every
+later request is conditional on) and stop while a repair of an overlapping prefix holds its own
+lock (``remote_lock.PrefixLock.exclude_overlaps``); finish an interrupted run of it (its items
+were confirmed when it started: ``remote_recover.roll_forward``; then LIST again); scan it (the scan's own remote reader, the
 same checks as on disk); plan; show the plan and ask; act (``remote_act.py``); release the
 lock; rescan. A dry run takes no lock and writes nothing, not even the journal.
 """
@@ -59,6 +60,16 @@ def where(store: ObjectStore, url: str) -> tuple[Location, dict[str, ObjectInfo]
     return location, infos
 
 
+def lock_location(store: ObjectStore, url: str) -> Location:
+    """The prefix whose lock a repair of ``url`` takes, known before it lists anything: ``url``
+    itself, or the folder of the one object it names (one HEAD; ``where`` says the same once
+    listed)."""
+    location = Location.parse(url)
+    if location.key and not url.endswith("/") and store.head(url) is not None:
+        return location.child(location.key.rpartition("/")[0])
+    return location
+
+
 def repair_remote(
     targets: list[str],
     options: RepairOptions,
@@ -82,9 +93,12 @@ def repair_remote(
         show_plan(outcome)
         outcome.after = before if not outcome.plan.runnable() else None
         return outcome
-    first = where(store, url)
-    with RemoteSession(store, first[0], argv, fresh=options.fresh, take_stale=take_stale) as session:
+    with RemoteSession(store, lock_location(store, url), argv, fresh=options.fresh, take_stale=take_stale) as session:
         session.scope = run_scope(options.only, options.keep_blocked)
+        first = where(store, url)  # listed once the lock is held: it shows a lock taken under it meanwhile
+        if first[0] != session.location:
+            raise RepairError(url, "names an object and a prefix at once; repair the prefix (end it with /)")
+        session.exclude_overlaps(first[1])  # before anything is written, an interrupted run's items too
         if options.encoders:  # new recomputes are blocked (no dataset); an interrupted run's are finished
             from cachedoctor.encoders import load_encoder
             from cachedoctor.repair.remote_recompute import recomputer

@@ -23,6 +23,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass
 
 from cachedoctor.remote.interface import Location, ObjectChanged, ObjectGone, ObjectStore
@@ -104,15 +105,7 @@ class RemoteLocked(RepairError):
 
 def read_holder(store: ObjectStore, location: Location) -> tuple[Holder | None, bool]:
     """The lock's holder (``None`` when unreadable) and whether a lock object exists at all."""
-    info = store.head(lock_url(location))
-    if info is None:
-        return None, False
-    try:
-        return Holder.parse(store.read_whole(info, _LOCK_LIMIT)), True
-    except ObjectGone:
-        return None, False
-    except ObjectChanged:
-        return None, True
+    return _holder_at(store, lock_url(location))
 
 
 def locked_error(location: Location, holder: Holder | None) -> RemoteLocked:
@@ -129,8 +122,53 @@ def locked_error(location: Location, holder: Holder | None) -> RemoteLocked:
     return RemoteLocked(url, f"another repair holds this prefix ({who}); {then}")
 
 
+def ancestor_locks(location: Location) -> list[str]:
+    """The lock URLs of every prefix that holds ``location`` (the bucket root included)."""
+    parts = location.key.split("/") if location.key else []
+    return [lock_url(location.child("/".join(parts[:n]))) for n in range(len(parts))]
+
+
+def nested_locks(location: Location, urls: Iterable[str]) -> list[str]:
+    """The lock objects among ``urls`` (a listing of ``location``) of prefixes under it."""
+    own = lock_url(location)
+    out = []
+    for url in urls:
+        parts = Location.parse(url).key.split("/")
+        if parts[-2:] == [STATE_DIR, LOCK] and STATE_DIR not in parts[:-2] and url != own:
+            out.append(url)
+    return sorted(out)
+
+
+def _holder_at(store: ObjectStore, url: str) -> tuple[Holder | None, bool]:
+    """``read_holder`` of the lock object at ``url``."""
+    info = store.head(url)
+    if info is None:
+        return None, False
+    try:
+        return Holder.parse(store.read_whole(info, _LOCK_LIMIT)), True
+    except ObjectGone:
+        return None, False
+    except ObjectChanged:
+        return None, True
+
+
+def overlap_error(location: Location, url: str, holder: Holder | None) -> RemoteLocked:
+    """Another repair holds a prefix above or under ``location``: one line naming its lock."""
+    who = holder.describe() if holder else "an unreadable lock object"
+    prefix = url.rsplit(f"/{STATE_DIR}/", 1)[0]
+    if holder is not None and holder.gone:
+        then = f"that process is gone: `cachedoctor recover {prefix} --apply` finishes its run and clears the lock"
+    else:
+        then = "the two would change the same objects; wait for it to finish, then run this repair again"
+    return RemoteLocked(url, f"a repair of the overlapping prefix {prefix} holds this lock ({who}); {then}")
+
+
 class PrefixLock:
     """``with PrefixLock(store, location, run_id, command):`` holds the prefix for the block."""
+
+    #: How long the first of two overlapping repairs that started together waits for the later
+    #: one to see it and let go (seconds).
+    outwait = 3.0
 
     def __init__(self, store: ObjectStore, location: Location, run_id: str, command: str = "repair") -> None:
         self.store = store
@@ -157,6 +195,35 @@ class PrefixLock:
             return
         raise locked_error(self.location, holder)
 
+    def exclude_overlaps(self, listed_urls: Iterable[str], ours: Collection[str] = ()) -> None:
+        """Once the lock is held: stop (release, :class:`RemoteLocked`) while a repair of an
+        overlapping prefix holds its own: an ancestor's (one HEAD each, the bucket root's too)
+        or one under this prefix (``listed_urls``: a listing made after :meth:`acquire`). Taking
+        the lock first, then looking, means of two that start together at least one sees the
+        other: the later by (start time, run id) lets go; the earlier waits for that. ``ours``:
+        lock URLs this same run holds (the other cache prefixes of one dataset)."""
+        for url in ancestor_locks(self.location) + nested_locks(self.location, listed_urls):
+            if url in ours:
+                continue
+            holder, exists = _holder_at(self.store, url)
+            if not exists:
+                continue
+            mine = (self.holder.since, self.holder.run_id)
+            first = holder is not None and not holder.gone and mine < (holder.since, holder.run_id)
+            if first and self._outwaited(url):
+                continue
+            self.release()
+            raise overlap_error(self.location, url, holder)
+
+    def _outwaited(self, url: str) -> bool:
+        """Whether the later repair's lock at ``url`` goes within :attr:`outwait`."""
+        deadline = time.monotonic() + self.outwait
+        while self.store.head(url) is not None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
     def release(self) -> None:
         """Delete the lock object if it is still ours (a lock someone cleared and took since is
         theirs now)."""
@@ -178,4 +245,14 @@ class PrefixLock:
         self.release()
 
 
-__all__ = ["Holder", "PrefixLock", "RemoteLocked", "lock_url", "own_key", "read_holder", "remote_root"]
+__all__ = [
+    "Holder",
+    "PrefixLock",
+    "RemoteLocked",
+    "ancestor_locks",
+    "lock_url",
+    "nested_locks",
+    "own_key",
+    "read_holder",
+    "remote_root",
+]

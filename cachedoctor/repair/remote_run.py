@@ -126,6 +126,12 @@ class RemoteSession:
         finally:
             self.lock.release()
 
+    def exclude_overlaps(self, infos: Mapping[str, ObjectInfo], ours: Collection[str] = ()) -> None:
+        """Stop while a repair of a prefix above or under this one holds its lock (``infos``: a
+        listing made once this session's lock was held; ``ours``: the locks of this run's other
+        sessions; ``PrefixLock.exclude_overlaps``)."""
+        self.lock.exclude_overlaps(infos, ours)
+
     def _start(self) -> Journal:
         if self.journal is None:
             self.journal = Journal(self.root)
