@@ -98,6 +98,8 @@ class RemoteActor:
         self.threads = threads or THREADS
         self.lock = threading.Lock()
         self.since_records = 0
+        #: URL -> the ETag of what this actor wrote there (``None``: created, ETag not returned).
+        self.written: dict[str, str | None] = {}
 
     def record(self, result: ItemResult) -> None:
         with self.lock:
@@ -166,6 +168,7 @@ class RemoteActor:
             crash_point("remote-before-put")
             if not self.store.put_if_absent(action.path, data):
                 return ItemResult(action.path, action.kind, ItemState.SKIPPED, CREATED)
+            self.written[action.path] = None
             crash_point("remote-after-put")
             return ItemResult(action.path, action.kind, ItemState.VERIFIED, "written and checked", None, 0, len(data))
 
@@ -207,6 +210,7 @@ class RemoteActor:
         if new.size != len(data):
             raise TransientError(f"{action.path}: wrote {len(data)} bytes, the server holds {new.size}")
         self.quarantine.replaced(dest, new.etag)
+        self.written[action.path] = new.etag
         crash_point("remote-after-put")
         return ItemResult(
             action.path, action.kind, ItemState.VERIFIED, "written and checked", dest, info.size, len(data)

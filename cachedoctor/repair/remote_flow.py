@@ -18,7 +18,7 @@ from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
 from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore, is_remote
 from cachedoctor.repair.model import Declined, RepairError
 from cachedoctor.repair.remote_lock import lock_url
-from cachedoctor.repair.remote_run import RemoteSession, listed, plan_remote
+from cachedoctor.repair.remote_run import RemoteSession, changed_by_others, listed, plan_remote
 from cachedoctor.repair.scope import run_scope
 
 if TYPE_CHECKING:
@@ -120,7 +120,8 @@ def repair_remote(
         if not confirm(outcome):
             raise Declined()
         outcome.results += session.act(outcome.plan)
-    outcome.after = _scan(store, url, options.scan, stages.renamed(RESCAN))[0]
+    outcome.after, _, after = _scan(store, url, options.scan, stages.renamed(RESCAN))
+    outcome.others = changed_by_others(infos, after, session.written)  # not this repair's doing
     return outcome
 
 

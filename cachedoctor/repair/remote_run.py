@@ -102,7 +102,8 @@ class RemoteSession:
         self.recompute: Recompute | None = None
         self.encoders: tuple[str, ...] = ()
         self.fingerprint: str | None = None
-        self.scope: str | None = None  # ``journal.run_scope`` of the run's options (``recover`` keeps it)
+        self.scope: str | None = None  # ``scope.run_scope`` of the run's options (``recover`` keeps it)
+        self.written: dict[str, str | None] = {}  # what its actors wrote (``RemoteActor.written``)
 
     def __enter__(self) -> RemoteSession:
         self.lock.acquire(take_stale=self.take_stale)
@@ -150,7 +151,9 @@ class RemoteSession:
             if result.state is not ItemState.PLANNED:
                 self.results.append(result)
 
-        return RemoteActor(self.store, quarantine, record, recompute=self.recompute)
+        actor = RemoteActor(self.store, quarantine, record, recompute=self.recompute)
+        actor.written = self.written
+        return actor
 
     def finish_interrupted(self) -> list[ItemResult]:
         """Roll the interrupted run's unfinished items forward (``remote_recover.py``)."""
@@ -188,4 +191,20 @@ class RemoteSession:
         return self.results[done:]
 
 
-__all__ = ["NO_RECOMPUTE", "NO_SOURCE", "RemoteSession", "listed", "plan_remote"]
+def changed_by_others(
+    before: Mapping[str, ObjectInfo], after: Mapping[str, ObjectInfo], written: Mapping[str, str | None]
+) -> set[str]:
+    """The objects of the rescan's listing (``after``) that are neither what this repair wrote
+    there nor, where it wrote nothing, the version it scanned (``before``): another writer's."""
+    out = set()
+    for url, info in after.items():
+        if url in written:
+            ours = written[url] is None or written[url] == info.etag
+        else:
+            ours = url in before and before[url].etag == info.etag
+        if not ours:
+            out.add(url)
+    return out
+
+
+__all__ = ["NO_RECOMPUTE", "NO_SOURCE", "RemoteSession", "changed_by_others", "listed", "plan_remote"]

@@ -76,6 +76,9 @@ class RepairOutcome:
     after: ScanResult | None = None
     leader: bool = True
     notes: list[str] = field(default_factory=list)  # about the run itself (a journal moved aside)
+    #: Objects another writer changed during a remote repair (neither the version it scanned nor
+    #: the one it wrote): the rescan's findings in them are not the repair's doing.
+    others: set[str] = field(default_factory=set)
 
 
 def _scan(

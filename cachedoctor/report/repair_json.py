@@ -96,6 +96,7 @@ def result_document(report: RepairReport) -> dict[str, Any]:
         "undo": report.undo(),
         "before_after": None if changes is None else {k: _pair(*v) for k, v in changes.items()},
         "worse": {k: _pair(*v) for k, v in report.worse.items()},
+        "changed_by_others": sorted(report.others),
         "still_broken": [
             {"path": x.path, "kinds": list(x.kinds), "state": x.state, "message": x.message} for x in left
         ],

@@ -33,7 +33,10 @@ LEFT_STATES = {
     "needs-person": "needs a person",
     "re-cache": "left to the trainer",
     "found-again": "still found",
+    "changed": "changed by another writer",
 }
+#: An object another writer changed during the repair: the rescan's finding in it is theirs.
+CHANGED_ELSEWHERE = "during the repair: neither the version it scanned nor the one it wrote; the next scan judges it"
 #: A file quarantined because it could not be recomputed here: its gap is the plan's, not a failure.
 RE_CACHE = "moved to the quarantine, not recomputed: the trainer re-caches it"
 
@@ -96,6 +99,7 @@ class RepairReport:
         states = self.states
         return (
             not self.broken
+            and not self.others_found()
             and not states.get("failed")
             and not states.get("blocked")
             and not self.outcome.problems
@@ -111,13 +115,24 @@ class RepairReport:
         # A file the plan quarantined in place of a recompute is missing now by design (the plan
         # said so: the trainer re-caches it); that is not a repair gone wrong.
         moved = {r.path for r in self.outcome.results if r.quarantined and r.kind.value == "quarantine"}
-        before = Counter(k for k, _p in {(f.kind, f.path) for f in self.outcome.before.findings})
+        others = self.others  # what another writer changed meanwhile is not the repair's doing
+        before = Counter(k for k, p in {(f.kind, f.path) for f in self.outcome.before.findings} if p not in others)
         after = Counter(
             k
             for k, p in {(f.kind, f.path) for f in self.outcome.after.findings}
-            if not (k == "missing-entry" and p in moved)
+            if not (k == "missing-entry" and p in moved) and p not in others
         )
         return {k: (before[k], n) for k, n in sorted(after.items()) if n > before[k]}
+
+    @property
+    def others(self) -> set[str]:
+        """Objects another writer changed during the repair (``RepairOutcome.others``)."""
+        return set(getattr(self.outcome, "others", None) or ())
+
+    def others_found(self) -> list[str]:
+        """Objects another writer changed that the rescan finds wanting (not clean, not ours)."""
+        after = self.outcome.after if self.outcome is not None else None
+        return sorted({f.path for f in after.findings if f.path in self.others}) if after is not None else []
 
     @property
     def exit_code(self) -> ExitStatus:
@@ -145,10 +160,12 @@ class RepairReport:
                 out[a.path] = Leftover(a.path, a.reasons, "blocked", a.blocked)
         for path in outcome.plan.needs_person:
             out[path] = Leftover(path, tuple(sorted(before[path])), "needs-person", NEEDS_PERSON)
-        for path in self.broken:
+        for path in list(self.broken) + self.others_found():
             if path not in out and after[path]:
                 kinds = tuple(sorted({f.kind for f in after[path]}))
-                if path in instead and kinds == ("missing-entry",):
+                if path in self.others:
+                    out[path] = Leftover(path, kinds, "changed", CHANGED_ELSEWHERE)
+                elif path in instead and kinds == ("missing-entry",):
                     out[path] = Leftover(path, kinds, "re-cache", RE_CACHE)
                 else:
                     out[path] = Leftover(path, kinds, "found-again", after[path][0].message)
@@ -169,6 +186,8 @@ class RepairReport:
             steps[-1] += ", then run the same command again"
         if "re-cache" in states:
             steps.append("the trainer re-caches the quarantined files when it next runs")
+        if "changed" in states:
+            steps.append("find the other writer (a trainer still caching?) before repairing again")
         if "found-again" in states:
             steps.append("`cachedoctor explain KIND` says what else can be done about a kind still found")
         return "; ".join(steps) or None
@@ -222,6 +241,8 @@ def print_result(report: RepairReport, env: Environment) -> ExitStatus:
         lines.say("before -> after: " + (text or "clean"), indent="                 ")
     for kind, (was, now) in report.worse.items():
         lines.say(f"worse: {kind} in {now} file(s), {was} before the repair; please report this")
+    if report.others:
+        lines.say(f"changed by another writer during the repair (not by this one): {len(report.others)} object(s)")
     if report.clean and not report.worse:
         lines.say("repaired: the rescan is clean of what was repaired")
         return report.exit_code

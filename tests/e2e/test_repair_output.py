@@ -160,7 +160,16 @@ SHAPE: dict[str, Any] = {
             "read_deep": [{"written": STR, "files": INT, "damaged_files": INT, "damaged": [DAMAGED]}],
             "known_damaged": [DAMAGED],
             "held_locks": [STR],
-            "interrupted": [{"root": STR, "run_id": STR, "finished": INT, "unfinished": INT, "encoders": [STR]}],
+            "interrupted": [
+                {
+                    "root": STR,
+                    "run_id": STR,
+                    "finished": INT,
+                    "unfinished": INT,
+                    "encoders": [STR],
+                    "scope": ({"only": ([STR], NULL), "keep_blocked": BOOL}, NULL),
+                }
+            ],
         },
         NULL,
     ),
@@ -192,6 +201,7 @@ SHAPE: dict[str, Any] = {
             "undo": (STR, NULL),
             "before_after": (MapOf(PAIR), NULL),
             "worse": MapOf(PAIR),
+            "changed_by_others": [STR],
             "still_broken": [{"path": STR, "kinds": [STR], "state": STR, "message": STR}],
             "next": (STR, NULL),
         },

@@ -114,3 +114,31 @@ def test_the_records_list_only_what_was_replaced_when_another_writer_wins(bucket
     ]
     (run,) = list_remote_runs(store, location)
     assert [f.relpath for f in run.run.files] == ["a.pt"]
+
+
+def test_an_object_another_writer_broke_during_the_repair_is_theirs_not_worse(
+    bucket: Bucket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket.put("a.pt", cuda_tagged(1))
+    bucket.put("b.pt", cuda_tagged(2))
+    torn = pt_bytes(latent(seed=9))[:-40]
+    store = bucket.store  # the one the CLI's repair gets (one client per bucket and settings)
+    put_if_match = store.put_if_match
+
+    def another_writer_first(url: str, data: bytes, etag: str):  # type: ignore[no-untyped-def]
+        if url.endswith("/b.pt"):  # a writer dies mid-way through b.pt between repair's scan and its PUT
+            bucket.put("b.pt", torn)
+        return put_if_match(url, data, etag)
+
+    monkeypatch.setattr(store, "put_if_match", another_writer_first)
+    code, out, err = cli("repair", "--yes", bucket.url(), columns=400)
+
+    assert (code, err) == (1, "")
+    assert "done: 1 verified, 1 skipped, 0 blocked, 0 failed" in out
+    assert "worse:" not in out and "please report" not in out
+    assert "changed by another writer during the repair (not by this one): 1 object(s)" in out
+    assert (
+        "  changed by another writer: during the repair: neither the version it scanned nor the one it wrote; "
+        "the next scan judges it"
+    ) in out
+    assert bucket.get(bucket.url("b.pt")) == torn and kinds(bucket, "a.pt") == []
