@@ -66,8 +66,8 @@ def plan_repair(
     is at a path now (a remote cache's planner passes what its listing saw of each object);
     ``templates`` finds the healthy peers a recompute copies (remote folders: ``remote_recompute.py``)."""
     by_path: dict[str, list[Finding]] = defaultdict(list)
-    for finding in findings:
-        if only is None or finding.kind in only:
+    for finding in findings:  # (a dead repair's own temp file is in every scope: it holds no user data)
+        if only is None or finding.kind in only or is_own_temp(os.path.basename(finding.path)):
             by_path[finding.path].append(finding)
     plan = RepairPlan()
     if templates is None:

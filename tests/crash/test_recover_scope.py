@@ -74,7 +74,8 @@ def test_recover_of_a_local_repair_keeps_its_only(tmp_path: Path) -> None:
     (cache / "a.pt").write_bytes(cuda_tagged())
     (cache / "v.pt").write_bytes(LEAK)
     (cache / "t.pt").write_bytes(TORN)
-    killed_repair(str(cache), CACHEDOCTOR_TEST_KILL_AT="1")
+    killed_repair(str(cache), CACHEDOCTOR_TEST_KILL_AT_POINT="mid-write")
+    (temp,) = [p.name for p in cache.iterdir() if p.name.startswith(".cachedoctor-")]  # its torn write
 
     code, out, err = cli("recover", str(cache), columns=400)
     assert err == "" and code == 1
@@ -82,6 +83,11 @@ def test_recover_of_a_local_repair_keeps_its_only(tmp_path: Path) -> None:
 
     code, out, err = cli("recover", "--apply", "--yes", str(cache), columns=400)
     assert err == "", out
-    assert "done: 1 verified, 0 skipped, 0 blocked, 0 failed" in out
+    assert "done: 2 verified, 0 skipped, 0 blocked, 0 failed" in out  # the item, and its temp file
+    assert (
+        "before -> after: batch-leak 1 -> 1, corrupt-archive 1 -> 1, device-tagged 1 -> 0, partial-write 1 -> 0" in out
+    )
     assert (cache / "v.pt").read_bytes() == LEAK
     assert (cache / "t.pt").read_bytes() == TORN
+    assert temp not in {p.name for p in cache.iterdir()}  # the killed run's own torn write: cleaned up
+    assert cli("scan", "--deep", "--format", "json", str(cache))[1].count('"kind": "device-tagged"') == 0

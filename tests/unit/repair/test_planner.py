@@ -97,6 +97,16 @@ def test_only_keeps_the_named_kinds(tmp_path: Path) -> None:
     assert [(x.kind, x.path) for x in result.actions] == [(ActionKind.CLONE_STORAGE, str(b))]
 
 
+def test_a_dead_repairs_own_temp_file_is_cleaned_up_whatever_only_names(tmp_path: Path) -> None:
+    temp = tmp_path / ".cachedoctor-a.pt-6593gkk4.tmp"
+    temp.write_bytes(b"torn")
+    trainer_temp = tmp_path / "a.pt.tmp"
+    trainer_temp.write_bytes(b"torn")
+    findings = [finding("partial-write", temp), finding("partial-write", trainer_temp)]
+    result = plan(findings, tmp_path, only={"device-tagged"})
+    assert [(x.kind, x.path) for x in result.actions] == [(ActionKind.CLEANUP, str(temp))]
+
+
 def test_recompute_without_a_dataset_is_blocked_as_source_unknown(tmp_path: Path) -> None:
     path = save_pt(tmp_path / "a.pt", latent())
     (action,) = plan([finding("non-finite", path)], tmp_path, modalities=frozenset({"image"})).actions
