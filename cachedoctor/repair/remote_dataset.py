@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
 from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore, is_remote
 from cachedoctor.repair.model import ActionKind, Declined, RepairError, RepairPlan, Stat
-from cachedoctor.repair.remote_run import NO_TEMPS, RemoteSession, listed
+from cachedoctor.repair.remote_run import NO_TEMPS, RemoteSession, changed_by_others, listed
 from cachedoctor.repair.scope import run_scope
 
 if TYPE_CHECKING:
@@ -123,6 +123,13 @@ def repair_dataset(
 
     again, _ = plan_for(layout, targets, layout_options)  # the scan consumed the plan: made again
     outcome.after = _scan(again or plan, targets, options, stages.renamed(RESCAN))
+    seen = {(f.kind, f.path) for f in before.findings}
+    new = {f.path for f in outcome.after.findings if (f.kind, f.path) not in seen}
+    if new:  # a finding the repair did not start with: its doing, or another writer's (one LIST a root says)
+        written = {u: e for s in sessions.values() for u, e in s.written.items()}
+        for root in sessions:
+            now = listed(stores[root], Location.parse(root))
+            outcome.others |= changed_by_others(infos[root], now, written) & new
     return outcome
 
 
