@@ -15,6 +15,7 @@ from cachedoctor.repair.model import ItemState
 from cachedoctor.repair.remote_act import CHANGED
 from cachedoctor.repair.remote_lock import PrefixLock, RemoteLocked
 from cachedoctor.repair.remote_quarantine import list_remote_runs
+from cachedoctor.repair.remote_restore import restore_remote
 from cachedoctor.repair.remote_run import RemoteSession, listed, plan_remote
 
 
@@ -114,6 +115,9 @@ def test_the_records_list_only_what_was_replaced_when_another_writer_wins(bucket
     ]
     (run,) = list_remote_runs(store, location)
     assert [f.relpath for f in run.run.files] == ["a.pt"]
+    done, _ = restore_remote(store, location, run, "restore-run")  # not refused: b.pt is not in it
+    assert done == [(bucket.url(f".cachedoctor/quarantine/{session.run_id}/a.pt"), bucket.url("a.pt"))]
+    assert bucket.get(bucket.url("a.pt")) == cuda_tagged(1) and bucket.get(bucket.url("b.pt")) == theirs
 
 
 def test_an_object_another_writer_broke_during_the_repair_is_theirs_not_worse(
