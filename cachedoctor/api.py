@@ -103,6 +103,7 @@ def audit(
         raise UsageError("a sample chooses its files through the state database; it needs state")
     existing = require_existing(given)
     local, remote = _split(existing)
+    _no_layout_for_urls(settings, local, remote)
     plan, layout_line = plan_for(layout_name(settings), local, layout_options(settings, model_family, output_dir))
     roots = _outermost_remote(plan.roots + remote) if plan is not None else existing
     result = scan(roots, options, progress=progress, dataset=plan, watch=existing)
@@ -132,6 +133,20 @@ def audit(
             plan.layout_for if plan else None,  # per path: a tree that mixes trainers has one layout per part
         ),
     )
+
+
+def _no_layout_for_urls(settings: Settings, local: list[str], remote: list[str]) -> None:
+    """A trainer's layout named for ``s3://`` targets alone: the layouts plan a dataset from its
+    folders on disk (kohya reads every image's size, OneTrainer its index); a remote dataset
+    comes with the trainer's description of it, or as a plain cache (file and peer checks)."""
+    named = str(settings.layout.value)
+    described = settings.config.value or settings.kohya_config.value or settings.manifest.value
+    if remote and not local and named not in ("auto", "none") and not described:
+        raise UsageError(
+            f"--layout {named} plans a dataset from its folders on disk, and {remote[0]} is in a bucket; "
+            "scan it as a cache (no --layout), or describe the dataset: --config multidatabackend.json "
+            "(SimpleTuner aws datasets) or --manifest"
+        )
 
 
 def _split(targets: list[str]) -> tuple[list[str], list[str]]:

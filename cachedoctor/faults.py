@@ -80,8 +80,17 @@ def could_not_write(exc: BaseException, path: str, what: str, then: str) -> str:
 def move_aside(path: str) -> str:
     """Move a damaged SQLite database (and its ``-wal``/``-shm``) to ``<path>.broken-<time>``,
     kept for a post-mortem; where it went. A rename: it needs no free space."""
+    import stat
     import time
 
+    from cachedoctor.errors import PathError
+
+    try:
+        mode: int | None = os.lstat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):  # a device or FIFO named as a database is never moved
+        raise PathError(path, "is not a regular file, so it is not a damaged database to move aside; pass another path")
     aside = f"{path}.broken-{time.strftime('%Y%m%d-%H%M%S')}"
     n = 1
     while os.path.exists(aside):

@@ -130,6 +130,10 @@ class ObjectStore(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional
         """Release connections."""
 
+    def cancel_all(self) -> None:  # noqa: B027 - optional
+        """Abandon every request in flight (their callers get :class:`TransientError`): a scan
+        that has stopped waiting for a stalled object does not wait for its thread either."""
+
     # -- appended for repair (conditional writes; a store without them falls back) ------------
 
     def put_if_match(self, url: str, data: bytes, etag: str) -> ObjectInfo:

@@ -14,6 +14,8 @@ the scan's bounded thread pool keeps that many requests in flight.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -34,6 +36,7 @@ from cachedoctor.remote.s3_errors import (
     ShortRead,
     etag_of,
     final_error,
+    is_stall,
     message,
     seconds_ns,
     transient_types,
@@ -88,29 +91,33 @@ class S3Store(ObjectStore):
                 "retries": {"total_max_attempts": 1, "mode": "standard"},
                 "max_pool_connections": 64,
                 "connect_timeout": 10,
-                "read_timeout": 60,
+                "read_timeout": self.policy.stall,
             },
             skip_instance_cache=True,
             use_listings_cache=False,
         )
         self._transient = transient_types()
+        self._inflight: set[concurrent.futures.Future[Any]] = set()
 
     # -- plumbing ------------------------------------------------------------------------------
 
     def _run(self, make: Callable[[Any], Awaitable[_T]], url: str) -> _T:
         """Run ``make(client)`` on s3fs's loop with this store's retry policy."""
-        from fsspec.asyn import sync
-
-        attempt = 0
+        attempt = stalls = 0
         while True:
             with self._count_lock:
                 self.requests += 1
             try:
-                return sync(self.fs.loop, self._call, make)
-            except (ObjectGone, ObjectChanged, RemoteError):
-                raise  # said by this module's own reading code (a body longer than listed): final
+                return self._once(make, url)
+            except (ObjectGone, ObjectChanged, RemoteError, TransientError):
+                raise  # said by this module's own reading code (a body longer than listed), or cancelled: final
             except self._transient as exc:
                 failure: BaseException = exc
+                stalls += is_stall(exc)
+                if stalls >= self.policy.stall_attempts:
+                    raise TransientError(
+                        f"{url}: no answer within {self.policy.stall:g} s, {stalls} times: the server stalls"
+                    ) from None
             except Exception as exc:
                 final = final_error(exc, url, self.bucket)
                 if final is not None:
@@ -127,10 +134,29 @@ class S3Store(ObjectStore):
                 self.retries += 1
             time.sleep(self.policy.delay(attempt))
 
+    def _once(self, make: Callable[[Any], Awaitable[_T]], url: str) -> _T:
+        """One request on s3fs's loop, abandoned by :meth:`cancel_all`."""
+        future = asyncio.run_coroutine_threadsafe(self._call(make), self.fs.loop)
+        with self._count_lock:
+            self._inflight.add(future)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise TransientError(f"{url}: abandoned (the command stopped waiting for it)") from None
+        finally:
+            with self._count_lock:
+                self._inflight.discard(future)
+
     async def _call(self, make: Callable[[Any], Awaitable[_T]]) -> _T:
         await self.fs.set_session()
         client = await self.fs.get_s3(self.bucket)
-        return await make(client)
+        return await asyncio.wait_for(make(client), self.policy.deadline)
+
+    def cancel_all(self) -> None:
+        with self._count_lock:
+            pending = list(self._inflight)
+        for future in pending:
+            future.cancel()
 
     # -- the interface -------------------------------------------------------------------------
 
@@ -147,7 +173,7 @@ class S3Store(ObjectStore):
                 result: dict[str, Any] = await client.list_objects_v2(**kwargs)
                 return result
 
-            result = self._run(page, prefix.url)
+            result = self._list_page(page, prefix.url)
             for item in result.get("Contents", ()):
                 name = item["Key"]
                 if name.endswith("/"):
@@ -163,6 +189,20 @@ class S3Store(ObjectStore):
             token = result.get("NextContinuationToken")
             if not token:
                 return
+
+    def _list_page(self, page: Callable[[Any], Awaitable[dict[str, Any]]], url: str) -> dict[str, Any]:
+        """One page of a listing. Without it nothing under the prefix can be judged, so what
+        ends a request for an object (gone, still failing) ends the command here, in one line."""
+        try:
+            return self._run(page, url)
+        except ObjectGone:  # a 404 to a bucket listing: not an S3 server, or not this endpoint
+            raise RemoteError(
+                url, "the endpoint answered 404 to a listing: it is not an S3 server, or --s3-endpoint-url is wrong"
+            ) from None
+        except (TransientError, ObjectChanged) as exc:
+            raise RemoteError(
+                url, f"the listing failed ({str(exc).removeprefix(url + ': ')}); try again later"
+            ) from None
 
     def head(self, url: str) -> ObjectInfo | None:
         key = Location.parse(url).key

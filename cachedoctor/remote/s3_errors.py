@@ -47,6 +47,11 @@ class RetryPolicy:
     attempts: int = 6
     base: float = 0.1  # seconds before the first retry, at most
     cap: float = 5.0
+    #: A stalled server (no byte for ``stall`` seconds) is tried this many times, not ``attempts``:
+    #: a stall is seldom cured by waiting, and each try costs the whole ``stall``.
+    stall_attempts: int = 2
+    stall: float = 20.0  # seconds without a byte (botocore's read timeout)
+    deadline: float = 300.0  # seconds for one request, body included (a body that trickles)
 
     def delay(self, attempt: int) -> float:
         return random.uniform(0, min(self.cap, self.base * (2**attempt)))
@@ -124,11 +129,21 @@ def seconds_ns(value: Any) -> int:
     return int(value.timestamp()) * 1_000_000_000
 
 
+def is_stall(exc: BaseException) -> bool:
+    """A request that timed out (no answer, or a body that stopped), as opposed to one refused."""
+    return isinstance(exc, asyncio.TimeoutError) or type(exc).__name__ in {"ReadTimeoutError", "AioReadTimeoutError"}
+
+
 def message(exc: BaseException) -> str:
-    """The first line of ``exc``, without botocore's "(reached max retries: 0)": its retries are
-    off, and the count that means something is this module's."""
-    text = str(exc).strip().splitlines()
-    return _BOTO_RETRIES.sub("", text[0]) if text else type(exc).__name__
+    """``exc`` on one line, without botocore's "(reached max retries: 0)": its retries are off,
+    and the count that means something is this module's. A message whose first line ends with a
+    colon goes on (botocore's "Parameter validation failed:" gives its reason on the next)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = " ".join(lines) if lines[0].endswith(":") else lines[0]
+    text = _BOTO_RETRIES.sub("", text)
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 _BOTO_RETRIES = re.compile(r" \(reached max retries: \d+\)")

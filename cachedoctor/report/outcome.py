@@ -204,7 +204,11 @@ def nothing_to_check(
         also = f" ({special}, never opened)"
     if dataset:
         also += ", and the dataset expects none"
-    if excluded:
+    if targets and all("://" in t for t in targets):  # s3:// prefixes: no disk to mount
+        hint = "check the bucket and prefix (an s3:// target names the objects under prefix/)"
+        if excluded:
+            hint += " and the --exclude patterns"
+    elif excluded:
         hint = "check the path and the --exclude patterns (they may have left the files out)"
     elif others and not dataset and not special:  # images, say: a dataset whose whole cache is gone?
         hint = (

@@ -20,13 +20,11 @@ dropped; the thread itself ends by the readers' own bounds and ``RemoteSource.MA
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from cachedoctor.cachenames import claims_cache
 from cachedoctor.checks import Inspected, is_temp_name
@@ -41,6 +39,7 @@ from cachedoctor.remote.interface import (
     TransientError,
 )
 from cachedoctor.scan.outcome import Outcome
+from cachedoctor.scan.remote_deep import deep_bytes
 from cachedoctor.scan.worker import _FOREIGN_PROBLEMS, _judge, _judged, _judged_error, _reader_bug, timed_out
 
 if TYPE_CHECKING:
@@ -53,6 +52,8 @@ WHOLE_UP_TO = 512 << 10
 
 DEFAULT_JOBS = 32
 MAX_JOBS = 64  # S3Store's connection pool: more threads would only queue for a connection
+
+_R = TypeVar("_R")
 
 CHANGED_TWICE = "changed while being read (its ETag changed twice); rerun the scan when its writer is done"
 
@@ -81,6 +82,34 @@ class _Watched:
     def raise_fault(self) -> None:
         if self.fault is not None:
             raise self.fault
+
+
+class _Timed:
+    """The store as one job uses it, timing its waits on the network (:class:`Job`'s clock):
+    ``--file-timeout`` bounds what the readers do with the bytes, not how long a slow link takes
+    to bring them (a healthy 50 MB object over 5 MB/s is no hostile file). Waiting is bounded by
+    the store itself (a stalled request ends after ``RetryPolicy.stall``, twice)."""
+
+    def __init__(self, store: ObjectStore, job: Job) -> None:
+        self.store = store
+        self.job = job
+
+    def _timed(self, call: Callable[[], _R]) -> _R:
+        self.job.io_since = time.monotonic()
+        try:
+            return call()
+        finally:
+            self.job.io_seconds += time.monotonic() - self.job.io_since
+            self.job.io_since = 0.0
+
+    def read_range(self, info: ObjectInfo, start: int, end: int) -> bytes:
+        return self._timed(lambda: self.store.read_range(info, start, end))
+
+    def read_whole(self, info: ObjectInfo, limit: int) -> bytes:
+        return self._timed(lambda: self.store.read_whole(info, limit))
+
+    def head(self, url: str) -> ObjectInfo | None:
+        return self._timed(lambda: self.store.head(url))
 
 
 def read_object(
@@ -134,7 +163,7 @@ def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, di
                 if exc.problem in _FOREIGN_PROBLEMS:
                     raise
         if deep:
-            with _deep_bytes(store, info) as data:
+            with deep_bytes(store, info) as data:
                 taken = len(data)
                 meta = _dispatch(url, BufferSource(data), True)
         else:
@@ -154,72 +183,6 @@ def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, di
         return _reader_bug(url, exc, size, mtime, _taken(src, taken))
     watched.raise_fault()
     return _judged(url, meta, lambda _: size, mtime, digest, _taken(src, taken))
-
-
-#: Deep reads hold at most this many bytes in memory at once across the pool; an object larger
-#: than :data:`SPILL_OVER` goes to an unlinked temporary file, read by ranges and mapped, one
-#: such object at a time, so a deep scan of 50 GB objects on 32 threads needs neither 1.6 TB of
-#: memory nor of disk (the local scan maps files for the same reason).
-MEMORY_BUDGET = 512 << 20
-SPILL_OVER = 64 << 20
-SPILL_CHUNK = 16 << 20
-
-
-class _Budget:
-    """Bytes of deep downloads in flight: ``take(n)`` waits until ``n`` fit (an object larger
-    than the whole budget waits for an empty pool)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.used = 0
-        self.cond = threading.Condition()
-
-    @contextlib.contextmanager
-    def take(self, n: int) -> Iterator[None]:
-        n = min(n, self.capacity)
-        with self.cond:
-            self.cond.wait_for(lambda: self.used + n <= self.capacity)
-            self.used += n
-        try:
-            yield
-        finally:
-            with self.cond:
-                self.used -= n
-                self.cond.notify_all()
-
-
-_memory = _Budget(MEMORY_BUDGET)
-_spill = threading.Lock()
-
-
-@contextlib.contextmanager
-def _deep_bytes(store: ObjectStore, info: ObjectInfo) -> Iterator[memoryview]:
-    """The whole object for a deep read: in memory within the pool's budget, or spilled."""
-    if info.size <= SPILL_OVER:
-        with _memory.take(info.size):
-            yield memoryview(store.read_whole(info, limit=info.size))
-        return
-    import mmap
-    import tempfile
-
-    with _spill, tempfile.TemporaryFile(prefix="cachedoctor-deep-") as sink:
-        for start in range(0, info.size, SPILL_CHUNK):
-            end = min(info.size, start + SPILL_CHUNK)
-            chunk = store.read_range(info, start, end)
-            if len(chunk) != end - start:
-                raise TransientError(f"{info.url}: short read at byte {start + len(chunk)}")
-            sink.write(chunk)
-        sink.flush()
-        mapping = mmap.mmap(sink.fileno(), info.size, prot=mmap.PROT_READ)
-        view = memoryview(mapping)
-        try:
-            yield view
-        finally:
-            view.release()
-            try:
-                mapping.close()
-            except BufferError:  # a slice still referenced: closed when freed
-                pass
 
 
 def _first_window(info: ObjectInfo) -> int:
@@ -244,6 +207,14 @@ class Job:
     facts: bool
     digest: bool
     started: float = 0.0  # monotonic, when its thread took it up
+    io_seconds: float = 0.0  # time spent waiting on the store so far (not the readers' time)
+    io_since: float = 0.0  # monotonic start of the wait in progress, 0.0 when none
+
+    def reader_seconds(self, now: float) -> float:
+        """How long the readers have worked on the object: the time since it was taken up,
+        less the waits on the network."""
+        waiting = self.io_seconds + (now - self.io_since if self.io_since else 0.0)
+        return now - self.started - waiting
 
 
 Done = Callable[[Job, Outcome, ObjectInfo], None]
@@ -254,6 +225,7 @@ def read_all(jobs: Iterator[Job], workers: int, timeout: float | None, done: Don
     in this thread, in completion order. A store's ``RemoteError`` stops the reads and is raised."""
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cachedoctor-read")
     in_flight: dict[Future[tuple[Outcome, ObjectInfo]], Job] = {}
+    abandoned: list[Job] = []
     tick = None if not timeout else min(1.0, timeout / 4)
     try:
         while True:
@@ -272,18 +244,30 @@ def read_all(jobs: Iterator[Job], workers: int, timeout: float | None, done: Don
             if timeout:
                 now = time.monotonic()
                 for future, job in list(in_flight.items()):
-                    if job.started and now - job.started > timeout:
+                    if job.started and job.reader_seconds(now) > timeout:
                         del in_flight[future]  # its thread ends by the readers' bounds; its answer is dropped
+                        abandoned.append(job)
                         done(job, replace(timed_out(job.info.url, timeout), size=job.info.size), job.info)
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
+        _abandon(abandoned + list(in_flight.values()))
         raise
+    _abandon(abandoned)
     pool.shutdown(wait=False)
+
+
+def _abandon(jobs: list[Job]) -> None:
+    """Cancel the requests of jobs the scan no longer waits for, so that their threads end now
+    rather than hold the process's exit until their stores' timeouts (each thread is joined at
+    exit). Called once every other job is done: nothing else is in flight then."""
+    for store in {id(job.store): job.store for job in jobs}.values():
+        store.cancel_all()
 
 
 def _run(job: Job) -> tuple[Outcome, ObjectInfo]:
     job.started = time.monotonic()
-    return read_object(job.store, job.info, job.deep, job.facts, job.digest)
+    store = cast(ObjectStore, _Timed(job.store, job))
+    return read_object(store, job.info, job.deep, job.facts, job.digest)
 
 
 __all__ = ["DEFAULT_JOBS", "MAX_JOBS", "Job", "jobs_for", "read_all", "read_object"]

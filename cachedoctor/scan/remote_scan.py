@@ -32,9 +32,16 @@ def open_remote(
     with the settings a dataset's config gives for it (``known``: its endpoint and keys), else
     with ``s3`` (the command line, settings file, or the standard AWS chain)."""
     from cachedoctor.remote.connect import store_for
+    from cachedoctor.remote.interface import RemoteError, TransientError
 
     known = known or {}
-    return [resolve_target(url, store_for(url, known.get(url, s3))) for url in urls]
+    targets = []
+    for url in urls:
+        try:
+            targets.append(resolve_target(url, store_for(url, known.get(url, s3))))
+        except TransientError as exc:  # a HEAD of a target that names one object, still failing
+            raise RemoteError(url, f"cannot be read ({str(exc).removeprefix(url + ': ')}); try again later") from None
+    return targets
 
 
 def scan_remote(

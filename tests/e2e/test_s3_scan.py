@@ -236,10 +236,10 @@ def test_a_deep_read_of_an_object_past_the_spill_size_goes_through_a_mapped_temp
 ) -> None:
     """Large objects are not held in memory whole: read by ranges into an unlinked temp file and
     mapped (the spill size lowered here so that a 1 MB latent takes that path)."""
-    from cachedoctor.scan import remote_read
+    from cachedoctor.scan import remote_deep
 
-    monkeypatch.setattr(remote_read, "SPILL_OVER", 256 << 10)
-    monkeypatch.setattr(remote_read, "SPILL_CHUNK", 300_000)  # not a divisor: the last chunk is short
+    monkeypatch.setattr(remote_deep, "SPILL_OVER", 256 << 10)
+    monkeypatch.setattr(remote_deep, "SPILL_CHUNK", 300_000)  # not a divisor: the last chunk is short
     bad = torch.randn(4, 256, 256)
     bad[1, 2, 3] = float("nan")
     data = pt_bytes({"latents": bad})
@@ -249,3 +249,21 @@ def test_a_deep_read_of_an_object_past_the_spill_size_goes_through_a_mapped_temp
     code, report, err = scan(url, "--no-state", "--deep")
     assert kinds(report) == [("non-finite", f"s3://{s3_bucket}/cache/big.pt")], err
     assert requests(url) == 1 + -(-len(data) // 300_000)  # the LIST, then one ranged GET per chunk
+
+
+def test_a_layout_named_for_a_bucket_alone_is_one_line(s3_server: object, s3_bucket: str) -> None:
+    healthy(s3_server, s3_bucket, 1)
+    code, out, err = cli("scan", f"s3://{s3_bucket}/cache", "--layout", "kohya", "--resolution", "512")
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1
+    assert err.startswith(
+        f"cachedoctor: error: --layout kohya plans a dataset from its folders on disk, and s3://{s3_bucket}/cache is in a bucket"
+    )
+
+
+def test_an_empty_prefix_says_to_check_the_bucket_and_prefix(s3_server: object, s3_bucket: str) -> None:
+    healthy(s3_server, s3_bucket, 1)
+    code, report, err = scan(f"s3://{s3_bucket}/nothing-here", "--no-state")
+    assert code == 2
+    assert "check the bucket and prefix (an s3:// target names the objects under prefix/)" in err
+    assert "disk is mounted" not in err

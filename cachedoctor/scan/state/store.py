@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -101,6 +102,18 @@ def _refuse_foreign(path: str) -> None:
             path,
             "is a folder, not a state database; pass a file for --state "
             "(for example <folder>/state.sqlite) or --no-state",
+        )
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # unreadable: connecting says why, as one line
+    if not stat.S_ISREG(mode):  # /dev/null, a FIFO: opening could block, and SQLite would replace it
+        raise StateError(
+            path,
+            "is not a regular file (a device, FIFO or socket), so it cannot hold a state database; "
+            "pass a file path for --state, or --no-state to keep none",
         )
     try:
         with open(path, "rb") as handle:

@@ -51,3 +51,34 @@ def test_a_damaged_state_database_is_still_moved_aside_and_rebuilt(tmp_path: Pat
     assert code == 0 and "could not be read" in out and list(tmp_path.glob("state.sqlite.broken-*"))
     with sqlite3.connect(state) as db:
         assert db.execute("SELECT COUNT(*) FROM files").fetchone()[0] == 2
+
+
+def test_a_device_or_fifo_named_as_state_is_refused_and_never_moved(tmp_path: Path) -> None:
+    """``--state /dev/null`` (meant as "no state") once renamed the device aside and put a SQLite
+    file in its place. A device node and a FIFO made here stand in for it."""
+    import stat
+
+    peers(tmp_path / "cache", 2)
+    device = tmp_path / "null"
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in (device, fifo):
+        code, out, err = cli("scan", str(tmp_path / "cache"), "--state", str(path))
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert err.startswith(f"cachedoctor: error: {path}: is not a regular file")
+    assert stat.S_ISCHR(os.lstat(device).st_mode) and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "null", "pipe"]
+
+
+def test_move_aside_never_moves_what_is_not_a_regular_file(tmp_path: Path) -> None:
+    import pytest
+
+    from cachedoctor.errors import PathError
+    from cachedoctor.faults import move_aside
+
+    fifo = tmp_path / "state.sqlite"
+    os.mkfifo(fifo)
+    with pytest.raises(PathError):
+        move_aside(str(fifo))
+    assert os.path.exists(fifo) and not list(tmp_path.glob("*.broken-*"))
