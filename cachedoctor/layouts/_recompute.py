@@ -10,6 +10,7 @@ dtypes. Reads here are metadata only (``deep=False``): planning a repair must st
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cachedoctor.layouts.interface import Expected, RecomputeSpec, SpecOrWhy, Template
@@ -46,27 +47,33 @@ class TemplateFinder:
         return self.find(os.path.dirname(path), role_of(expected), suffix_of(path))
 
     def _search(self, folder: str, role: str, suffix: str) -> Template | None:
-        from cachedoctor.formats import ReadError, read_file  # only when a repair looks for one
-
-        tries = 0
-        healthy: list[tuple[str, FileMeta]] = []
         try:
             names = sorted(os.listdir(folder))
         except OSError:
             return None
-        for name in names:
-            path = os.path.join(folder, name)
-            if path in self.bad or not name.endswith(suffix) or name.startswith("."):
+        return self._pick(((name, os.path.join(folder, name)) for name in names), role, suffix, _healthy_file)
+
+    def _pick(
+        self,
+        entries: Iterable[tuple[str, str]],
+        role: str,
+        suffix: str,
+        load: Callable[[str], tuple[str, FileMeta] | None],
+    ) -> Template | None:
+        """The template from ``(name, key)`` entries in name order: up to ``_PEERS`` that ``load``
+        finds healthy (as ``(local path, meta)``), after at most ``_TEMPLATE_TRIES`` candidates.
+        A folder on disk and a prefix in a bucket differ only in their entries and ``load``."""
+        tries = 0
+        healthy: list[tuple[str, FileMeta]] = []
+        for name, key in entries:
+            if key in self.bad or not name.endswith(suffix) or name.startswith("."):
                 continue
             if suffix == ".npz" and name.endswith(_NPZ_TEXT) != (role == "text"):
                 continue
             tries += 1
-            try:
-                meta = read_file(path, deep=False)
-            except ReadError:
-                continue
-            if meta is not None and not meta.foreign_globals and not meta.unreadable_reason and meta.tensors:
-                healthy.append((path, meta))
+            found = load(key)
+            if found is not None:
+                healthy.append(found)
                 if len(healthy) >= _PEERS:
                     break
             if tries >= _TEMPLATE_TRIES:
@@ -74,6 +81,12 @@ class TemplateFinder:
         if not healthy:
             return None
         return Template(healthy[0][0], healthy[0][1], tuple(p for p, _ in healthy))
+
+
+def _healthy_file(path: str) -> tuple[str, FileMeta] | None:
+    """``(path, meta)`` of a local file fit to be a template: it reads, trusts and holds tensors."""
+    meta = own_meta(path)
+    return (path, meta) if meta is not None and meta.tensors else None
 
 
 def role_of(expected: Expected) -> str:

@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from cachedoctor.layouts import TemplateFinder
-from cachedoctor.layouts._recompute import _NPZ_TEXT, _PEERS, _TEMPLATE_TRIES
 from cachedoctor.layouts.interface import Template
 from cachedoctor.remote.interface import ObjectChanged, ObjectGone, ObjectInfo, ObjectStore, TransientError, is_remote
 
@@ -116,26 +115,13 @@ class RemoteTemplates(TemplateFinder):
             return super()._search(folder, role, suffix)
         from cachedoctor.layouts._recompute import own_meta
 
-        healthy: list[tuple[str, FileMeta]] = []
-        tries = 0
-        for url in sorted(u for u in self.infos if posixpath.dirname(u) == folder):
-            name = posixpath.basename(url)
-            if url in self.bad or not name.endswith(suffix) or name.startswith("."):
-                continue
-            if suffix == ".npz" and name.endswith(_NPZ_TEXT) != (role == "text"):
-                continue
-            tries += 1
+        def load(url: str) -> tuple[str, FileMeta] | None:
             local = self._copy(self.infos[url], suffix)
             meta = own_meta(local) if local is not None else None
-            if local is not None and meta is not None and meta.tensors:
-                healthy.append((local, meta))
-                if len(healthy) >= _PEERS:
-                    break
-            if tries >= _TEMPLATE_TRIES:
-                break
-        if not healthy:
-            return None
-        return Template(healthy[0][0], healthy[0][1], tuple(p for p, _ in healthy))
+            return (local, meta) if local is not None and meta is not None and meta.tensors else None
+
+        urls = sorted(u for u in self.infos if posixpath.dirname(u) == folder)
+        return self._pick(((posixpath.basename(u), u) for u in urls), role, suffix, load)
 
     def _copy(self, info: ObjectInfo, suffix: str) -> str | None:
         """The object's bytes in a local file named by its URL and ETag (reused while both hold)."""

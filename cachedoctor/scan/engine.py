@@ -273,11 +273,7 @@ def _chunks(
     for folder in folders:
         if folder.special:
             collector.skip_special(folder.special)
-        files = folder.files
-        if keep is not None:
-            files = [f for f in files if keep(f)]
-            collector.stats.files_seen += len(folder.files) - len(files)
-            collector.stats.files_skipped += len(folder.files) - len(files)
+        files = collector.kept(folder.files, keep)
         if not files:
             collector.close_empty(folder.path)
             continue

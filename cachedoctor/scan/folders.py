@@ -251,6 +251,16 @@ class Collector:
         self.stats.files_skipped += len(entries)
         self.special.extend(entries)
 
+    def kept(self, files: list[str], keep: Callable[[str], bool] | None) -> list[str]:
+        """A folder's files less those ``keep`` rejects (a dataset's own images and captions),
+        which count as seen and skipped: local and remote folders alike."""
+        if keep is None:
+            return files
+        kept = [f for f in files if keep(f)]
+        self.stats.files_seen += len(files) - len(kept)
+        self.stats.files_skipped += len(files) - len(kept)
+        return kept
+
     def close_empty(self, path: str) -> None:
         """A folder with no cache files at all: every entry expected in it is missing."""
         if self.matcher is not None:

@@ -59,8 +59,9 @@ def deep_bytes(store: ObjectStore, info: ObjectInfo) -> Iterator[memoryview]:
         with _memory.take(info.size):
             yield memoryview(store.read_whole(info, limit=info.size))
         return
-    import mmap
     import tempfile
+
+    from cachedoctor.formats import _mapped
 
     with _spill, tempfile.TemporaryFile(prefix="cachedoctor-deep-") as sink:
         for start in range(0, info.size, SPILL_CHUNK):
@@ -70,13 +71,5 @@ def deep_bytes(store: ObjectStore, info: ObjectInfo) -> Iterator[memoryview]:
                 raise TransientError(f"{info.url}: short read at byte {start + len(chunk)}")
             sink.write(chunk)
         sink.flush()
-        mapping = mmap.mmap(sink.fileno(), info.size, prot=mmap.PROT_READ)
-        view = memoryview(mapping)
-        try:
+        with _mapped(sink.fileno(), info.size) as view:  # the local deep read's own mapping
             yield view
-        finally:
-            view.release()
-            try:
-                mapping.close()
-            except BufferError:  # a slice still referenced: closed when freed
-                pass

@@ -154,7 +154,7 @@ def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, di
     meta: FileMeta | None = None
     try:
         if deep and not claims_cache(url):  # a foreign name: downloaded only if a quick read claims it
-            src = RemoteSource(reader_store, info, _first_window(info))
+            src = RemoteSource(reader_store, info, WHOLE_UP_TO)
             try:
                 if _dispatch(url, src, False) is None:
                     watched.raise_fault()
@@ -167,7 +167,7 @@ def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, di
                 taken = len(data)
                 meta = _dispatch(url, BufferSource(data), True)
         else:
-            src = RemoteSource(reader_store, info, _first_window(info))
+            src = RemoteSource(reader_store, info, WHOLE_UP_TO)
             meta = _dispatch(url, src, False)
     except ReadError as exc:
         watched.raise_fault()
@@ -183,12 +183,6 @@ def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, di
         return _reader_bug(url, exc, size, mtime, _taken(src, taken))
     watched.raise_fault()
     return _judged(url, meta, lambda _: size, mtime, digest, _taken(src, taken))
-
-
-def _first_window(info: ObjectInfo) -> int:
-    from cachedoctor.remote.source import HEAD_WINDOW
-
-    return info.size if info.size <= WHOLE_UP_TO else HEAD_WINDOW
 
 
 def _taken(src: RemoteSource | None, whole: int) -> int:

@@ -81,11 +81,7 @@ def _jobs(
     """``engine._chunks`` for remote folders: one job per object to read."""
     facts = collector.matcher is not None
     for folder in folders:
-        files = folder.files
-        if keep is not None:
-            files = [f for f in files if keep(f)]
-            collector.stats.files_seen += len(folder.files) - len(files)
-            collector.stats.files_skipped += len(folder.files) - len(files)
+        files = collector.kept(folder.files, keep)
         if not files:
             collector.close_empty(folder.path)
             continue
