@@ -17,6 +17,30 @@ import stat
 CACHE_SUFFIXES = frozenset({".pt", ".pth", ".npz", ".npy", ".safetensors", ".ckpt", ".bin", ".latent"})
 
 
+#: Names whose loaders read one container only: the formats (``FileMeta.format``) they accept,
+#: and what they say of any other. ``.pt``/``.pth`` are read by torch.load (zip, legacy, tar; a
+#: gzip too, by SimpleTuner's compressed-cache reader); ``.bin`` is left out (diffusers' torch
+#: pickles, diffusion-pipe's shards of several archives).
+_TORCH_LOADS = frozenset({"torch-zip", "torch-gzip", "torch-legacy", "torch-tar", "pickle"})
+NAME_FORMATS: dict[str, tuple[frozenset[str], str]] = {
+    ".safetensors": (frozenset({"safetensors"}), "safetensors' load_file fails on it (header too large or invalid)"),
+    ".npz": (frozenset({"npz"}), "np.load does not give the npz of arrays its loader indexes"),
+    ".npy": (frozenset({"npy"}), "np.load does not give the array its loader expects"),
+    ".pt": (_TORCH_LOADS, "torch.load fails on it"),
+    ".pth": (_TORCH_LOADS, "torch.load fails on it"),
+}
+
+
+def wrong_container(path: str, fmt: str) -> str | None:
+    """Why a file whose bytes are ``fmt`` cannot be loaded under its name (``None``: it can):
+    a torch zip named ``.safetensors`` is no safetensors file to the trainer that reads it."""
+    suffix = os.path.splitext(path)[1].lower()
+    rule = NAME_FORMATS.get(suffix)
+    if rule is None or fmt in rule[0]:
+        return None
+    return f"named {suffix} but holds a {fmt} file: {rule[1]}"
+
+
 def claims_cache(path: str) -> bool:
     """Whether ``path``'s name says it is a cache file (by its suffix, case-insensitive)."""
     return os.path.splitext(path)[1].lower() in CACHE_SUFFIXES
@@ -39,4 +63,4 @@ def special_type(mode: int) -> str | None:
     return next((name for test, name in _SPECIAL if test(mode)), "special file")
 
 
-__all__ = ["CACHE_SUFFIXES", "claims_cache", "special_type"]
+__all__ = ["CACHE_SUFFIXES", "NAME_FORMATS", "claims_cache", "special_type", "wrong_container"]

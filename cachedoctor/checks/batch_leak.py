@@ -108,17 +108,17 @@ class BatchLeak(Check):
             rank, _ = group.majority(key, lambda t: len(t.shape))
             if rank is None:
                 continue
-            feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)  # noqa: B023 - called at once
+            feature, _ = group.majority(key, lambda t: feature_dim(t.label, t.shape) if len(t.shape) == rank else None)  # noqa: B023 - called at once
             for tensors, paths in group.variants.items():
                 for t in tensors:
-                    if t.key == key and is_leading_batch(t.shape, rank, feature, key):
+                    if t.key == key and is_leading_batch(t.shape, rank, feature, t.label):
                         for path in paths:
                             yield self.finding(
                                 path,
-                                f"{key or '<root>'} has shape {list(t.shape)}: a leading batch dimension of "
+                                f"{t.label} has shape {list(t.shape)}: a leading batch dimension of "
                                 f"{t.shape[0]} where its peers are rank {rank}; which item is this file's is unknown",
                                 fix=Fix.RECOMPUTE,
-                                key=key or "<root>",
+                                key=t.label,
                                 shape=list(t.shape),
                                 peer_rank=rank,
                             )

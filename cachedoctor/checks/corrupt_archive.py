@@ -1,5 +1,9 @@
 """``corrupt-archive``: the file is not the intact archive its bytes or name claim.
 
+A well-formed file of another container than its name says is one too: a torch zip named
+``.safetensors`` is read by ``safetensors.load_file`` (ai-toolkit, musubi-tuner), which fails on
+it ("header too large"), whatever a sniffing reader makes of its bytes.
+
 torch.load reports these as ``failed finding central directory``, ``EOFError``, ``failed
 locating file data.pkl`` or, for a flipped byte, not at all (miniz skips CRCs): deep mode
 computes every member's CRC-32 itself.
@@ -10,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from cachedoctor.cachenames import wrong_container
 from cachedoctor.checks.interface import Check, Inspected, describe_read_error
 from cachedoctor.findings import Finding, Fix, Severity
 
@@ -47,6 +52,10 @@ class CorruptArchive(Check):
             return
         meta = item.meta
         if meta is None:
+            return
+        wrong = wrong_container(item.path, meta.format)
+        if wrong is not None:
+            yield self.finding(item.path, wrong, problem="wrong-container", format=meta.format)
             return
         problems: list[str] = [
             f"{name} is held by more than one member (or its local header names another file): "

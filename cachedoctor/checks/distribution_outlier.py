@@ -64,18 +64,20 @@ class DistributionOutlier(Check):
     deep_only = True
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
-        samples: dict[tuple[str, int], list[tuple[str, bytes]]] = defaultdict(list)
+        samples: dict[tuple[str, int], list[tuple[str, bytes, str]]] = defaultdict(list)
         for entry in group.entries:
             for key, stats in entry.stats:
-                samples[(key, len(stats) // 8)].append((entry.path, stats))
-        for (key, channels), items in sorted(samples.items()):
+                # a key family's peers (keynames): the message names the key this file holds
+                name = next((t.label for t in entry.tensors if t.key == key), key or "<root>")
+                samples[(key, len(stats) // 8)].append((entry.path, stats, name))
+        for (_family, channels), items in sorted(samples.items()):
             if len(items) >= MIN_PEERS and channels > 0:
-                yield from self._judge(key or "<root>", channels, items)  # a bare tensor: <root>, as elsewhere
+                yield from self._judge(channels, items)
 
-    def _judge(self, key: str, channels: int, items: list[tuple[str, bytes]]) -> Iterable[Finding]:
+    def _judge(self, channels: int, items: list[tuple[str, bytes, str]]) -> Iterable[Finding]:
         n = len(items)
         scale, shift, own_log, own_mean, z_scale, z_shift, z_log, z_mean, channel_max = peer_scores(
-            b"".join(b for _, b in items), n, channels
+            b"".join(b for _, b, _ in items), n, channels
         )
         peers = n - 1
         for i in range(n):
@@ -86,7 +88,7 @@ class DistributionOutlier(Check):
                 and channel_max[i] <= CHANNEL_DEVIATIONS
             ):
                 continue
-            path = items[i][0]
+            path, key = items[i][0], items[i][2]
             factor = math.exp(scale[i])
             if _scale_off(factor, z_scale[i]):
                 yield self._scale(path, key, channels, factor, z_scale[i], peers)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from cachedoctor import keynames
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.records import record
 
@@ -42,9 +43,20 @@ class Inspected:
 
 @record
 class PeerTensor:
-    key: str  # the tensor's key with resolutions normalised (``latents_64x48`` -> ``latents_HxW``)
+    """One tensor as peer checks compare it. ``key`` is its key's family (``keynames.family``:
+    ``latents_64x48`` -> ``latents_HxW``, ``latents_1x8x8_bfloat16`` -> ``latents_FxHxW``), so that
+    tensors of one kind are peers whatever size or dtype their keys spell; ``name`` is the key as
+    the file holds it, where it differs (what messages name)."""
+
+    key: str
     dtype: str
     shape: tuple[int, ...]
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        """The key as the file holds it (``<root>`` for a bare tensor)."""
+        return self.name or self.key or "<root>"
 
 
 @record
@@ -181,14 +193,19 @@ def feature_dim(key: str, shape: tuple[int, ...]) -> int | None:
     """The size that all peers of a key must share: a latent's channels, an embedding's width.
 
     ``[C,H,W]`` and ``[C,F,H,W]`` latents -> ``C``; ``[1,L,D]`` and ``[L,D]`` embeddings -> ``D``;
-    ``[D]`` pooled vectors -> ``D``. Spatial-only tensors (masks named ``..._HxW``) have none.
+    ``[D]`` pooled vectors -> ``D``. Spatial-only tensors (masks named ``..._HxW``) have none. A
+    key that spells its size (``latents_1x8x8_bfloat16``, given as the file holds it) over a
+    patch-token latent ``[h, w, D]`` -> ``D``.
     """
     rank = len(shape)
     if rank == 0:
         return None
+    parsed = keynames.parse(key)
     if rank >= 3:
+        if rank == 3 and parsed.dims is not None and tuple(shape[:2]) == parsed.dims[-2:] != tuple(shape[-2:]):
+            return shape[-1]
         return shape[-1] if shape[0] == 1 else shape[0]
-    if rank == 2 and "HxW" in key:
+    if rank == 2 and parsed.family.endswith("HxW"):
         return None
     return shape[-1]
 

@@ -5,8 +5,9 @@ Three sources of truth, strongest last:
 - peers: rank and feature dimension (latent channels, embedding width) against the strict
   majority of the folder's files with the same keys. Spatial sizes vary legitimately with
   aspect buckets, so they are not compared here; a leading batch dimension is ``batch-leak``'s;
-- the key: kohya names each latent after its size (``latents_<h>x<w>``), so a tensor under
-  that key must end in ``(h, w)``;
+- the key: kohya names each latent after its size (``latents_<h>x<w>``), musubi-tuner after its
+  frames and size (``latents_<F>x<H>x<W>_<dtype>``), so a tensor under such a key must be that
+  size (``keynames.size_disagrees``): musubi batches latents by the size their names spell;
 - the dataset: the bucket's target size (SimpleTuner's bucket metadata, OneTrainer's
   ``crop_resolution``) divided by the VAE's factor 8, or the exact shape a manifest records.
 
@@ -15,19 +16,16 @@ Any of them means the trainer would stack mismatched tensors or train at the wro
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from cachedoctor import keynames
 from cachedoctor.checks.batch_leak import is_leading_batch
 from cachedoctor.checks.interface import Check, Found, Inspected, PeerGroup, feature_dim
 from cachedoctor.findings import Finding, Fix, Severity
 
 if TYPE_CHECKING:  # type-only: importing formats/layouts would load every reader (explain, --version stay light)
     from cachedoctor.layouts.interface import Expected
-
-#: kohya's ``latents_<h>x<w>`` and ``latents_flipped_<h>x<w>`` (latent units, height first).
-_SIZED_LATENT = re.compile(r"^latents(?:_flipped)?_(\d+)x(\d+)$")
 
 
 class ShapeMismatch(Check):
@@ -57,17 +55,18 @@ class ShapeMismatch(Check):
         if item.meta is None:
             return
         for t in item.meta.tensors:
-            m = _SIZED_LATENT.match(t.key)
-            if m is None:
+            name = keynames.parse(t.key)
+            if name.dims is None or not keynames.is_latent_family(name.family):
                 continue
-            want = (int(m.group(1)), int(m.group(2)))
-            if len(t.shape) < 2 or tuple(t.shape[-2:]) != want:
+            if keynames.size_disagrees(name.dims, t.shape):
+                spelled = "x".join(str(d) for d in name.dims)
                 yield self.finding(
                     item.path,
-                    f"{t.key} has shape {list(t.shape)}: its key says {want[0]}x{want[1]}",
+                    f"{t.key} has shape {list(t.shape)}: its key says {spelled}",
                     key=t.key,
                     shape=list(t.shape),
-                    expected_hw=list(want),
+                    expected_hw=list(name.dims[-2:]),
+                    key_dims=list(name.dims),
                 )
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
@@ -75,12 +74,12 @@ class ShapeMismatch(Check):
             rank, _ = group.majority(key, lambda t: len(t.shape))
             if rank is None:
                 continue
-            feature, _ = group.majority(key, lambda t: feature_dim(t.key, t.shape) if len(t.shape) == rank else None)  # noqa: B023 - called at once
+            feature, _ = group.majority(key, lambda t: feature_dim(t.label, t.shape) if len(t.shape) == rank else None)  # noqa: B023 - called at once
             for tensors, paths in group.variants.items():
                 for t in tensors:
-                    if t.key != key or is_leading_batch(t.shape, rank, feature, key):
+                    if t.key != key or is_leading_batch(t.shape, rank, feature, t.label):
                         continue
-                    mine = feature_dim(key, t.shape)
+                    mine = feature_dim(t.label, t.shape)
                     if len(t.shape) != rank:
                         why = f"rank {len(t.shape)} where peers have rank {rank}"
                     elif feature is not None and mine != feature:
@@ -90,8 +89,8 @@ class ShapeMismatch(Check):
                     for path in paths:
                         yield self.finding(
                             path,
-                            f"{key or '<root>'} has shape {list(t.shape)}: {why}",
-                            key=key or "<root>",
+                            f"{t.label} has shape {list(t.shape)}: {why}",
+                            key=t.label,
                             shape=list(t.shape),
                             peer_rank=rank,
                             peer_channels=feature,

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 
+from cachedoctor import keynames
 from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
 from cachedoctor.findings import Finding
 from cachedoctor.formats import FileMeta, ReadError, Tally, UnreadableFile, claims_cache, read_bytes, read_file
@@ -22,7 +22,6 @@ from cachedoctor.scan.watchdog import FileTimeout, file_timer, mark
 
 #: Read errors that, under a name that does not claim a cache format, mean "not ours".
 _FOREIGN_PROBLEMS = frozenset({"empty", "unknown-format", "not-torch", "legacy-tar"})
-_RESOLUTION = re.compile(r"\d+x\d+")
 _QUICK_CHECKS = tuple(check for check in FILE_CHECKS if not check.deep_only)
 
 
@@ -195,8 +194,8 @@ def peer_record(meta: FileMeta) -> tuple[str | None, PeerEntry | None]:
     """The file's peer group key and its compact record for folder-level checks."""
     if not meta.tensors:
         return None, None
-    tensors = tuple(PeerTensor(_peer_key(t.key), t.dtype, t.shape) for t in meta.tensors)
-    stats = tuple((_peer_key(t.key), t.stats) for t in meta.tensors if t.stats is not None)
+    tensors = tuple(_peer_tensor(t.key, t.dtype, t.shape) for t in meta.tensors)
+    stats = tuple((keynames.family(t.key), t.stats) for t in meta.tensors if t.stats is not None)
     return _group_key(meta.format, meta.container, tuple(t.key for t in tensors)), PeerEntry(meta.path, tensors, stats)
 
 
@@ -206,10 +205,12 @@ def _group_key(fmt: str, container: str, keys: tuple[str, ...]) -> str:
     return f"{family}|{container}|{','.join(sorted(set(keys)))}"
 
 
-@lru_cache(maxsize=4096)
-def _peer_key(key: str) -> str:
-    """``latents_64x48`` -> ``latents_HxW``: multi-resolution files are peers of one another."""
-    return _RESOLUTION.sub("HxW", key)
+def _peer_tensor(key: str, dtype: str, shape: tuple[int, ...]) -> PeerTensor:
+    """A tensor under its key's family (``latents_64x48`` -> ``latents_HxW``, ``latents_1x8x8_bfloat16``
+    -> ``latents_FxHxW``): multi-resolution files, and files of another dtype, are peers of one
+    another; the key itself is kept for messages."""
+    family = keynames.family(key)
+    return PeerTensor(family, dtype, shape, "" if family == key else key)
 
 
 def inspect_chunk(

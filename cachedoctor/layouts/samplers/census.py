@@ -148,9 +148,9 @@ def _owner(folder: str, infos: list[Sampling]) -> Sampling | None:
     return best
 
 
-#: tensor keys (normalised, as peers see them) that hold a latent: a bare tensor (""), kohya's
-#: ``latents`` (and multi-resolution ``latents_HxW``), a dict's ``latent``
-LATENT_KEYS = ("", "latents", "latent", "latents_HxW")
+#: tensor keys (key families, as peers see them) that hold a latent: a bare tensor (""), kohya's
+#: ``latents`` (and multi-resolution ``latents_HxW``), musubi-tuner's ``latents_FxHxW``, a dict's ``latent``
+LATENT_KEYS = ("", "latents", "latent", "latents_HxW", "latents_FxHxW")
 
 
 def latent_hw(tensors: Iterable[tuple[str, tuple[int, ...]]]) -> tuple[int, int] | None:

@@ -40,7 +40,9 @@ def finding_from_json(row: list[Any], folder: str) -> Finding:
 
 def outcome_to_text(o: Outcome) -> str:
     """Everything of an outcome but its path, size and mtime (the row holds those)."""
-    peer = [[t.key, t.dtype, list(t.shape)] for t in o.peer.tensors] if o.peer is not None else None
+    peer = None
+    if o.peer is not None:  # the key as the file holds it only where it is not its family's name
+        peer = [[t.key, t.dtype, list(t.shape), *([t.name] if t.name else [])] for t in o.peer.tensors]
     row: dict[str, Any] = {
         "s": o.status,
         "f": [finding_to_json(f, os.path.dirname(o.path)) for f in o.findings],
@@ -64,7 +66,7 @@ def outcome_from_text(path: str, size: int, mtime_ns: int, text: str) -> Outcome
             stats = tuple((k, base64.b64decode(b, validate=True)) for k, b in d.get("st", ()))
             if any(len(b) % 8 for _, b in stats):  # float32 means and stds, two per channel
                 return None
-            peer = PeerEntry(path, tuple(PeerTensor(k, dt, tuple(s)) for k, dt, s in d["p"]), stats)
+            peer = PeerEntry(path, tuple(PeerTensor(k, dt, tuple(s), *name) for k, dt, s, *name in d["p"]), stats)
         return Outcome(
             path,
             size,

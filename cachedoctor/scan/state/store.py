@@ -40,7 +40,7 @@ from cachedoctor.faults import is_full, move_aside, reason
 from cachedoctor.scan.state.db import connect, guarded, immediate, seal, unseal
 from cachedoctor.statedir import STATE_FILE, clock_path, state_db_path
 
-SCHEMA_VERSION = 2  # 2: sealed rows
+SCHEMA_VERSION = 3  # 2: sealed rows; 3: peer keys by key family (keynames), with the key held
 _FLUSH_ROWS = 2000
 _FLUSH_SECONDS = 0.25
 

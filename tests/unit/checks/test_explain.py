@@ -94,7 +94,8 @@ def test_how_to_find_says_deep_and_dataset() -> None:
         assert "--layout kohya|onetrainer" in found and "--manifest FILE" in found
     assert "The part marked (deep) above needs --deep." in section(explain("corrupt-archive"), "How to find it")
     assert section(explain("dtype-mismatch"), "How to find it").startswith(
-        "A quick scan finds it by comparing each file with the files of its folder (no --deep, no dataset needed)."
+        "A quick scan finds it from each file alone and by comparing each file with the files of its folder "
+        "(no --deep, no dataset needed)."
     )
     assert "When the scan knows the dataset" in section(explain("shape-mismatch"), "How to find it")
 
