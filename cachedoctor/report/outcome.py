@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from cachedoctor import __version__
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.findings import Finding, Severity
+from cachedoctor.report.blind_spots import BlindSpot, blind_spots
 from cachedoctor.report.summary import ScanSummary
 
 if TYPE_CHECKING:
@@ -61,6 +62,11 @@ class ScanReport:
     def notes(self) -> list[str]:
         dataset = list(self.scan.dataset.notes) if self.scan.dataset is not None else []
         return dataset + list(self.scan.notes)
+
+    @property
+    def blind_spots(self) -> list[BlindSpot]:
+        """What this scan could not see in the formats it read (``report/blind_spots.py``)."""
+        return blind_spots(self.scan.counts.formats, deep=self.scan.deep, digests=self.scan.state)
 
     @property
     def findings(self) -> list[Finding]:
@@ -154,6 +160,7 @@ class ScanReport:
             "empty": self.scan.empty,
             "unchecked": list(self.scan.unchecked),
             "notes": list(self.scan.notes),
+            "limits": [b.to_json() for b in self.blind_spots],
             "fail_on": self.fail_on.value,
             "exit_code": int(self.exit_code),
             "elapsed_s": round(self.scan.elapsed, 3),

@@ -64,6 +64,7 @@ class ScanSummary:
     unchecked: list[str] = field(default_factory=list)  # named folders under which nothing was checked
     excluded: bool = False  # --exclude patterns were given (they may be what left nothing to check)
     special: str | None = None  # the note on special files skipped unopened (also in ``notes``)
+    state: bool = False  # a state database kept this scan's reads (and a deep read's digests)
 
     @classmethod
     def of(cls, result: Any) -> ScanSummary:
@@ -109,6 +110,7 @@ class ScanSummary:
             unchecked=list(result.unchecked),
             excluded=bool(options.exclude),
             special=result.special,
+            state=options.state is not None,
         )
 
 

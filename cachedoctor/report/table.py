@@ -69,6 +69,8 @@ class TableRenderer(Renderer):
                 line(report.layout_line)
             for note in report.notes:
                 line(f"  note: {note}", "dim", "      ")
+            for spot in report.blind_spots:
+                line(f"  note: {spot.line()}", "dim", "      ")
 
         if report.findings:
             kinds = Table(show_edge=False, pad_edge=False)
