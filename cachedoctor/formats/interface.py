@@ -114,6 +114,7 @@ class FileMeta:
     values: tuple[tuple[str, tuple[float, ...]], ...] = ()  # tiny numeric arrays (kohya original_size), free to read
     loaders: tuple[str, ...] = ()
     ambiguous: tuple[str, ...] = ()
+    metadata: tuple[tuple[str, str], ...] = ()  # safetensors ``__metadata__`` (string to string), in header order
 
 
 class ReadError(Exception):

@@ -72,7 +72,16 @@ class SafetensorsReader(FormatReader):
         if deep and isinstance(src, BufferSource):
             tensors = [_with_nonfinite(t, src, 8 + n + start) for t, start, _ in entries]
             digest = _deep.digest(src.buffer)
-        return FileMeta(path, self.name, src.size, container="dict", tensors=tuple(tensors), deep=deep, digest=digest)
+        return FileMeta(
+            path,
+            self.name,
+            src.size,
+            container="dict",
+            tensors=tuple(tensors),
+            deep=deep,
+            digest=digest,
+            metadata=tuple(metadata.items()) if metadata else (),
+        )
 
 
 def _entry(key: str, value: object) -> tuple[TensorMeta, int, int]:

@@ -132,10 +132,10 @@ def recompute_spec(path: str, expected: Expected | None, layout: LayoutOf, templ
     why = _recompute.precondition(expected)
     if why is not None or expected is None:
         return None, why
-    template = templates.for_entry(path, expected)
     if callable(layout):
         layout = layout(path)
     owner = LAYOUTS.get(layout) if layout else None
+    template = templates.for_entry(path, expected, owner)
     if owner is not None:
         spec, why = owner.recompute_spec(path, expected, template)
     elif expected.role == "text":

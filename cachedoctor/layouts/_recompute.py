@@ -2,7 +2,8 @@
 healthy peer that shows the format (:class:`TemplateFinder`), the caption of a text entry, and
 the generic specs a layout starts from.
 
-A template is looked for among a few files of the same folder, role and suffix that the scan
+A template is looked for among a few files of the same folder and kind (the layout's
+:meth:`~cachedoctor.layouts.interface.Layout.template_kind`: role and suffix by default) that the scan
 found nothing wrong with and whose quick read is clean; repair copies its container, keys and
 dtypes. Reads here are metadata only (``deep=False``): planning a repair must stay cheap.
 """
@@ -17,6 +18,7 @@ from cachedoctor.layouts.interface import Expected, RecomputeSpec, SpecOrWhy, Te
 
 if TYPE_CHECKING:
     from cachedoctor.formats.interface import FileMeta
+    from cachedoctor.layouts.interface import Layout
 
 #: Text-encoder outputs beside latents in one folder, both ``.npz`` (kohya's names; a manifest
 #: describing a kohya cache has the same files): a latent's template must not be one of these.
@@ -29,35 +31,46 @@ NO_SIZE = "the layout does not record this entry's latent size (no bucket metada
 
 
 class TemplateFinder:
-    """A healthy peer per (folder, role, suffix), remembered for the whole plan, and up to
-    ``_PEERS`` of its healthy neighbours. ``bad`` holds the paths with findings, never templates."""
+    """A healthy peer per (folder, kind of entry), remembered for the whole plan, and up to
+    ``_PEERS`` of its healthy neighbours. ``bad`` holds the paths with findings, never templates.
+
+    The kind of an entry is the layout's to say (:meth:`Layout.template_kind`): a file of the same
+    folder and suffix is not always the same kind of file (musubi-tuner keeps a latent
+    ``_zi.safetensors`` and a text embed ``_zi_te.safetensors`` side by side, of several
+    architectures), and a latent must never be made in the shape of a text embed."""
 
     def __init__(self, bad: set[str]) -> None:
         self.bad = bad
         self.cache: dict[tuple[str, str], Template | None] = {}
 
-    def find(self, folder: str, role: str, suffix: str) -> Template | None:
-        key = (folder, role + suffix)
+    def find(self, folder: str, kind: str, kind_of: KindOf) -> Template | None:
+        """A template among ``folder``'s files whose ``kind_of(name)`` is ``kind``."""
+        key = (folder, kind)
         if key not in self.cache:
-            self.cache[key] = self._search(folder, role, suffix)
+            self.cache[key] = self._search(folder, kind, kind_of)
         return self.cache[key]
 
-    def for_entry(self, path: str, expected: Expected) -> Template | None:
-        """The template for the entry at ``path``."""
-        return self.find(os.path.dirname(path), role_of(expected), suffix_of(path))
+    def for_entry(self, path: str, expected: Expected, layout: Layout | None = None) -> Template | None:
+        """The template for the entry at ``path`` (``layout``: the one that planned it)."""
+        role = role_of(expected)
 
-    def _search(self, folder: str, role: str, suffix: str) -> Template | None:
+        def kind_of(name: str) -> str:
+            return layout.template_kind(name, role) if layout is not None else default_kind(name, role)
+
+        return self.find(os.path.dirname(path), kind_of(os.path.basename(path)), kind_of)
+
+    def _search(self, folder: str, kind: str, kind_of: KindOf) -> Template | None:
         try:
             names = sorted(os.listdir(folder))
         except OSError:
             return None
-        return self._pick(((name, os.path.join(folder, name)) for name in names), role, suffix, _healthy_file)
+        return self._pick(((name, os.path.join(folder, name)) for name in names), kind, kind_of, _healthy_file)
 
     def _pick(
         self,
         entries: Iterable[tuple[str, str]],
-        role: str,
-        suffix: str,
+        kind: str,
+        kind_of: KindOf,
         load: Callable[[str], tuple[str, FileMeta] | None],
     ) -> Template | None:
         """The template from ``(name, key)`` entries in name order: up to ``_PEERS`` that ``load``
@@ -66,9 +79,7 @@ class TemplateFinder:
         tries = 0
         healthy: list[tuple[str, FileMeta]] = []
         for name, key in entries:
-            if key in self.bad or not name.endswith(suffix) or name.startswith("."):
-                continue
-            if suffix == ".npz" and name.endswith(_NPZ_TEXT) != (role == "text"):
+            if key in self.bad or name.startswith(".") or kind_of(name) != kind:
                 continue
             tries += 1
             found = load(key)
@@ -80,7 +91,23 @@ class TemplateFinder:
                 break
         if not healthy:
             return None
-        return Template(healthy[0][0], healthy[0][1], tuple(p for p, _ in healthy))
+        return Template(
+            healthy[0][0], healthy[0][1], tuple(p for p, _ in healthy), tuple(m.metadata for _, m in healthy)
+        )
+
+
+#: A file name -> the kind of entry it is, for templates (``Layout.template_kind`` with the role bound).
+KindOf = Callable[[str], str]
+
+
+def default_kind(name: str, role: str) -> str:
+    """The kind of entry ``name`` is when its layout says nothing more: its suffix, with ``role``
+    (the entry's); kohya's text-encoder outputs (``_te_outputs.npz``, ``_te.npz``) are told from
+    its latents (``.npz`` too) by name."""
+    suffix = suffix_of(name)
+    if suffix == ".npz":
+        return ("text" if name.endswith(_NPZ_TEXT) else "latent") + suffix
+    return role + suffix
 
 
 def _healthy_file(path: str) -> tuple[str, FileMeta] | None:
@@ -110,6 +137,26 @@ def format_of(template: Template | None, path: str) -> str:
     if template is not None:
         return template.meta.format
     return "npz" if path.endswith(".npz") else "safetensors" if path.endswith(".safetensors") else "torch-zip"
+
+
+def metadata_of(template: Template | None) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    """The safetensors metadata a recompute writes where the layout does not say what the trainer
+    writes for the entry: what every healthy peer holds alike; or why not, when a key's value
+    differs between peers (a value of the entry's own, such as an image size, that this layout
+    cannot know: a guess from a peer would be wrong)."""
+    if template is None or not any(template.metadata):
+        return (), None
+    first = dict(template.metadata[0])
+    varying = sorted(
+        {k for m in template.metadata for k, v in m if first.get(k) != v}
+        | {k for m in template.metadata for k in first if k not in dict(m)}
+    )
+    if varying:
+        return (), (
+            f"its healthy peers' safetensors metadata differs per entry ({', '.join(varying)}), which this layout "
+            "cannot know for the entry; re-cache it with the trainer, or repair with the trainer's layout"
+        )
+    return template.metadata[0], None
 
 
 def latent_hw_of(expected: Expected) -> tuple[int, int] | None:
@@ -161,6 +208,9 @@ def text_spec(expected: Expected, template: Template | None, path: str) -> SpecO
     text = caption(expected)
     if text is None:
         return None, "no caption is recorded for it (the layout keeps captions this repair cannot read)"
+    metadata, why = metadata_of(template)
+    if why is not None:
+        return None, why
     return RecomputeSpec(
         "text",
         expected.source,
@@ -173,6 +223,7 @@ def text_spec(expected: Expected, template: Template | None, path: str) -> SpecO
         text=text,
         keys=keys_of(template),
         template=template.path if template else None,
+        metadata=metadata,
     ), None
 
 
@@ -182,6 +233,9 @@ def generic_latent_spec(expected: Expected, template: Template | None, path: str
     hw = latent_hw_of(expected)
     if hw is None:
         return None, NO_SIZE
+    metadata, why = metadata_of(template)
+    if why is not None:
+        return None, why
     meta = template.meta if template else None
     if expected.latent_key is not None:
         key = expected.latent_key
@@ -189,15 +243,22 @@ def generic_latent_spec(expected: Expected, template: Template | None, path: str
         key = ""
     else:
         key = max(meta.tensors, key=lambda t: t.numel).key
+    container = format_of(template, path)
+    if key == "" and container not in ("torch-zip", "torch-gzip", "torch-legacy"):
+        return None, (
+            f"a {container} file holds named tensors, and neither the layout nor a healthy peer names the key "
+            "of its latent; re-cache it with the trainer, or name the key (a manifest's key column)"
+        )
     return RecomputeSpec(
         "latent",
         expected.source,
         "bare-tensor" if key == "" else "dict",
-        format_of(template, path),
+        container,
         key,
         dtypes_of(template).get(key, "float32"),
         False,
         hw,
         keys=keys_of(template),
         template=template.path if template else None,
+        metadata=metadata,
     ), None

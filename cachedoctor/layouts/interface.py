@@ -190,7 +190,11 @@ class RecomputeSpec:
     cropped to ``latent_hw * downscale`` pixels) by the preparer ``prepare`` names, one per
     trainer (``layouts/prepare/``). ``resize`` (W, H) and ``crop`` (top, left) are the trainer's
     recorded preprocessing where it keeps one (SimpleTuner's ``intermediary_size`` and
-    ``crop_coordinates``). ``writer`` names the file layout to produce.
+    ``crop_coordinates``). ``writer`` names the file layout to produce. ``metadata`` is the
+    safetensors ``__metadata__`` the trainer writes for this very entry (musubi-tuner's
+    ``architecture``/``width``/``height``, ai-toolkit's settings), and ``scaling`` the
+    ``(factor, shift)`` the trainer applies as ``(latent - shift) * factor`` when the layout knows
+    it (``None`` with ``scaled``: the encoder's own factors).
     Plain values only: it is journaled as JSON and carried to repair's workers.
     """
 
@@ -212,6 +216,8 @@ class RecomputeSpec:
     prepare: str = "cover"  # the trainer's image preparation (``layouts/prepare/``): resize, crop, records
     peers: tuple[str, ...] = ()  # healthy neighbours the written file is checked against, as the scan would
     interpolation: str | None = None  # kohya: the dataset's resize_interpolation (None: sd-scripts' default)
+    metadata: tuple[tuple[str, str], ...] = ()  # safetensors __metadata__ the trainer writes for this entry
+    scaling: tuple[float, float] | None = None  # (factor, shift) the trainer applies, when the layout knows them
 
     def cost(self) -> int:
         """Work units for balancing workers: pixels for images, characters for captions."""
@@ -227,12 +233,14 @@ class RecomputeSpec:
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """A healthy peer of a broken entry (same folder, role and suffix): the file whose format,
-    container, keys and dtypes a recomputed entry copies. ``meta`` is its quick read."""
+    """A healthy peer of a broken entry (same folder and kind: ``Layout.template_kind``): the
+    file whose format, container, keys and dtypes a recomputed entry copies. ``meta`` is its
+    quick read; ``metadata`` the safetensors metadata of each healthy peer (the template first)."""
 
     path: str
     meta: FileMeta
-    peers: tuple[str, ...] = ()  # healthy files of the same folder, role and suffix (the template first)
+    peers: tuple[str, ...] = ()  # healthy files of the same folder and kind (the template first)
+    metadata: tuple[tuple[tuple[str, str], ...], ...] = ()
 
 
 #: A recompute spec, or why the entry cannot be recomputed here (exactly one is set).
@@ -279,6 +287,16 @@ class Layout(abc.ABC):
     @abc.abstractmethod
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
         """The expected entries for ``targets``; :class:`LayoutError` if it cannot be built."""
+
+    def template_kind(self, name: str, role: str) -> str:
+        """The kind of entry a file called ``name`` is, for repair's templates: a recomputed
+        entry copies its container and keys from a healthy file of its folder of the same kind.
+        ``role`` is the entry's being recomputed. The default tells kinds by suffix (and kohya's
+        text-encoder ``.npz`` by name); a layout whose latents and text embeds share a folder
+        and suffix says more."""
+        from cachedoctor.layouts._recompute import default_kind
+
+        return default_kind(name, role)
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
         """What a recompute of the entry at ``path`` must produce, or why it cannot be made here.

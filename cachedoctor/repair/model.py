@@ -124,9 +124,10 @@ class Action:
         data["before"] = Stat(**data["before"]) if data.get("before") else None
         spec = data.get("spec")
         if spec:
-            for name in ("latent_hw", "resize", "crop", "pre_resize", "keys", "peers"):
+            for name in ("latent_hw", "resize", "crop", "pre_resize", "keys", "peers", "scaling"):
                 if spec.get(name) is not None:
                     spec[name] = tuple(spec[name])
+            spec["metadata"] = tuple(tuple(pair) for pair in spec.get("metadata", ()))
             data["spec"] = RecomputeSpec(**spec)
         return cls(**data)
 

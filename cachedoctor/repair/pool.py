@@ -200,7 +200,14 @@ def _latent(out: dict[str, Any], i: int, image: Encoder, models: Models, action:
 
     std = out.get("latent_std")
     latent = draw(models, out["latent"][i], std[i] if std is not None else None, name, action.root)
-    return image.scaling.apply(latent) if action.recompute.scaled else latent
+    spec = action.recompute
+    if not spec.scaled:
+        return latent
+    if spec.scaling is not None:  # the trainer's own factors, which the layout knows (ai-toolkit's 0.18215)
+        from cachedoctor.encoders.interface import Scaling
+
+        return Scaling(*spec.scaling).apply(latent)
+    return image.scaling.apply(latent)
 
 
 def _run_text(batch: Batch, encoder: Encoder, sink: Sink, on_result: OnResult) -> None:

@@ -12,15 +12,20 @@ than write a file the trainer would not accept. Loading the template and saving 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from cachedoctor import keynames
 from cachedoctor.layouts.prepare import Prepared
 from cachedoctor.repair.model import NotRewritable, RecomputeSpec
-from cachedoctor.repair.torch_io import as_recorded, cast, load_template, save_entries, serialize, torch_dtype
-
-#: The bucket suffix of a kohya key (``crop_ltrb_16x12``): the base name is what a preparer records.
-_SIZED = re.compile(r"_\d+x\d+$")
+from cachedoctor.repair.torch_io import (
+    TORCH_FORMATS,
+    as_recorded,
+    cast,
+    load_template,
+    save_entries,
+    serialize,
+    torch_dtype,
+)
 
 
 def build_file(
@@ -38,23 +43,32 @@ def build_file(
     import torch
 
     fmt, shape = load_template(spec.template) if spec.template else (spec.container_format, None)
+    if fmt != spec.container_format:  # the layout's rule wins over a peer's bytes: never another container
+        raise NotRewritable(
+            f"its healthy peer {spec.template} is a {fmt} file where the layout writes {spec.container_format}; "
+            "re-cache it with the trainer"
+        )
     if spec.writer == "bare-tensor" or (shape is not None and isinstance(shape, torch.Tensor)):
         if latent is None:
             raise NotRewritable("a bare-tensor entry needs a latent")
+        if fmt not in TORCH_FORMATS:  # safetensors and npz hold named tensors only
+            raise NotRewritable(f"a {fmt} file holds named tensors, and the layout names no key for its latent")
         _fits("<root>", latent, shape, spec, encoder)
         return serialize(latent.to(torch_dtype(spec.dtype)).contiguous().clone(), fmt)
     if isinstance(shape, dict):  # the template's keys in its order, then any the layout adds (kohya's flip_aug)
-        keys = list(shape) + [k for k in spec.keys if k not in shape and _for_bucket(k, spec) not in shape]
-    else:
-        keys = list(spec.keys) or list(texts or {})
+        named = [_named(k, spec) for k in shape]
+        extra = [(k, _named(k, spec)) for k in spec.keys if k not in shape]
+        keys = list(zip(shape, named, strict=True)) + [(k, n) for k, n in extra if n not in named]
+    else:  # no peer to copy: the keys the layout names (at least the latent's)
+        named = list(spec.keys) or ([spec.key] if spec.role == "latent" and spec.key else list(texts or {}))
+        keys = [(k, k) for k in named]
     out: dict[str, Any] = {}
-    for key in keys:
+    for key, name in keys:
         like = shape.get(key) if isinstance(shape, dict) else None
-        name = _for_bucket(key, spec) if spec.writer == "kohya-npz" else key
         out[name] = _value(name, like, spec, latent, flipped, prepared, texts or {})
-        if like is not None and (name == spec.key or name.startswith("latents_flipped") or name in (texts or {})):
+        if like is not None and (_is_latent(name, spec) or name.startswith("latents_flipped") or name in (texts or {})):
             _fits(name, out[name], like, spec, encoder)
-    return save_entries(out, fmt)
+    return save_entries(out, fmt, dict(spec.metadata))
 
 
 class EncoderMismatch(Exception):
@@ -89,11 +103,11 @@ def _value(
     import torch
 
     if spec.role == "latent":
-        if key == spec.key:
+        if _is_latent(key, spec):
             return cast(latent, like, spec.dtype)
         if key.startswith("latents_flipped") and flipped is not None:
             return cast(flipped, like, spec.dtype)
-        base = _SIZED.sub("", key)
+        base = _base(key)
         if prepared is not None and base in prepared.recorded:
             return as_recorded(prepared.recorded[base], like)
     elif key in texts:
@@ -104,9 +118,32 @@ def _value(
     raise NotRewritable(f"the healthy peers hold {key!r}, which this repair cannot make; re-cache with the trainer")
 
 
-def _for_bucket(key: str, spec: RecomputeSpec) -> str:
-    """kohya keys carry the bucket (``latents_16x12``): a peer of another bucket is renamed."""
-    if spec.latent_hw is None:
+def _named(key: str, spec: RecomputeSpec) -> str:
+    """A healthy peer's key as this entry names it. Keys that spell the bucket (kohya's
+    ``latents_16x12``, ``crop_ltrb_16x12``; musubi's ``latents_1x16x12_bfloat16``) get this
+    entry's latent size, and the latent's key the dtype it is written in; the key the layout
+    names for the latent (``spec.key``) is taken as it is."""
+    parsed = keynames.parse(key)
+    if parsed.dims is None and parsed.dtype is None:
         return key
-    h, w = spec.latent_hw
-    return _SIZED.sub(f"_{h}x{w}", key)
+    if spec.key and parsed.family == keynames.family(spec.key):
+        return spec.key
+    dims = parsed.dims
+    if dims is not None and spec.latent_hw is not None:
+        h, w = spec.latent_hw
+        dims = (h, w) if len(dims) == 2 else (*dims[:-2], h, w)
+    return keynames.spell(key, dims)
+
+
+def _is_latent(key: str, spec: RecomputeSpec) -> bool:
+    """``key`` is where the latent goes: the layout's key, or one of its family (another bucket's)."""
+    return key == spec.key or (bool(spec.key) and keynames.family(key) == keynames.family(spec.key))
+
+
+def _base(key: str) -> str:
+    """A key less its spelled bucket (``crop_ltrb_16x12`` -> ``crop_ltrb``): what a preparer records."""
+    family = keynames.parse(key).family
+    for placeholder in ("_HxW", "_FxHxW"):
+        if family.endswith(placeholder):
+            return family[: -len(placeholder)]
+    return family

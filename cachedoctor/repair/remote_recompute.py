@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from cachedoctor.layouts import TemplateFinder
+from cachedoctor.layouts._recompute import KindOf
 from cachedoctor.layouts.interface import Template
 from cachedoctor.remote.interface import ObjectChanged, ObjectGone, ObjectInfo, ObjectStore, TransientError, is_remote
 
@@ -110,18 +111,18 @@ class RemoteTemplates(TemplateFinder):
         self.store_of = store_of
         self.home = home
 
-    def _search(self, folder: str, role: str, suffix: str) -> Template | None:
+    def _search(self, folder: str, kind: str, kind_of: KindOf) -> Template | None:
         if not is_remote(folder):
-            return super()._search(folder, role, suffix)
+            return super()._search(folder, kind, kind_of)
         from cachedoctor.layouts._recompute import own_meta
 
         def load(url: str) -> tuple[str, FileMeta] | None:
-            local = self._copy(self.infos[url], suffix)
+            local = self._copy(self.infos[url], posixpath.splitext(url)[1] or ".pt")
             meta = own_meta(local) if local is not None else None
             return (local, meta) if local is not None and meta is not None and meta.tensors else None
 
         urls = sorted(u for u in self.infos if posixpath.dirname(u) == folder)
-        return self._pick(((posixpath.basename(u), u) for u in urls), role, suffix, load)
+        return self._pick(((posixpath.basename(u), u) for u in urls), kind, kind_of, load)
 
     def _copy(self, info: ObjectInfo, suffix: str) -> str | None:
         """The object's bytes in a local file named by its URL and ETag (reused while both hold)."""

@@ -88,9 +88,12 @@ def load_template(path: str) -> tuple[str, Any]:
     return fmt, obj
 
 
-def save_entries(entries: dict[str, Any], fmt: str) -> bytes:
+def save_entries(entries: dict[str, Any], fmt: str, metadata: dict[str, str] | None = None) -> bytes:
     """A dict entry's bytes in the container ``fmt``: npz (tensors as float32 arrays when numpy
-    has no such dtype), safetensors, or a torch container."""
+    has no such dtype), safetensors (with the trainer's ``metadata``), or a torch container.
+    Only safetensors holds metadata: anything else refuses it rather than drop it."""
+    if metadata and fmt != "safetensors":
+        raise NotRewritable(f"a {fmt} file holds no metadata, and the layout gives this entry some")
     if fmt == "npz":
         import numpy as np
 
@@ -100,7 +103,7 @@ def save_entries(entries: dict[str, Any], fmt: str) -> bytes:
     if fmt == "safetensors":
         from safetensors.torch import save
 
-        return save({k: v.contiguous() for k, v in entries.items()})
+        return save({k: v.contiguous() for k, v in entries.items()}, metadata=metadata or None)
     return serialize(entries, fmt)
 
 
