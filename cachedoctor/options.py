@@ -89,19 +89,23 @@ def layout_name(settings: Settings) -> LayoutName:
 def layout_options(
     settings: Settings, model_family: str | None = None, output_dir: str | None = None, *, manifest: bool = True
 ) -> LayoutOptions:
-    """What the layouts need to find the dataset: the SimpleTuner config and the manifest from the
-    settings, the model family and output dir as given (they are no settings of their own).
+    """What the layouts need to find the dataset: the trainer's config (``--config``, routed to its
+    layout by its content) and the manifest from the settings, the model family and output dir as
+    given (they are no settings of their own).
     ``manifest=False`` for ``manifest build``, which writes a manifest rather than reading one."""
     from cachedoctor.layouts import LayoutOptions
+    from cachedoctor.layouts.configs import routed
 
-    return LayoutOptions(
-        config=settings.config.value,
-        kohya_config=settings.kohya_config.value,
-        kohya_args=kohya_args(settings),
-        manifest=settings.manifest.value if manifest else None,
-        model_family=model_family,
-        output_dir=output_dir,
-        s3=s3_settings(settings),
+    return routed(
+        LayoutOptions(
+            config=settings.config.value,
+            kohya_config=settings.kohya_config.value,
+            kohya_args=kohya_args(settings),
+            manifest=settings.manifest.value if manifest else None,
+            model_family=model_family,
+            output_dir=output_dir,
+            s3=s3_settings(settings),
+        )
     )
 
 

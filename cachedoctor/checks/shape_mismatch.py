@@ -99,7 +99,7 @@ class ShapeMismatch(Check):
     def check_entry(self, expected: Expected | None, found: Found | None) -> Iterable[Finding]:
         if expected is None or found is None or not found.tensors or not expected.in_index:
             return
-        if expected.shape is None and expected.latent_hw is None:
+        if expected.shape is None and expected.latent_hw is None and expected.frames is None:
             return
         picked = _latent_of(found.tensors, expected.latent_key)
         if picked is None:
@@ -117,8 +117,7 @@ class ShapeMismatch(Check):
                     expected=list(expected.shape),
                 )
             return
-        assert expected.latent_hw is not None
-        if len(shape) < 3 or tuple(shape[-2:]) != tuple(expected.latent_hw):
+        if expected.latent_hw is not None and (len(shape) < 3 or tuple(shape[-2:]) != tuple(expected.latent_hw)):
             h, w = expected.latent_hw
             yield self.finding(
                 found.path,
@@ -128,12 +127,22 @@ class ShapeMismatch(Check):
                 shape=list(shape),
                 expected_hw=[h, w],
             )
+        elif expected.frames is not None and len(shape) == 4 and shape[1] != expected.frames:
+            yield self.finding(
+                found.path,
+                f"{label} has shape {list(shape)}: {shape[1]} latent frames where its window needs {expected.frames}",
+                source=expected.source,
+                key=label,
+                shape=list(shape),
+                expected_frames=expected.frames,
+            )
 
 
 def _latent_of(tensors: tuple[tuple[str, tuple[int, ...]], ...], key: str | None) -> tuple[str, tuple[int, ...]] | None:
-    """The tensor that holds the latent: the named key, else the largest of rank >= 3."""
+    """The tensor that holds the latent: the named key (or a key of that family: musubi-tuner's
+    ``latents_FxHxW`` names ``latents_1x16x12_bfloat16``), else the largest of rank >= 3."""
     if key is not None:
-        return next(((k, s) for k, s in tensors if k == key), None)
+        return next(((k, s) for k, s in tensors if k == key or keynames.family(k) == key), None)
     best = None
     for k, s in tensors:
         if len(s) >= 3:

@@ -93,14 +93,17 @@ def _described(
     config: str | None, kohya_config: str | None, manifest: str | None, model_family: str | None, output_dir: str | None
 ) -> list[str]:
     from cachedoctor.layouts import LayoutOptions, described_roots
+    from cachedoctor.layouts.configs import routed
 
     return described_roots(
-        LayoutOptions(
-            config=config and os.path.abspath(config),
-            kohya_config=kohya_config and os.path.abspath(kohya_config),
-            manifest=manifest and os.path.abspath(manifest),
-            model_family=model_family,
-            output_dir=output_dir,
+        routed(
+            LayoutOptions(
+                config=config and os.path.abspath(config),
+                kohya_config=kohya_config and os.path.abspath(kohya_config),
+                manifest=manifest and os.path.abspath(manifest),
+                model_family=model_family,
+                output_dir=output_dir,
+            )
         )
     )
 

@@ -28,6 +28,7 @@ from cachedoctor.layouts.interface import (
 )
 from cachedoctor.layouts.kohya import KohyaLayout
 from cachedoctor.layouts.manifest import ManifestLayout
+from cachedoctor.layouts.musubi import MusubiLayout
 from cachedoctor.layouts.onetrainer import OneTrainerLayout
 from cachedoctor.layouts.simpletuner import SimpleTunerLayout
 
@@ -37,6 +38,7 @@ class LayoutName(str, enum.Enum):
     SIMPLETUNER = "simpletuner"
     KOHYA = "kohya"
     ONETRAINER = "onetrainer"
+    MUSUBI = "musubi"
     MANIFEST = "manifest"
     NONE = "none"
 
@@ -44,30 +46,40 @@ class LayoutName(str, enum.Enum):
 #: Detection order: explicit descriptions first (a manifest, a SimpleTuner config), then the
 #: self-describing caches.
 LAYOUTS: dict[str, Layout] = {
-    layout.name: layout for layout in (ManifestLayout(), SimpleTunerLayout(), OneTrainerLayout(), KohyaLayout())
+    layout.name: layout
+    for layout in (ManifestLayout(), SimpleTunerLayout(), OneTrainerLayout(), KohyaLayout(), MusubiLayout())
 }
+
+
+def described(options: LayoutOptions) -> list[tuple[str, LayoutName]]:
+    """The dataset descriptions given, as ``(flag, the layout it names)``: ``--manifest``,
+    ``--config`` (any trainer's, routed by ``configs.routed``) and ``--kohya-config``."""
+    out: list[tuple[str, LayoutName]] = []
+    if options.manifest:
+        out.append(("--manifest", LayoutName.MANIFEST))
+    if options.config:
+        out.append(("--config", LayoutName.SIMPLETUNER))
+    if options.trainer_config:
+        out.append(("--config", LayoutName(options.trainer_config[0])))
+    if options.kohya_config:
+        routed_here = options.config_sign is not None and not options.config and not options.trainer_config
+        out.append(("--config" if routed_here else "--kohya-config", LayoutName.KOHYA))
+    return out
 
 
 def choose(name: LayoutName, targets: list[str], options: LayoutOptions) -> tuple[Layout | None, str]:
     """The layout to use and why. A ``--manifest``, ``--config`` or ``--kohya-config`` names its
     layout outright; two of them, or one with another ``--layout``, contradict each other."""
-    described = {
-        "--manifest": (options.manifest, LayoutName.MANIFEST),
-        "--config": (options.config, LayoutName.SIMPLETUNER),
-        "--kohya-config": (options.kohya_config, LayoutName.KOHYA),
-    }
-    given = [(flag, named) for flag, (value, named) in described.items() if value]
+    given = described(options)
     if len(given) > 1:
         raise UsageError(f"{' and '.join(f for f, _ in given)} describe different trainers' datasets; pass one")
     if given and name not in (LayoutName.AUTO, given[0][1]):
         flag, named = given[0]
         raise UsageError(f"{flag} is for --layout {named.value}, not --layout {name.value}; drop one of them")
-    if name is LayoutName.AUTO and options.manifest:
-        return LAYOUTS[LayoutName.MANIFEST.value], "--manifest"
-    if name is LayoutName.AUTO and options.config:
-        return LAYOUTS[LayoutName.SIMPLETUNER.value], "--config"
-    if name is LayoutName.AUTO and options.kohya_config:
-        return LAYOUTS[LayoutName.KOHYA.value], "--kohya-config"
+    if given:
+        flag, named = given[0]
+        shown = flag if named in (LayoutName.SIMPLETUNER, LayoutName.MANIFEST) or flag != "--config" else None
+        return LAYOUTS[named.value], shown or f"--config: {options.config_sign}"
     if name is LayoutName.NONE:
         return None, "--layout none: cache files compared with each other only"
     if name is not LayoutName.AUTO:
@@ -82,7 +94,7 @@ def choose(name: LayoutName, targets: list[str], options: LayoutOptions) -> tupl
 def plan_for(name: LayoutName, targets: list[str], options: LayoutOptions) -> tuple[DatasetPlan | None, str]:
     """The dataset plan (``None``: cache only) and the line(s) saying which layout and why (one
     line per subtree when ``--layout auto`` finds a tree that mixes trainers)."""
-    if name is LayoutName.AUTO and not (options.manifest or options.config or options.kohya_config):
+    if name is LayoutName.AUTO and not described(options):
         return auto.plan_auto(targets, options, list(LAYOUTS.values()))
     layout, reason = choose(name, targets, options)
     if layout is None:

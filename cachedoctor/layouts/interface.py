@@ -50,6 +50,11 @@ class LayoutOptions:
     kohya_args: tuple[tuple[str, Any], ...] = ()
     #: how a manifest's s3:// rows are reached (``None``: the standard AWS chain decides)
     s3: S3Settings | None = None
+    #: a ``--config`` of a trainer with no flag of its own (musubi-tuner, ai-toolkit, diffusion-pipe):
+    #: ``(layout name, path)``. ``configs.routed`` puts each ``--config`` where its trainer's layout
+    #: reads it: SimpleTuner's in ``config``, sd-scripts' in ``kohya_config``, the others here.
+    trainer_config: tuple[str, str] | None = None
+    config_sign: str | None = None  # what in the --config file showed its trainer (the layout line says so)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +88,7 @@ class Expected:
     crop: tuple[int, int, int, int] | None = None  # recorded preprocessing: resize (W, H), then crop at (top, left)
     pre_resize: tuple[int, int] | None = None  # (W, H) an earlier resize the trainer applies first (SimpleTuner)
     text: str | None = None  # the caption a text entry encodes (repair recomputes from it)
+    frames: int | None = None  # a video latent's frames (``[C, F, H, W]``): musubi-tuner's window, VAE-compressed
     #: what the layout's recompute_spec needs beyond these (kohya: resize, flip); an s3:// source's
     #: listed ``etag`` and ``size``, which ``manifest build`` records (SimpleTuner aws)
     hints: tuple[tuple[str, Any], ...] = ()
@@ -270,7 +276,8 @@ class Layout(abc.ABC):
 
     def claim(self, folder: str, names: set[str]) -> Claim | None:
         """This layout's sign in ``folder`` (which holds ``names``), or ``None``. It may look at
-        the file system (a stat), never read a file's content."""
+        the file system (a stat), never read a cache file's content; a small config file may be
+        read to tell whose it is (a musubi-tuner dataset TOML)."""
         return None
 
     def resembles(self, names: set[str]) -> bool:

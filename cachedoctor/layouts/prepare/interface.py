@@ -36,6 +36,7 @@ PREPARERS = {
     "simpletuner": "simpletuner",
     "kohya": "kohya",
     "mgds": "mgds",  # OneTrainer
+    "musubi": "musubi",  # kohya-ss musubi-tuner
 }
 
 
