@@ -10,6 +10,7 @@ which nothing changed must load no reader, so the list lives here rather than in
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 #: Names that claim to be a cache file: unrecognised bytes under these names are corruption,
@@ -41,6 +42,20 @@ def wrong_container(path: str, fmt: str) -> str | None:
     return f"named {suffix} but holds a {fmt} file: {rule[1]}"
 
 
+#: diffusion-pipe's ``shard_<N>.bin``, located item by item through the ``metadata.db`` beside it
+SHARD_NAME = re.compile(r"^shard_(\d+)\.bin$")
+SHARD_INDEX = "metadata.db"
+
+
+def shard_index(path: str) -> str | None:
+    """The index (``metadata.db``) of the diffusion-pipe shard at ``path``, or ``None`` when
+    ``path`` is no shard (its name, or no index beside it)."""
+    if SHARD_NAME.match(os.path.basename(path)) is None:
+        return None
+    index = os.path.join(os.path.dirname(path), SHARD_INDEX)
+    return index if os.path.isfile(index) else None
+
+
 def claims_cache(path: str) -> bool:
     """Whether ``path``'s name says it is a cache file (by its suffix, case-insensitive)."""
     return os.path.splitext(path)[1].lower() in CACHE_SUFFIXES
@@ -63,4 +78,4 @@ def special_type(mode: int) -> str | None:
     return next((name for test, name in _SPECIAL if test(mode)), "special file")
 
 
-__all__ = ["CACHE_SUFFIXES", "NAME_FORMATS", "claims_cache", "special_type", "wrong_container"]
+__all__ = ["CACHE_SUFFIXES", "NAME_FORMATS", "claims_cache", "shard_index", "special_type", "wrong_container"]

@@ -54,6 +54,8 @@ TORCH_DTYPES = tuple(
     )
 )
 _SIZE = re.compile(r"^\d+(?:x\d+)+$")
+#: One item of a file that holds several (a diffusion-pipe shard: ``formats/torch_shard.py``).
+_ITEM = re.compile(r"^item \d+/")
 #: The placeholder a size of 2 and of 3 parts becomes (kohya's latent size, musubi's frames x size).
 _PLACEHOLDER = {2: "HxW", 3: "FxHxW"}
 
@@ -70,7 +72,12 @@ class KeyName(NamedTuple):
 @lru_cache(maxsize=8192)
 def parse(key: str) -> KeyName:
     """``latents_1x8x8_bfloat16`` -> ``("latents_FxHxW", (1, 8, 8), "bfloat16")``;
-    ``latents_16x12`` -> ``("latents_HxW", (16, 12), None)``; ``latent`` -> ``("latent", None, None)``."""
+    ``latents_16x12`` -> ``("latents_HxW", (16, 12), None)``; ``latent`` -> ``("latent", None, None)``.
+    A shard's ``item 3/latents`` -> ``("item */latents", ...)``: the items of a shard are peers."""
+    item = _ITEM.match(key)
+    if item is not None:
+        inner = parse(key[item.end() :])
+        return KeyName("item */" + inner.family, inner.dims, inner.dtype)
     rest, dtype = key, None
     for name in TORCH_DTYPES:
         if rest.endswith("_" + name) and len(rest) > len(name) + 1:

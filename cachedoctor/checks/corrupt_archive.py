@@ -57,6 +57,20 @@ class CorruptArchive(Check):
         if wrong is not None:
             yield self.finding(item.path, wrong, problem="wrong-container", format=meta.format)
             return
+        damaged = [
+            (label, problem, message)
+            for label, problem, message in meta.item_errors
+            if problem not in REPORTED_ELSEWHERE
+        ]
+        if damaged:  # items of a shard its loader cannot read (the others are judged as usual below)
+            yield self.finding(
+                item.path,
+                damaged[0][2] + (f" (+{len(damaged) - 1} more)" if len(damaged) > 1 else ""),
+                problem="bad-item",
+                items=[_index(label) for label, _, _ in damaged],
+                problems=[message for _, _, message in damaged],
+            )
+            return
         problems: list[str] = [
             f"{name} is held by more than one member (or its local header names another file): "
             "torch.load and zipfile would read different bytes"
@@ -99,3 +113,9 @@ class CorruptArchive(Check):
                 problems=problems,
                 **extra,
             )
+
+
+def _index(label: str) -> int | None:
+    """``item 3`` -> 3: the item of a shard a problem is in."""
+    _, _, number = label.rpartition(" ")
+    return int(number) if number.isdigit() else None

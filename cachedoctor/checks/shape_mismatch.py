@@ -101,14 +101,19 @@ class ShapeMismatch(Check):
             return
         if expected.shape is None and expected.latent_hw is None and expected.frames is None:
             return
-        picked = _latent_of(found.tensors, expected.latent_key)
-        if picked is None:
-            return
-        key, shape = picked
+        # a file of several items (a diffusion-pipe shard) holds one latent per item: each is judged
+        latents = _latents_of(found.tensors, expected.latent_key)
+        for key, shape in latents:
+            finding = self._judge_entry(expected, found, key, shape)
+            if finding is not None:
+                yield finding
+                return
+
+    def _judge_entry(self, expected: Expected, found: Found, key: str, shape: tuple[int, ...]) -> Finding | None:
         label = key or "<root>"
         if expected.shape is not None:
             if tuple(shape) != tuple(expected.shape):
-                yield self.finding(
+                return self.finding(
                     found.path,
                     f"{label} has shape {list(shape)}; the manifest records {list(expected.shape)}",
                     source=expected.source,
@@ -116,10 +121,10 @@ class ShapeMismatch(Check):
                     shape=list(shape),
                     expected=list(expected.shape),
                 )
-            return
+            return None
         if expected.latent_hw is not None and (len(shape) < 3 or tuple(shape[-2:]) != tuple(expected.latent_hw)):
             h, w = expected.latent_hw
-            yield self.finding(
+            return self.finding(
                 found.path,
                 f"{label} has shape {list(shape)}; its bucket's target size needs [..., {h}, {w}] (pixels / 8)",
                 source=expected.source,
@@ -127,8 +132,8 @@ class ShapeMismatch(Check):
                 shape=list(shape),
                 expected_hw=[h, w],
             )
-        elif expected.frames is not None and len(shape) == 4 and shape[1] != expected.frames:
-            yield self.finding(
+        if expected.frames is not None and len(shape) == 4 and shape[1] != expected.frames:
+            return self.finding(
                 found.path,
                 f"{label} has shape {list(shape)}: {shape[1]} latent frames where its window needs {expected.frames}",
                 source=expected.source,
@@ -136,6 +141,16 @@ class ShapeMismatch(Check):
                 shape=list(shape),
                 expected_frames=expected.frames,
             )
+        return None
+
+
+def _latents_of(tensors: tuple[tuple[str, tuple[int, ...]], ...], key: str | None) -> list[tuple[str, tuple[int, ...]]]:
+    """The latent(s) of an entry: every tensor of the key family ``item */...`` names (one per
+    item of a shard), else the one :func:`_latent_of` picks."""
+    if key is not None and key.startswith("item */"):
+        return [(k, s) for k, s in tensors if keynames.family(k) == key]
+    picked = _latent_of(tensors, key)
+    return [picked] if picked is not None else []
 
 
 def _latent_of(tensors: tuple[tuple[str, tuple[int, ...]], ...], key: str | None) -> tuple[str, tuple[int, ...]] | None:

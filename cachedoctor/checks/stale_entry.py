@@ -9,7 +9,7 @@ reading a stale entry trains on the old image or caption without a word.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachedoctor.checks.interface import Check, Found
 from cachedoctor.findings import Finding, Fix, Severity
@@ -44,7 +44,8 @@ class StaleEntry(Check):
             return
         recorded = _recorded_size(found)
         if expected.stale_reason:
-            yield self.finding(found.path, expected.stale_reason, source=expected.source, by="content")
+            items: dict[str, Any] = {"items": list(expected.items)} if expected.items else {}
+            yield self.finding(found.path, expected.stale_reason, source=expected.source, by="content", **items)
         elif expected.image_size is not None and recorded is not None and recorded != expected.image_size:
             yield self.finding(
                 found.path,

@@ -49,6 +49,10 @@ class UnsafePickle(Check):
                 item.path, item.error.message, problem="resource-bomb", limit=item.error.details.get("limit")
             )
             return
+        bombs = [m for _, problem, m in item.meta.item_errors if problem == "resource-bomb"] if item.meta else []
+        if bombs:  # an item of a shard: its loader reads the items one by one
+            yield self.finding(item.path, bombs[0], problem="resource-bomb")
+            return
         if item.meta is None or not item.meta.foreign_globals:
             return
         names = list(item.meta.foreign_globals)

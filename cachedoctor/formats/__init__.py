@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 
 from cachedoctor.cachenames import CACHE_SUFFIXES, claims_cache, special_type
-from cachedoctor.formats import _deep
+from cachedoctor.formats import _deep, torch_shard
 from cachedoctor.formats._source import BufferSource, FileSource, Source
 from cachedoctor.formats._zip import directory_of, is_zip
 from cachedoctor.formats.interface import FileMeta, FormatReader, MemberCrc, ReadError, TensorMeta, UnreadableFile
@@ -178,6 +178,8 @@ _TAR, _PLAIN = READERS[-2], READERS[-1]
 
 def _dispatch(path: str, src: Source, deep: bool) -> FileMeta | None:
     head = src.read_at(0, 64)
+    if is_zip(head) and torch_shard.shard_number(path) is not None:
+        return torch_shard.read(path, src, deep=deep)  # several archives, located by the index beside it
     for reader in READERS:
         if reader.claims(head, src):
             if head[:4] == b"PK\x03\x04":

@@ -335,6 +335,31 @@ def legacy_storage_ref(pid: Any) -> StorageRef | Opaque:
 class Walked:
     container: str
     tensors: list[tuple[str, TensorRecord]]
+    texts: tuple[tuple[str, str], ...] = ()  # a dict's own strings (``caption``, ``image_spec[1]``): what an item is
+
+
+#: A top-level dict's strings kept as ``texts``: at most this many, each cut to this many characters.
+_MAX_TEXTS, _MAX_TEXT = 16, 1024
+
+
+def _texts(obj: Any) -> tuple[tuple[str, str], ...]:
+    """The strings a saved dict holds at its top level, and in its short lists (diffusion-pipe's
+    ``image_spec`` ``[None, 'images/a.png']``, ``caption`` ``['a cat']``): what names the item a
+    cache entry was made from. Bounded: a cache file's dict is not a text store."""
+    if not isinstance(obj, dict):
+        return ()
+    out: list[tuple[str, str]] = []
+    for key, value in obj.items():
+        if not isinstance(key, str):
+            continue
+        values = [(key, value)] if isinstance(value, str) else []
+        if isinstance(value, (list, tuple)) and len(value) <= 8:
+            values = [(f"{key}[{i}]", v) for i, v in enumerate(value) if isinstance(v, str)]
+        for name, text in values:
+            out.append((name, text[:_MAX_TEXT]))
+            if len(out) >= _MAX_TEXTS:
+                return tuple(out)
+    return tuple(out)
 
 
 def walk(obj: Any) -> Walked:
@@ -384,7 +409,7 @@ def walk(obj: Any) -> Walked:
             stack.extend(reversed(children))
     if shared:
         refuse_unfolding(obj, "an object")
-    return Walked(container, [(_path(links, link), rec) for link, rec in found])
+    return Walked(container, [(_path(links, link), rec) for link, rec in found], _texts(obj))
 
 
 def _path(links: list[tuple[int, Any, bool]], link: int) -> str:

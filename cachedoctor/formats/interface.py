@@ -115,6 +115,10 @@ class FileMeta:
     loaders: tuple[str, ...] = ()
     ambiguous: tuple[str, ...] = ()
     metadata: tuple[tuple[str, str], ...] = ()  # safetensors ``__metadata__`` (string to string), in header order
+    texts: tuple[tuple[str, str], ...] = ()  # a saved dict's own strings (``_unpickle._texts``): what the item is
+    #: items of a file that holds several (a diffusion-pipe shard): ``(label, problem, message)`` of
+    #: each item that does not read; the items that read are in ``tensors`` under ``<label>/<key>``
+    item_errors: tuple[tuple[str, str, str], ...] = ()
 
 
 class ReadError(Exception):

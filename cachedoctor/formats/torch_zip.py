@@ -203,6 +203,7 @@ def describe(
         digest=file_digest,
         loaders=loaders if unsafe else (),
         ambiguous=ambiguous,
+        texts=walked.texts,
     )
 
 

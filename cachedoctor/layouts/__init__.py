@@ -15,6 +15,7 @@ from dataclasses import replace
 from cachedoctor.errors import UsageError
 from cachedoctor.layouts import _recompute, auto
 from cachedoctor.layouts._recompute import TemplateFinder
+from cachedoctor.layouts.diffusion_pipe import DiffusionPipeLayout
 from cachedoctor.layouts.interface import (
     DatasetPlan,
     Expected,
@@ -39,6 +40,7 @@ class LayoutName(str, enum.Enum):
     KOHYA = "kohya"
     ONETRAINER = "onetrainer"
     MUSUBI = "musubi"
+    DIFFUSION_PIPE = "diffusion-pipe"
     MANIFEST = "manifest"
     NONE = "none"
 
@@ -47,7 +49,14 @@ class LayoutName(str, enum.Enum):
 #: self-describing caches.
 LAYOUTS: dict[str, Layout] = {
     layout.name: layout
-    for layout in (ManifestLayout(), SimpleTunerLayout(), OneTrainerLayout(), KohyaLayout(), MusubiLayout())
+    for layout in (
+        ManifestLayout(),
+        SimpleTunerLayout(),
+        OneTrainerLayout(),
+        KohyaLayout(),
+        MusubiLayout(),
+        DiffusionPipeLayout(),
+    )
 }
 
 

@@ -144,7 +144,9 @@ def _classify(value: Any) -> tuple[str, str] | None:
         return "diffusion-pipe", "[model] and dataset = ... (diffusion-pipe's training config)"
     config = value.get("config")
     processes = config.get("process") if isinstance(config, dict) else None
-    if isinstance(processes, list) and any(isinstance(p, dict) and isinstance(p.get("datasets"), list) for p in processes):
+    if isinstance(processes, list) and any(
+        isinstance(p, dict) and isinstance(p.get("datasets"), list) for p in processes
+    ):
         return "ai-toolkit", "config.process[].datasets (an ai-toolkit job)"
     return None
 

@@ -89,6 +89,7 @@ class Expected:
     pre_resize: tuple[int, int] | None = None  # (W, H) an earlier resize the trainer applies first (SimpleTuner)
     text: str | None = None  # the caption a text entry encodes (repair recomputes from it)
     frames: int | None = None  # a video latent's frames (``[C, F, H, W]``): musubi-tuner's window, VAE-compressed
+    items: tuple[int, ...] = ()  # of a file of several items (a diffusion-pipe shard): those stale_reason is about
     #: what the layout's recompute_spec needs beyond these (kohya: resize, flip); an s3:// source's
     #: listed ``etag`` and ``size``, which ``manifest build`` records (SimpleTuner aws)
     hints: tuple[tuple[str, Any], ...] = ()

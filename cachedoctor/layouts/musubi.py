@@ -100,7 +100,8 @@ class MusubiLayout(Layout):
         configs = [config] if config else [c for t in targets for c in _configs_in(t, names_in(t))]
         # each config's datasets are judged for the architectures its cache folders hold (one run per
         # caching script); without a config, each cache folder for those it holds itself
-        groups = [(c, _from_config(c)) for c in configs] or [(None, [f]) for f in _from_targets(targets)]
+        groups: list[tuple[str | None, list[_Folder]]] = [(c, _from_config(c)) for c in configs]
+        groups = groups or [(None, [f]) for f in _from_targets(targets)]
         plan = DatasetPlan(self.name, sorted({f.cache for _, g in groups for f in g}), entry_suffixes=(".safetensors",))
         plan.source_suffixes = SOURCE_SUFFIXES + rules.VIDEO_EXTENSIONS
         if configs and not config:

@@ -38,6 +38,9 @@ class ActionKind(str, enum.Enum):
     QUARANTINE = "quarantine"  # moved to the quarantine, nothing written in its place
     RECOMPUTE = "recompute"  # encoded again from its source; the old file goes to quarantine
     CLEANUP = "cleanup"  # a temp file of cachedoctor's own interrupted write: deleted
+    #: a diffusion-pipe cache folder's index cut before its first bad item (``shards.py``): the
+    #: trainer re-caches the rest; the path is the folder's ``metadata.db``
+    DROP_ITEMS = "drop-items"
 
     @property
     def lossless(self) -> bool:

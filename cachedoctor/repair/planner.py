@@ -19,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
 
 from cachedoctor.atomic import is_own_temp
+from cachedoctor.cachenames import shard_index
 from cachedoctor.findings import Finding, Fix
 from cachedoctor.layouts import LayoutOf, TemplateFinder, recompute_spec
 from cachedoctor.layouts.interface import Expected
@@ -72,9 +73,14 @@ def plan_repair(
     plan = RepairPlan()
     if templates is None:
         templates = TemplateFinder(set(by_path))
+    dropped: dict[str, tuple[set[str], set[int]]] = {}  # a shard folder's index -> (kinds, flagged items)
     for path in sorted(by_path):
         group = by_path[path]
         kinds = tuple(sorted({f.kind for f in group}))
+        index = shard_index(path)
+        if index is not None and "orphan-entry" not in kinds:
+            _drop(dropped, index, group)
+            continue
         fixes = {f.fix for f in group}
         source = next((f.source for f in group if f.source), None)
         before = stat_of(path)
@@ -110,8 +116,29 @@ def plan_repair(
                 plan.actions.append(Action(ActionKind.QUARANTINE, path, root, kinds, source, before, note=blocked))
                 continue
         plan.actions.append(Action(kind, path, root, kinds, source, before, spec, blocked))
+    if dropped:  # the index's own missing-entry (an item it does not list) the trainer re-caches with the rest
+        plan.actions = [a for a in plan.actions if a.path not in dropped]
+    for index, (kinds_, items) in sorted(dropped.items()):
+        before = stat_of(index)
+        if before is not None:
+            note = "items " + ", ".join(str(i) for i in sorted(items)) if items else None
+            reasons = tuple(sorted(kinds_))
+            plan.actions.append(Action(ActionKind.DROP_ITEMS, index, root_of(index, roots), reasons, None, before, note=note))
     return plan
 
+
+def _drop(dropped: dict[str, tuple[set[str], set[int]]], index: str, group: list[Finding]) -> None:
+    """A diffusion-pipe shard's findings: its folder's index is cut before the first bad item
+    (``shards.py``). Items the scan names (a stale image) are flagged; damage is found again
+    there by reading every item. A leak or a device tag needs nothing: its only loader maps
+    every item to the cpu and loads a view as it is."""
+    needs = [f for f in group if f.fix not in (Fix.CLONE_STORAGE, Fix.REWRITE_CPU, Fix.NONE)]
+    if not needs:
+        return
+    kinds, items = dropped.setdefault(index, (set(), set()))
+    for finding in needs:
+        kinds.add(finding.kind)
+        items.update(i for i in finding.details.get("items") or () if isinstance(i, int))
 
 def _roles(modalities: set[str]) -> set[str]:
     return {"latent" if m == "image" else "text" for m in modalities}

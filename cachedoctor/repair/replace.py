@@ -94,6 +94,10 @@ def run_action(
     path = action.path
     if action.kind is ActionKind.CLEANUP:
         return _cleanup(action)
+    if action.kind is ActionKind.DROP_ITEMS:  # several files (an index and its shards): its own steps
+        from cachedoctor.repair.shards import drop_items
+
+        return drop_items(action, quarantine)
     with file_lock(path):
         now = Stat.of(path)
         if now is None and action.kind is not ActionKind.RECOMPUTE:

@@ -62,6 +62,10 @@ def print_plan(outcome: RepairOutcome, env: Environment) -> None:
         )
         lines.say(f"  {label:<14} {count} file(s){extra}", _UNDER_LABEL)
         group = [a for a in plan.actions if not a.blocked and a.kind.value == label]
+        if label == "drop-items":  # an index cut before its first bad item: the trainer re-caches the rest
+            lines.files([f"{_entry(lines, a)} ({_cut(a.note)})" for a in group], "    ")
+            lines.say("    the trainer re-caches the dropped items when it next runs", "    ")
+            continue
         lines.files([_entry(lines, a) for a in group if not a.note], "    ")
         instead = Counter(a.note for a in group if a.note)
         for why, n in instead.most_common():
@@ -88,6 +92,15 @@ def run_level(findings: list[Any]) -> list[Any]:
     cache, ranks that would get unequal steps): repair says them, since a trainer who repairs
     before a run never sees the scan's report."""
     return [f for f in findings if f.fix.value == "none" and f.kind != "name-collision"]
+
+
+def _cut(note: str | None) -> str:
+    """Where a diffusion-pipe index is cut: before the first item the scan flagged at the latest
+    (the repair reads every item again and may find an earlier damaged one)."""
+    from cachedoctor.repair.shards import flagged_items
+
+    items = flagged_items(note)
+    return f"cut before item {min(items)} at the latest" if items else "cut before its first damaged item"
 
 
 def _entry(lines: Lines, action: Any) -> str:

@@ -39,6 +39,8 @@ LEFT_STATES = {
 CHANGED_ELSEWHERE = "during the repair: neither the version it scanned nor the one it wrote; the next scan judges it"
 #: A file quarantined because it could not be recomputed here: its gap is the plan's, not a failure.
 RE_CACHE = "moved to the quarantine, not recomputed: the trainer re-caches it"
+#: What a diffusion-pipe index cut before its first bad item leaves (``repair/shards.py``).
+RE_CACHE_ITEMS = "its index now ends before its first bad item: the trainer re-caches the dropped items"
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,11 @@ class RepairReport:
             return {}
         # A file the plan quarantined in place of a recompute is missing now by design (the plan
         # said so: the trainer re-caches it); that is not a repair gone wrong.
-        moved = {r.path for r in self.outcome.results if r.quarantined and r.kind.value == "quarantine"}
+        moved = {
+            r.path
+            for r in self.outcome.results
+            if (r.quarantined and r.kind.value == "quarantine") or r.kind.value == "drop-items"
+        }
         others = self.others  # what another writer changed meanwhile is not the repair's doing
         before = Counter(k for k, p in {(f.kind, f.path) for f in self.outcome.before.findings} if p not in others)
         after = Counter(
@@ -151,6 +157,7 @@ class RepairReport:
             before[f.path].add(f.kind)
         reasons = {a.path: a.reasons for a in outcome.plan.actions}
         instead = {a.path for a in outcome.plan.actions if a.note and a.kind.value == "quarantine"}
+        cut = {a.path for a in outcome.plan.actions if a.kind.value == "drop-items"}
         out: dict[str, Leftover] = {}
         for r in outcome.results:
             if r.state.value in ("failed", "blocked"):
@@ -167,6 +174,8 @@ class RepairReport:
                     out[path] = Leftover(path, kinds, "changed", CHANGED_ELSEWHERE)
                 elif path in instead and kinds == ("missing-entry",):
                     out[path] = Leftover(path, kinds, "re-cache", RE_CACHE)
+                elif path in cut and kinds == ("missing-entry",):
+                    out[path] = Leftover(path, kinds, "re-cache", RE_CACHE_ITEMS)
                 else:
                     out[path] = Leftover(path, kinds, "found-again", after[path][0].message)
         order = list(LEFT_STATES)
@@ -185,7 +194,7 @@ class RepairReport:
         if steps:
             steps[-1] += ", then run the same command again"
         if "re-cache" in states:
-            steps.append("the trainer re-caches the quarantined files when it next runs")
+            steps.append("the trainer re-caches what was quarantined or dropped when it next runs")
         if "changed" in states:
             steps.append("find the other writer (a trainer still caching?) before repairing again")
         if "found-again" in states:
