@@ -15,6 +15,7 @@ from dataclasses import replace
 from cachedoctor.errors import UsageError
 from cachedoctor.layouts import _recompute, auto
 from cachedoctor.layouts._recompute import TemplateFinder
+from cachedoctor.layouts.aitoolkit import AiToolkitLayout
 from cachedoctor.layouts.diffusion_pipe import DiffusionPipeLayout
 from cachedoctor.layouts.interface import (
     DatasetPlan,
@@ -41,6 +42,7 @@ class LayoutName(str, enum.Enum):
     ONETRAINER = "onetrainer"
     MUSUBI = "musubi"
     DIFFUSION_PIPE = "diffusion-pipe"
+    AI_TOOLKIT = "ai-toolkit"
     MANIFEST = "manifest"
     NONE = "none"
 
@@ -56,6 +58,7 @@ LAYOUTS: dict[str, Layout] = {
         KohyaLayout(),
         MusubiLayout(),
         DiffusionPipeLayout(),
+        AiToolkitLayout(),
     )
 }
 

@@ -61,7 +61,8 @@ def plan_document(outcome: Any) -> dict[str, Any]:
                 "source": a.source,
                 "bytes": a.bytes,
                 "blocked": a.blocked,
-                "not_recomputed": a.note,
+                "not_recomputed": a.note if a.kind.value != "drop-items" else None,
+                **({"flagged": a.note} if a.kind.value == "drop-items" else {}),
             }
             for a in plan.actions
         ],

@@ -37,6 +37,7 @@ PREPARERS = {
     "kohya": "kohya",
     "mgds": "mgds",  # OneTrainer
     "musubi": "musubi",  # kohya-ss musubi-tuner
+    "aitoolkit": "aitoolkit",  # ostris ai-toolkit
 }
 
 
