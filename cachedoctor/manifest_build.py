@@ -17,13 +17,13 @@ import json
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cachedoctor.atomic import atomic_text
 from cachedoctor.errors import PathError
 from cachedoctor.layouts._manifest_remote import is_remote, list_sources
-from cachedoctor.layouts.interface import DatasetPlan, Expected
+from cachedoctor.layouts.interface import DatasetPlan, Expected, mtime_ns
 from cachedoctor.layouts.manifest import HASH_WORKERS, file_xxh3
 from cachedoctor.remote.interface import Location, ObjectInfo
 
@@ -45,11 +45,18 @@ class ManifestWriteError(PathError):
 
 
 def entries(plan: DatasetPlan) -> Iterator[tuple[str, Expected]]:
-    """``(source, entry)`` for every item of the plan, colliding items each on their own row."""
+    """``(source, entry)`` for every item of the plan, colliding items each on their own row. A
+    file that holds several items (a diffusion-pipe shard: its ``sources`` hint) gets one row per
+    item, each ``shared`` (they name one file by design) and tracked by its own content."""
     for folder in sorted(plan.expected):
         for path in sorted(plan.expected[folder]):
             for entry in plan.expected[folder][path]:
                 if not entry.in_index or not entry.source_exists:
+                    continue
+                items = dict(entry.hints).get("sources")
+                if items:
+                    for source in items:
+                        yield source, replace(entry, source=source, source_mtime_ns=mtime_ns(source), shared=True)
                     continue
                 for source in (entry.source, *entry.also):
                     yield source, entry

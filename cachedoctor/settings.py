@@ -246,7 +246,17 @@ def _bool(value: Any) -> bool:
 
 #: ``layouts.LayoutName``'s values, kept here so that resolving settings imports no layout (a test
 #: keeps the two equal).
-LAYOUT_NAMES = ("auto", "simpletuner", "kohya", "onetrainer", "manifest", "none")
+LAYOUT_NAMES = (
+    "auto",
+    "simpletuner",
+    "kohya",
+    "onetrainer",
+    "musubi",
+    "ai-toolkit",
+    "diffusion-pipe",
+    "manifest",
+    "none",
+)
 
 
 def _layouts() -> tuple[str, ...]:

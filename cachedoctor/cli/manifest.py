@@ -63,7 +63,9 @@ def manifest_build(
         ctx, layout=layout, config=config, s3_endpoint_url=s3_endpoint_url, s3_profile=s3_profile, s3_region=s3_region
     )
     if dataset is None and not settings.config.value:
-        raise UsageError("no DATASET_DIR given; name the dataset folder, or pass --config multidatabackend.json")
+        raise UsageError(
+            "no DATASET_DIR given; name the dataset folder, or pass the trainer's dataset config (--config)"
+        )
     if settings.layout.value == "manifest":
         raise UsageError("--layout manifest reads a manifest; pick the trainer's layout to build one")
     if dataset and "://" in dataset:
@@ -88,7 +90,7 @@ def manifest_build(
     if plan is None:
         raise LayoutError(
             targets[0] if targets else ".",
-            "no trainer layout recognised here; pass --layout kohya|onetrainer|simpletuner",
+            "no trainer layout recognised here; pass the trainer's dataset config (--config) or --layout NAME",
         )
     result = build(plan, output, exclude=tuple(settings.exclude.value or ()), s3=s3_settings(settings))
     print(

@@ -29,6 +29,9 @@ class LayoutChoice(str, enum.Enum):
     SIMPLETUNER = "simpletuner"
     KOHYA = "kohya"
     ONETRAINER = "onetrainer"
+    MUSUBI = "musubi"
+    AI_TOOLKIT = "ai-toolkit"
+    DIFFUSION_PIPE = "diffusion-pipe"
     MANIFEST = "manifest"
     NONE = "none"
 
@@ -59,12 +62,25 @@ VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Name every
 # --- the dataset options (scan, repair, recover, manifest build, settings show) ---
 LayoutOption = Annotated[
     LayoutChoice,
-    typer.Option("--layout", help="How the trainer maps dataset items to cache files.", case_sensitive=False),
+    typer.Option(
+        "--layout",
+        metavar="NAME",
+        help=(
+            "How the trainer maps dataset items to cache files: auto, simpletuner, kohya, onetrainer, musubi, "
+            "ai-toolkit, diffusion-pipe, manifest or none."
+        ),
+        case_sensitive=False,
+    ),
 ]
 ConfigOption = Annotated[
     str | None,
     typer.Option(
-        "--config", metavar="FILE", help="SimpleTuner multidatabackend.json: the datasets and caches it names."
+        "--config",
+        metavar="FILE",
+        help=(
+            "The trainer's dataset config, any trainer's (told by its content): SimpleTuner's multidatabackend.json, "
+            "a kohya or musubi-tuner dataset TOML, a diffusion-pipe dataset or training TOML, an ai-toolkit job YAML."
+        ),
     ),
 ]
 KohyaConfigOption = Annotated[

@@ -41,8 +41,8 @@ class LayoutName(str, enum.Enum):
     KOHYA = "kohya"
     ONETRAINER = "onetrainer"
     MUSUBI = "musubi"
-    DIFFUSION_PIPE = "diffusion-pipe"
     AI_TOOLKIT = "ai-toolkit"
+    DIFFUSION_PIPE = "diffusion-pipe"
     MANIFEST = "manifest"
     NONE = "none"
 

@@ -210,6 +210,7 @@ def _expect(plan: DatasetPlan, folder: _Folder, images: dict[str, str] | None) -
                 frames=frames,
                 stale_reason=why,
                 items=stale,
+                hints=(("sources", tuple(image for _, image in sources)),),  # a manifest row per item
             )
         )
     if unknown:  # a damaged item may be one of them: it is reported, and re-cached once dropped

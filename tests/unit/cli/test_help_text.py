@@ -115,7 +115,7 @@ def test_a_required_argument_reads_as_click_writes_it() -> None:
         ),
         (
             ["scan", "--layout", "sdxl", "."],
-            "--layout: 'sdxl' is not a layout; choose auto, simpletuner, kohya, onetrainer, manifest or none "
+            "--layout: 'sdxl' is not a layout; choose auto, simpletuner, kohya, onetrainer, musubi, ai-toolkit, diffusion-pipe, manifest or none "
             "(see `cachedoctor scan --help`)",
         ),
         (
