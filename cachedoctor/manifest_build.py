@@ -146,6 +146,9 @@ def _row(base: str, source: str, entry: Expected, facts: tuple[int, int, str]) -
         row["latent_hw"] = list(entry.latent_hw)
     if entry.latent_key is not None:
         row["key"] = entry.latent_key
+    scaling = dict(entry.hints).get("scaling")
+    if scaling is not None and entry.role == "latent":  # how the trainer transforms the latent (a recompute needs it)
+        row["scaling"] = scaling
     if entry.shared:
         row["shared"] = True
     if entry.source_mtime_ns is None:  # the layout says the source's content does not decide the entry

@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from cachedoctor import keynames
 from cachedoctor.layouts.interface import Expected, RecomputeSpec, SpecOrWhy, Template
 
 if TYPE_CHECKING:
@@ -237,7 +238,14 @@ def generic_latent_spec(expected: Expected, template: Template | None, path: str
     if why is not None:
         return None, why
     meta = template.meta if template else None
-    if expected.latent_key is not None:
+    if expected.latent_key is not None and expected.latent_key.endswith(("_HxW", "_FxHxW")):
+        # a key family (musubi's latents_FxHxW): the entry's own key is a peer's, spelled for its size
+        found = next((t for t in meta.tensors if keynames.family(t.key) == expected.latent_key), None) if meta else None
+        spelled = keynames.parse(found.key).dims if found is not None else None
+        if found is None or spelled is None:
+            return None, f"its key is named by size and dtype ({expected.latent_key}), and no healthy peer shows the name"
+        key = keynames.spell(found.key, (*spelled[:-2], hw[0], hw[1]))
+    elif expected.latent_key is not None:
         key = expected.latent_key
     elif meta is None or meta.container == "tensor":
         key = ""

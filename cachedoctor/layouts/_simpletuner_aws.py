@@ -167,7 +167,8 @@ def expect_aws_backend(
                     latent_hw=hw,
                     crop=crop,
                     pre_resize=pre_resize,
-                    hints=(("etag", info.etag), ("size", info.size)),  # as listed: manifest build needs no LIST more
+                    # as listed: manifest build needs no LIST more; (z - shift) * factor, SimpleTuner's VAE cache
+                    hints=(("etag", info.etag), ("size", info.size), ("scaling", "vae")),
                 ),
                 folder,
             )

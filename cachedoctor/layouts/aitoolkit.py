@@ -275,7 +275,12 @@ def _expected(
         latent_hw=hw,
         latent_key="latent",
         stale_reason=stale,
-        hints=(("info", tuple(info.items())), ("arch", arch), ("dtype", _DTYPE.get(str(dtype)))),
+        hints=(
+            ("info", tuple(info.items())),
+            ("arch", arch),
+            ("dtype", _DTYPE.get(str(dtype))),
+            ("scaling", "vae"),  # scaling * (sample - shift), the VAE config's (encode_images)
+        ),
     )
 
 

@@ -232,6 +232,7 @@ def _expect_image(
     # SD/SDXL keep one plain "latents" (the flipped latent beside it must not stand in for it);
     # the multi-resolution archs name the size in the key: their largest latent is compared
     key = "latents" if hw is not None and not _MULTI_RESOLUTION.get(arch, True) else None
+    hints += (("scaling", "vae" if arch in _SCALED else "raw"),)  # Flux/Lumina: the AutoEncoder's own encode
     plan.add(Expected(path, image.path, "latent", mtime, latent_hw=hw, latent_key=key, image_size=size, hints=hints))
     if te_suffix is not None:
         captions = ((subset.caption_extension,) if subset is not None else ()) + _CAPTION_SUFFIXES

@@ -13,8 +13,12 @@ fingerprint is its ``etag`` column, compared with what one LIST per source bucke
 (``_manifest_remote.py``: exact, and no GET of any image); a row without one is judged by the
 object's LastModified. The cache objects are found by the scan's own LIST of their folders.
 
-A recompute writes the raw latent under the row's ``key`` (else in the healthy peer's shape) at
-its ``latent_hw`` or ``shape``, in the peer's container and dtypes.
+A recompute writes the latent under the row's ``key`` (else in the healthy peer's shape) at its
+``latent_hw`` or ``shape``, in the peer's container and dtypes, transformed as its ``scaling``
+column says: ``raw`` (the VAE's output as it is), ``vae`` (``(z - shift) * factor`` with the VAE
+config's factors) or ``FACTOR[,SHIFT]``. A latent row without it is not recomputed: how the
+trainer scaled its latents is not something to guess (a 5.5x unscaled latent among scaled ones
+trains wrong without a word).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import posixpath
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, TextIO
 
 from cachedoctor.layouts import _recompute
@@ -32,6 +37,10 @@ from cachedoctor.layouts._manifest_remote import etag_stale, is_remote, list_sou
 from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, SpecOrWhy, Template
 
 REQUIRED = ("source", "cache")
+NO_SCALING = (
+    "the manifest does not say how its latents are scaled; add a scaling column: raw (the VAE's output as it "
+    "is), vae ((z - shift) * factor, the VAE config's factors) or FACTOR[,SHIFT]"
+)
 _HASH_CHUNK = 1 << 20
 #: Threads hashing sources: reads overlap on network file systems; xxh3 itself is far faster.
 HASH_WORKERS = min(8, (os.cpu_count() or 1) * 2)
@@ -84,6 +93,7 @@ class ManifestLayout(Layout):
                     stale_reason=reason,
                     source_exists=exists,
                     shared=_flag(row, "shared", False),
+                    hints=_scaling_hint(row.get("scaling"), manifest, line),
                 )
             )
         return plan
@@ -91,7 +101,31 @@ class ManifestLayout(Layout):
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
         if expected.role == "text":
             return _recompute.text_spec(expected, template, path)
-        return _recompute.generic_latent_spec(expected, template, path)
+        scaling = dict(expected.hints).get("scaling")
+        if scaling is None:
+            return None, NO_SCALING
+        spec, why = _recompute.generic_latent_spec(expected, template, path)
+        if spec is None or scaling == "raw":
+            return spec, why
+        if scaling == "vae":
+            return replace(spec, scaled=True), None
+        factor, _, shift = str(scaling).partition(",")
+        return replace(spec, scaled=True, scaling=(float(factor), float(shift or 0.0))), None
+
+
+def _scaling_hint(value: Any, manifest: str, line: int) -> tuple[tuple[str, str], ...]:
+    """A row's ``scaling``: ``raw``, ``vae`` or ``FACTOR[,SHIFT]``, as a hint (none: not given)."""
+    if value in (None, ""):
+        return ()
+    text = str(value).strip()
+    if text not in ("raw", "vae"):
+        try:
+            [float(p) for p in text.split(",", 1)]
+        except ValueError:
+            raise LayoutError(
+                manifest, f"line {line}: scaling {text!r} is not raw, vae or FACTOR[,SHIFT]; fix the row"
+            ) from None
+    return (("scaling", text),)
 
 
 def read_rows(path: str) -> Iterator[tuple[int, dict[str, Any]]]:

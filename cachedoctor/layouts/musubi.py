@@ -262,7 +262,7 @@ def _expect(plan: DatasetPlan, folder: _Folder, arch: rules.Arch) -> int:
                 latent_hw=hw,
                 latent_key=_family(arch),
                 frames=frames,
-                hints=(("bucket", bucket), ("original_size", size)),
+                hints=(("bucket", bucket), ("original_size", size), *_scaling(arch)),
             )
         )
         _expect_text(plan, folder, arch, image, caption, text)
@@ -386,6 +386,12 @@ def _image_items(dataset: _musubi_config.MusubiDataset) -> list[tuple[str, str |
     except OSError as exc:
         raise LayoutError(dataset.image_jsonl_file, f"cannot be read ({exc.strerror}); check the path") from None
     return out
+
+
+def _scaling(arch: rules.Arch) -> tuple[tuple[str, str], ...]:
+    """How musubi transforms this arch's latent before saving, where it is a manifest's words:
+    ``raw`` (the posterior as it is: Z-Image); other transforms have none."""
+    return (("scaling", "raw"),) if arch.transform.startswith("none") and arch.recompute_why is None else ()
 
 
 def _family(arch: rules.Arch) -> str:

@@ -162,6 +162,7 @@ def _expect_item(
             latent_hw=hw,
             latent_key=LATENT_KEY if kind == "image" else None,
             source_exists=exists or not have_dataset,
+            hints=(("scaling", "raw"),) if kind == "image" else (),  # OneTrainer scales at train time
         )
     )
 

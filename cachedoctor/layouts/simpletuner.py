@@ -241,6 +241,7 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
                         latent_hw=hw,
                         crop=crop,
                         pre_resize=pre_resize,
+                        hints=(("scaling", "vae"),),  # (z - shift) * factor, SimpleTuner's VAE cache
                     ),
                     cache_folder,
                 )

@@ -35,7 +35,12 @@ def dataset(root: Path, *, metadata: list[dict[str, str]] | None = None, key: st
         latent = torch.randn(4, h // 8, w // 8, generator=torch.Generator().manual_seed(i))
         meta = metadata[i] if metadata else None
         save_file({"latent": latent}, str(cache / f"im{i}.safetensors"), metadata=meta)
-        row = {"source": f"images/im{i}.png", "cache": f"cache/im{i}.safetensors", "latent_hw": [h // 8, w // 8]}
+        row = {
+            "source": f"images/im{i}.png",
+            "cache": f"cache/im{i}.safetensors",
+            "latent_hw": [h // 8, w // 8],
+            "scaling": "raw",
+        }
         if key is not None:
             row["key"] = key
         rows.append(row)
@@ -96,3 +101,39 @@ def test_a_safetensors_entry_whose_key_nobody_names_is_refused_in_one_line(tmp_p
     code, out, err = repair(tmp_path / "ds", manifest, vae)
     assert code == 1 and list((tmp_path / "ds" / "cache").glob("*.safetensors")) == []
     assert "neither the layout nor a healthy peer names the key of its latent" in " ".join(out.split())
+
+
+def _set_scaling(manifest: Path, scaling: str | None) -> None:
+    rows = [json.loads(line) for line in manifest.read_text().splitlines()]
+    for row in rows:
+        row.pop("scaling", None)
+        if scaling is not None:
+            row["scaling"] = scaling
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_a_manifest_that_does_not_say_how_latents_are_scaled_is_not_guessed(tmp_path: Path) -> None:
+    """The reported case: recomputed through a manifest, ai-toolkit's latents came out unscaled (5.5x)."""
+    vae = build_tiny_vae(tmp_path / "vae")
+    manifest = dataset(tmp_path / "ds")
+    _set_scaling(manifest, None)
+    victim = tmp_path / "ds" / "cache" / "im1.safetensors"
+    victim.unlink()
+    code, out, err = repair(tmp_path / "ds", manifest, vae)
+    assert code == 1 and not victim.exists()
+    assert "the manifest does not say how its latents are scaled; add a scaling column" in " ".join(out.split())
+
+
+def test_a_manifest_scaling_is_applied_as_written(tmp_path: Path) -> None:
+    vae = build_tiny_vae(tmp_path / "vae")
+    made = {}
+    for scaling in ("raw", "2.0,0.5"):
+        root = tmp_path / scaling.replace(",", "_")
+        manifest = dataset(root)
+        _set_scaling(manifest, scaling)
+        (root / "cache" / "im1.safetensors").unlink()
+        code, out, err = repair(root, manifest, vae)
+        assert (code, err) == (0, ""), out
+        with safe_open(str(root / "cache" / "im1.safetensors"), "pt") as f:
+            made[scaling] = f.get_tensor("latent")
+    assert torch.allclose(made["2.0,0.5"], (made["raw"] - 0.5) * 2.0, atol=1e-6)

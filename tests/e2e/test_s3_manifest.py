@@ -76,6 +76,7 @@ def test_build_writes_urls_and_etags_from_lists_only(s3_server: Any, built: tupl
                 "source": f"{url}/{key}",
                 "cache": f"{url}/{latent_key(key)}",
                 "role": "latent",
+                "scaling": "vae",  # SimpleTuner caches (z - shift) * factor: a recompute from the manifest does too
                 "size": head["ContentLength"],
                 "mtime_ns": int(head["LastModified"].timestamp()) * 10**9,
                 "etag": head["ETag"].strip('"'),

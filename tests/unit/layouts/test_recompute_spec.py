@@ -51,7 +51,7 @@ def test_simpletuner_latent_copies_a_bare_bf16_peer_and_the_recorded_crop(tmp_pa
 
 def test_simpletuner_latent_follows_a_dict_peer(tmp_path: Path) -> None:
     peer = save_pt(tmp_path / "peer.pt", {"latents": torch.zeros(4, 8, 8, dtype=torch.float16)})
-    entry = Expected(str(tmp_path / "a.pt"), source(tmp_path), latent_hw=(8, 8))
+    entry = Expected(str(tmp_path / "a.pt"), source(tmp_path), latent_hw=(8, 8), hints=(("scaling", "raw"),))
     spec, _ = LAYOUTS["simpletuner"].recompute_spec(str(tmp_path / "a.pt"), entry, template(peer))
     assert spec is not None
     assert (spec.writer, spec.key, spec.dtype, spec.keys, spec.resize, spec.crop) == (
@@ -65,7 +65,7 @@ def test_simpletuner_latent_follows_a_dict_peer(tmp_path: Path) -> None:
 
 
 def test_simpletuner_without_peer_writes_a_bare_bf16_tensor_and_without_size_is_blocked(tmp_path: Path) -> None:
-    entry = Expected(str(tmp_path / "a.pt"), source(tmp_path), latent_hw=(8, 8))
+    entry = Expected(str(tmp_path / "a.pt"), source(tmp_path), latent_hw=(8, 8), hints=(("scaling", "raw"),))
     spec, _ = LAYOUTS["simpletuner"].recompute_spec(str(tmp_path / "a.pt"), entry, None)
     assert spec is not None and (spec.writer, spec.dtype, spec.container_format, spec.template) == (
         "bare-tensor",
@@ -185,7 +185,9 @@ def test_onetrainer_text_entries_are_left_to_onetrainer(tmp_path: Path) -> None:
 
 def test_manifest_latent_uses_the_rows_key_and_shape(tmp_path: Path) -> None:
     peer = save_pt(tmp_path / "p.pt", {"lat": torch.zeros(4, 10, 12, dtype=torch.float16), "small": torch.zeros(2)})
-    entry = Expected(str(tmp_path / "a.pt"), source(tmp_path), latent_key="lat", shape=(4, 10, 12))
+    entry = Expected(
+        str(tmp_path / "a.pt"), source(tmp_path), latent_key="lat", shape=(4, 10, 12), hints=(("scaling", "raw"),)
+    )
     spec, why = LAYOUTS["manifest"].recompute_spec(entry.path, entry, template(peer))
     assert why is None and spec == RecomputeSpec(
         "latent",
@@ -203,7 +205,7 @@ def test_manifest_latent_uses_the_rows_key_and_shape(tmp_path: Path) -> None:
 
 def test_manifest_without_key_takes_the_peers_largest_tensor(tmp_path: Path) -> None:
     peer = save_pt(tmp_path / "p.pt", {"small": torch.zeros(2), "big": torch.zeros(4, 8, 8)})
-    entry = Expected(str(tmp_path / "a.pt"), source(tmp_path), latent_hw=(8, 8))
+    entry = Expected(str(tmp_path / "a.pt"), source(tmp_path), latent_hw=(8, 8), hints=(("scaling", "raw"),))
     spec, _ = LAYOUTS["manifest"].recompute_spec(entry.path, entry, template(peer))
     assert spec is not None and (spec.writer, spec.key, spec.dtype) == ("dict", "big", "float32")
 
