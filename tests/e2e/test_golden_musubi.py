@@ -168,31 +168,52 @@ def musubi_loads(cache: Path, arch: str, resolution: tuple[int, int]) -> dict[tu
     return {bucket: torch.stack(items) for bucket, items in batches.items()}
 
 
-@pytest.mark.parametrize("defect", ["missing", "truncated", "zero-byte", "nan", "other-bucket", "key-size"])
-def test_a_broken_z_image_latent_is_recomputed_as_musubi_wrote_it(musubi: Path, defect: str) -> None:
-    name = "a_wide_0200x0120_zi.safetensors"
-    victim, golden = musubi / "zi" / "cache" / name, GOLD / "zi" / "cache" / name
-    if defect == "zero-byte":
-        victim.write_bytes(b"")
+#: a broken Z-Image latent per defect, one repair for all (each a different image and bucket)
+BROKEN = {
+    "missing": "a_wide_0200x0120_zi.safetensors",
+    "truncated": "b_tall_0090x0150_zi.safetensors",
+    "zero-byte": "c_rgba_0100x0100_zi.safetensors",
+    "nan": "d_small_0060x0070_zi.safetensors",
+    "other-bucket": "e_big_0200x0180_zi.safetensors",
+    "key-size": "f_pal_0180x0070_zi.safetensors",
+}
+
+
+def _break(path: Path, defect: str) -> None:
+    if defect == "missing":
+        path.unlink()
     elif defect == "truncated":
-        victim.write_bytes(victim.read_bytes()[:100])
-    elif defect == "nan":
-        [(key, tensor)] = load_file(str(victim)).items()
-        tensor[0, 0, 0] = float("nan")
-        _replace(victim, {key: tensor})
+        path.write_bytes(path.read_bytes()[:100])
+    elif defect == "zero-byte":
+        path.write_bytes(b"")
     else:
-        _plant(musubi, defect)
+        [(key, tensor)] = load_file(str(path)).items()
+        if defect == "nan":
+            tensor[0, 0, 0] = float("nan")
+            _replace(path, {key: tensor})
+        elif defect == "other-bucket":  # a consistent latent of another bucket (12x20, a_wide's)
+            _replace(path, {"latents_1x12x20_float32": torch.randn(16, 12, 20)})
+        else:  # its key says its bucket, its tensor is another size
+            _replace(path, {key: torch.zeros(16, 5, 7)})
+
+
+def test_each_broken_z_image_latent_is_recomputed_as_musubi_wrote_it(musubi: Path) -> None:
+    cache = musubi / "zi" / "cache"
+    for defect, name in BROKEN.items():
+        _break(cache / name, defect)
     code, out, err = cli(
         "repair", "--config", "zi.toml", "--encoder", f"diffusers-vae:{VAE}", "--deep", "--yes", cwd=str(musubi)
     )
     assert (code, err) == (0, ""), out
-    with safe_open(str(victim), "pt") as made, safe_open(str(golden), "pt") as gold:
-        assert list(made.keys()) == list(gold.keys()) == ["latents_1x12x20_float32"]
-        assert made.metadata() == gold.metadata()
-        a, b = made.get_tensor("latents_1x12x20_float32"), gold.get_tensor("latents_1x12x20_float32")
-        assert a.dtype == b.dtype == torch.float32
-        assert float((a - b).abs().max()) < 1e-4
-    musubi_loads(musubi / "zi" / "cache", "zi", (128, 128))
+    for name in BROKEN.values():
+        victim, golden = cache / name, GOLD / "zi" / "cache" / name
+        with safe_open(str(victim), "pt") as made, safe_open(str(golden), "pt") as gold:
+            [key] = list(gold.keys())
+            assert list(made.keys()) == [key] and made.metadata() == gold.metadata(), name
+            a, b = made.get_tensor(key), gold.get_tensor(key)
+            assert a.dtype == b.dtype == torch.float32
+            assert float((a - b).abs().max()) < 1e-4, name
+    musubi_loads(cache, "zi", (128, 128))
     assert scan(musubi, "--config", "zi.toml") == []
 
 
