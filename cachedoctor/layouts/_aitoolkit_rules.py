@@ -48,21 +48,33 @@ from cachedoctor.layouts._aitoolkit_captions import (
     inject_trigger,
     raw_caption,
 )
-from cachedoctor.layouts._aitoolkit_config import FAMILIES, AiToolkitDataset, Family, load_job_config
 from cachedoctor.layouts.interface import LayoutError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from cachedoctor.layouts._aitoolkit_config import AiToolkitDataset
+
+
+def __getattr__(name: str) -> Any:
+    """The job config's and the families' names, re-exported on first use: a scan that meets no
+    ai-toolkit cache never imports them (its start-up stays light)."""
+    if name in ("FAMILIES", "Family"):
+        from cachedoctor.layouts import _aitoolkit_families
+
+        return getattr(_aitoolkit_families, name)
+    if name in ("AiToolkitDataset", "load_job_config"):
+        from cachedoctor.layouts import _aitoolkit_config
+
+        return getattr(_aitoolkit_config, name)
+    raise AttributeError(name)
+
+
 __all__ = [
-    "FAMILIES",
-    "AiToolkitDataset",
-    "Family",
     "cache_caption",
     "dop_caption",
     "dropout_caption",
     "inject_trigger",
-    "load_job_config",
     "raw_caption",
 ]
 

@@ -35,7 +35,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cachedoctor.layouts import _diffusion_pipe_rules as rules
 from cachedoctor.layouts._images import image_size, names_in
 from cachedoctor.layouts.interface import (
     Claim,
@@ -137,6 +136,7 @@ def _from_config(path: str, model: str | None) -> tuple[list[_Folder], dict[str,
     """The latents folders a dataset TOML (or a training TOML naming one) caches into, and per
     folder the images diffusion-pipe puts in its bucket."""
     from cachedoctor import toml
+    from cachedoctor.layouts import _diffusion_pipe_rules as rules  # only with a config: scans start light
 
     with open(path, "rb") as handle:
         data = toml.load(handle)

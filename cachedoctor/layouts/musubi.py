@@ -34,10 +34,11 @@ import json
 import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cachedoctor import keynames
-from cachedoctor.layouts import _musubi_config, _recompute
 from cachedoctor.layouts import _musubi_rules as rules
+from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, image_size, names_in, stem
 from cachedoctor.layouts._safetensors_header import metadata as header_metadata
 from cachedoctor.layouts.interface import (
@@ -51,6 +52,9 @@ from cachedoctor.layouts.interface import (
     SpecOrWhy,
     Template,
 )
+
+if TYPE_CHECKING:
+    from cachedoctor.layouts._musubi_config import MusubiDataset
 
 #: musubi's VAEs compress time 4x: a window of n frames is (n - 1) // 4 + 1 latent frames
 #: (``VideoDataset.vae_frame_stride``, image_video_dataset.py:621)
@@ -66,7 +70,7 @@ class _Folder:
     """One cache directory and what the plan knows of the dataset that writes into it."""
 
     cache: str
-    dataset: _musubi_config.MusubiDataset | None  # None: judged by itself (no config)
+    dataset: MusubiDataset | None  # None: judged by itself (no config)
     names: set[str] = field(default_factory=set)
 
 
@@ -186,7 +190,9 @@ def _configs_in(folder: str, names: set[str]) -> list[str]:
 
 
 def _from_config(config: str) -> list[_Folder]:
-    datasets = _musubi_config.load_dataset_config(config)
+    from cachedoctor.layouts._musubi_config import load_dataset_config  # only with a config: scans start light
+
+    datasets = load_dataset_config(config)
     if not datasets:
         raise LayoutError(
             config, "names no dataset ([[datasets]] with image_directory or video_directory): nothing to check"
@@ -324,7 +330,7 @@ def _expect_text(
     plan.add(Expected(te, source, "text", _mtime(source), stale_reason=stale, text=text))
 
 
-def _expect_clips(plan: DatasetPlan, folder: _Folder, dataset: _musubi_config.MusubiDataset, arch: rules.Arch) -> None:
+def _expect_clips(plan: DatasetPlan, folder: _Folder, dataset: MusubiDataset, arch: rules.Arch) -> None:
     """Clips: each needs its text file and at least one cached window; a cached window's latent
     must have the frames its window compresses to, at the bucket its name says."""
     windows: dict[str, list[rules.Parsed]] = defaultdict(list)
@@ -360,7 +366,7 @@ def _expect_clips(plan: DatasetPlan, folder: _Folder, dataset: _musubi_config.Mu
         _expect_text(plan, folder, arch, clip, caption if os.path.isfile(caption) else None, None)
 
 
-def _image_items(dataset: _musubi_config.MusubiDataset) -> list[tuple[str, str | None, str | None]]:
+def _image_items(dataset: MusubiDataset) -> list[tuple[str, str | None, str | None]]:
     """``(image, caption file or None, caption text or None)`` of an image dataset, as its
     datasource lists them: a folder's images with a caption file, or a JSONL file's rows."""
     if dataset.image_directory is not None:

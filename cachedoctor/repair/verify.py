@@ -41,6 +41,8 @@ def problems_of(action: Action, temp: str, data: bytes | None = None) -> str | N
         return f"cannot be read back ({outcome.error or 'not a cache file'})"
     found = list(outcome.findings)
     spec = action.spec
+    if spec is not None and outcome.format != spec.container_format:  # the layout's container, never another
+        return f"is a {outcome.format or 'unknown'} file where the layout writes {spec.container_format}"
     if spec is not None:
         found += _among_peers(outcome, action.path, spec.peers)
         found += _against_entry(outcome, action)
