@@ -59,6 +59,7 @@ EXISTING = "existing"
 
 
 class Posterior(str, enum.Enum):
+    TRAINER = "trainer"
     MODE = "mode"
     SAMPLE = "sample"
 
@@ -125,11 +126,12 @@ def repair(
         Posterior,
         typer.Option(
             "--posterior",
-            help="Recomputed latents: the posterior's mode (reproducible), or a sample (mean + std * noise from --seed).",
+            help="Recomputed latents: as the trainer caches them (default), the posterior's mode, "
+            "or a sample (mean + std * noise, seeded by --seed and the entry's path).",
         ),
-    ] = Posterior.MODE,
+    ] = Posterior.TRAINER,
     seed: Annotated[
-        int, typer.Option("--seed", metavar="N", help="With --posterior sample: the noise seed (per file).")
+        int, typer.Option("--seed", metavar="N", help="Where a sample is drawn: the noise seed (per file).")
     ] = 0,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,

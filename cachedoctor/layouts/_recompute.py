@@ -243,7 +243,10 @@ def generic_latent_spec(expected: Expected, template: Template | None, path: str
         found = next((t for t in meta.tensors if keynames.family(t.key) == expected.latent_key), None) if meta else None
         spelled = keynames.parse(found.key).dims if found is not None else None
         if found is None or spelled is None:
-            return None, f"its key is named by size and dtype ({expected.latent_key}), and no healthy peer shows the name"
+            return (
+                None,
+                f"its key is named by size and dtype ({expected.latent_key}), and no healthy peer shows the name",
+            )
         key = keynames.spell(found.key, (*spelled[:-2], hw[0], hw[1]))
     elif expected.latent_key is not None:
         key = expected.latent_key

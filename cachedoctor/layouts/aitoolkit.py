@@ -152,6 +152,7 @@ class AiToolkitLayout(Layout):
             template=template.path if template else None,
             prepare="aitoolkit",
             metadata=tuple(rules.metadata_for(info, software).items()),
+            posterior="mode" if family.posterior == "mean" else family.posterior,
         ), None
 
 

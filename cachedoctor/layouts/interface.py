@@ -201,7 +201,8 @@ class RecomputeSpec:
     safetensors ``__metadata__`` the trainer writes for this very entry (musubi-tuner's
     ``architecture``/``width``/``height``, ai-toolkit's settings), and ``scaling`` the
     ``(factor, shift)`` the trainer applies as ``(latent - shift) * factor`` when the layout knows
-    it (``None`` with ``scaled``: the encoder's own factors).
+    it (``None`` with ``scaled``: the encoder's own factors); ``posterior`` whether the trainer
+    caches the posterior's mode or a sample (``repair --posterior trainer`` follows it).
     Plain values only: it is journaled as JSON and carried to repair's workers.
     """
 
@@ -225,6 +226,7 @@ class RecomputeSpec:
     interpolation: str | None = None  # kohya: the dataset's resize_interpolation (None: sd-scripts' default)
     metadata: tuple[tuple[str, str], ...] = ()  # safetensors __metadata__ the trainer writes for this entry
     scaling: tuple[float, float] | None = None  # (factor, shift) the trainer applies, when the layout knows them
+    posterior: str = ""  # what the trainer caches: "mode" (the mean), "sample" (a draw), "" (the layout does not say)
 
     def cost(self) -> int:
         """Work units for balancing workers: pixels for images, characters for captions."""

@@ -197,6 +197,7 @@ class KohyaLayout(Layout):
             template=template.path if template else None,
             prepare="kohya",
             interpolation=hints.get("interpolation"),
+            posterior="sample",  # latent_dist.sample() (../shared/formats.md, checked at 48d368f)
         ), None
 
 

@@ -165,6 +165,7 @@ class MusubiLayout(Layout):
             template=template.path if template else None,
             prepare="musubi",
             metadata=tuple(metadata.items()),
+            posterior=arch.posterior,
         ), None
 
 

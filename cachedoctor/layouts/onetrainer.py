@@ -134,6 +134,7 @@ class OneTrainerLayout(Layout):
             keys=keys or (LATENT_KEY, "original_resolution", "crop_offset"),
             template=template.path if template else None,
             prepare="mgds",
+            posterior="mode",  # SampleVAEDistribution(..., mode='mean') in every model's data loader
         ), None
 
 

@@ -171,6 +171,7 @@ class SimpleTunerLayout(Layout):
             keys=_recompute.keys_of(template),
             template=template.path if template else None,
             prepare="simpletuner",
+            posterior="sample",  # latent_dist.sample() (../shared/formats.md, checked at bc8e6ab)
         ), None
 
     def _default_of(self, path: str) -> tuple[str, str]:

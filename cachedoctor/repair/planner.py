@@ -123,7 +123,9 @@ def plan_repair(
         if before is not None:
             note = "items " + ", ".join(str(i) for i in sorted(items)) if items else None
             reasons = tuple(sorted(kinds_))
-            plan.actions.append(Action(ActionKind.DROP_ITEMS, index, root_of(index, roots), reasons, None, before, note=note))
+            plan.actions.append(
+                Action(ActionKind.DROP_ITEMS, index, root_of(index, roots), reasons, None, before, note=note)
+            )
     return plan
 
 
@@ -139,6 +141,7 @@ def _drop(dropped: dict[str, tuple[set[str], set[int]]], index: str, group: list
     for finding in needs:
         kinds.add(finding.kind)
         items.update(i for i in finding.details.get("items") or () if isinstance(i, int))
+
 
 def _roles(modalities: set[str]) -> set[str]:
     return {"latent" if m == "image" else "text" for m in modalities}

@@ -199,8 +199,8 @@ def _latent(out: dict[str, Any], i: int, image: Encoder, models: Models, action:
     from cachedoctor.repair.posterior import draw
 
     std = out.get("latent_std")
-    latent = draw(models, out["latent"][i], std[i] if std is not None else None, name, action.root)
     spec = action.recompute
+    latent = draw(models, out["latent"][i], std[i] if std is not None else None, name, action.root, spec.posterior)
     if not spec.scaled:
         return latent
     if spec.scaling is not None:  # the trainer's own factors, which the layout knows (ai-toolkit's 0.18215)

@@ -53,7 +53,9 @@ class RepairOptions:
     dry_run: bool = False
     fresh: bool = False  # abandon an interrupted run instead of finishing it
     keep_blocked: bool = False  # leave unreadable files that cannot be recomputed in place
-    posterior: str = "mode"  # "mode": the posterior's mean (reproducible); "sample": mean + std * noise(seed, path)
+    posterior: str = (
+        "trainer"  # as the trainer caches; "mode": the posterior's mean; "sample": mean + std * noise(seed, path)
+    )
     seed: int = 0
     allow_empty: bool = False  # targets with no cache file (and no dataset entry) are no error
     take_stale_lock: bool = False  # a remote prefix's lock left by a dead repair is cleared (recover --apply)

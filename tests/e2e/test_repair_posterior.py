@@ -1,5 +1,6 @@
-"""``repair --posterior mode|sample`` (issue 14): the mean by default, reproducibly; a sample
-drawn from the posterior with a seed per entry on request."""
+"""``repair --posterior trainer|mode|sample`` (issues 14, 26): by default what the entry's trainer
+caches (SimpleTuner: a sample, drawn with a seed per entry, so reproducibly); the mean or a sample
+on request."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from cli_run import cli
 from repair_factories import simpletuner
 from tiny_models import build_tiny_vae
 
-from cachedoctor.repair.posterior import Models, draw, item_seed
+from cachedoctor.repair.posterior import Models, chosen, draw, item_seed
 
 
 def test_item_seed_depends_on_the_seed_and_the_path_inside_its_root() -> None:
@@ -28,6 +29,18 @@ def test_mode_is_the_mean_and_sample_is_mean_plus_std_noise() -> None:
     assert torch.equal(one, expected)
 
 
+def test_trainer_follows_the_layouts_rule_and_draws_only_with_a_std() -> None:
+    mean, std = torch.zeros(2, 2), torch.ones(2, 2)
+    trainer = Models(())
+    assert [chosen(trainer, rule, True) for rule in ("mode", "sample", "")] == ["mode", "sample", "mode"]
+    assert chosen(trainer, "sample", False) == "mode"  # an encoder with no std: the mean, never a guess at noise
+    assert [chosen(Models((), p), "sample", True) for p in ("mode", "sample")] == ["mode", "sample"]
+    assert torch.equal(draw(trainer, mean, std, "/c/x.pt", "/c", "mode"), mean)
+    assert torch.equal(
+        draw(trainer, mean, std, "/c/x.pt", "/c", "sample"), draw(Models((), "sample"), mean, std, "/c/x.pt", "/c")
+    )
+
+
 def _repair_one(tmp_path: Path, *extra: str) -> torch.Tensor:
     vae = build_tiny_vae(tmp_path / "vae")
     spec = f"diffusers-vae:{vae}"
@@ -39,11 +52,11 @@ def _repair_one(tmp_path: Path, *extra: str) -> torch.Tensor:
     return torch.load(victim, weights_only=True)
 
 
-def test_a_sampled_recompute_is_reproducible_and_differs_from_the_mode(tmp_path: Path) -> None:
-    mode = _repair_one(tmp_path / "a")
-    sample = _repair_one(tmp_path / "b", "--posterior", "sample", "--seed", "3")
-    again = _repair_one(tmp_path / "c", "--posterior", "sample", "--seed", "3")
-    assert torch.equal(sample, again)
+def test_simpletuner_gets_a_seeded_sample_by_default_and_the_mean_on_request(tmp_path: Path) -> None:
+    default = _repair_one(tmp_path / "a")  # SimpleTuner caches latent_dist.sample()
+    sample = _repair_one(tmp_path / "b", "--posterior", "sample", "--seed", "0")
+    mode = _repair_one(tmp_path / "c", "--posterior", "mode")
+    assert torch.equal(default, sample)  # the same seed and path: the same bytes on every run
     assert not torch.allclose(sample, mode, atol=1e-3)
 
 

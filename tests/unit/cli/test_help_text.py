@@ -120,7 +120,7 @@ def test_a_required_argument_reads_as_click_writes_it() -> None:
         ),
         (
             ["repair", "--posterior", "mean", "."],
-            "--posterior: 'mean' is not a choice; choose mode or sample (see `cachedoctor repair --help`)",
+            "--posterior: 'mean' is not a choice; choose trainer, mode or sample (see `cachedoctor repair --help`)",
         ),
         (["scan", "--workers", "0", "."], "--workers: must be 1 or more, got 0 (see `cachedoctor scan --help`)"),
         (["scan", "-j", "0", "."], "--workers: must be 1 or more, got 0 (see `cachedoctor scan --help`)"),

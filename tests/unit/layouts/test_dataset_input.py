@@ -227,7 +227,10 @@ def test_missing_manifest_file(tmp_path: Path) -> None:
 
 def test_manifest_build_of_a_folder_with_no_known_layout(tmp_path: Path) -> None:
     code, _, err = cli("manifest", "build", str(tmp_path), "-o", str(tmp_path / "m.jsonl"), cwd=tmp_path)
-    assert code == 2 and "no trainer layout recognised here; pass the trainer's dataset config (--config) or --layout" in err
+    assert (
+        code == 2
+        and "no trainer layout recognised here; pass the trainer's dataset config (--config) or --layout" in err
+    )
     assert not (tmp_path / "m.jsonl").exists()
 
 

@@ -46,6 +46,7 @@ def test_simpletuner_latent_copies_a_bare_bf16_peer_and_the_recorded_crop(tmp_pa
         keys=("",),
         template=str(peer),
         prepare="simpletuner",
+        posterior="sample",
     )
 
 
@@ -127,6 +128,7 @@ def test_kohya_takes_the_bucket_from_the_entry_itself_and_the_flip_from_its_peer
         flipped=True,
         template=str(peer),
         prepare="kohya",
+        posterior="sample",
     )
 
 
@@ -167,6 +169,7 @@ def test_onetrainer_latent_uses_latent_image_in_the_peers_dtype(tmp_path: Path) 
         keys=("latent_image",),
         template=str(peer),
         prepare="mgds",
+        posterior="mode",
     )
     bare, _ = LAYOUTS["onetrainer"].recompute_spec(entry.path, entry, None)
     assert bare is not None and (bare.keys, bare.dtype) == (
