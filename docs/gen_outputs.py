@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,9 +88,12 @@ def normalise(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n") + "\n"
 
 
-def _sandbox() -> Path:
+def _sandbox(command: str) -> Path:
+    """A copy of ``fixtures/`` to run ``command`` in; the trainers' goldens (half its files) only
+    when the command names them."""
     box = Path(tempfile.mkdtemp(prefix="cachedoctor-docs-"))
-    shutil.copytree(ROOT / "fixtures", box / "fixtures", ignore=shutil.ignore_patterns(".cachedoctor", "__pycache__"))
+    skip = [".cachedoctor", "__pycache__"] + ([] if "fixtures/trainers" in command else ["trainers"])
+    shutil.copytree(ROOT / "fixtures", box / "fixtures", ignore=shutil.ignore_patterns(*skip))
     subprocess.run(
         [sys.executable, str(box / "fixtures" / "touch.py"), str(box / "fixtures" / "datasets")],
         check=True,
@@ -103,9 +107,11 @@ def _sandbox() -> Path:
     return box
 
 
+@lru_cache(maxsize=None)
 def run(command: str) -> str:
-    """The block for ``command``: ``$ command`` and what it prints, paths shown under SHOWN_ROOT."""
-    box = _sandbox()
+    """The block for ``command``: ``$ command`` and what it prints, paths shown under SHOWN_ROOT.
+    Each command runs once per process in its own fresh copy: several documents show the same one."""
+    box = _sandbox(command)
     try:
         env = {
             k: v

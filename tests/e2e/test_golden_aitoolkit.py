@@ -202,6 +202,7 @@ def _break(victim: Path, defect: str) -> None:
         _replace(victim, torch.randn(4, 10, 10))
 
 
+@pytest.mark.slow  # a real diffusers VAE encodes every broken latent
 def test_each_broken_latent_is_recomputed_as_ai_toolkit_wrote_it(aitk: Path) -> None:
     victims = {defect: latent_of(image, flip=flip) for defect, (image, flip) in BROKEN.items()}
     for defect, victim in victims.items():
