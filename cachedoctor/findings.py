@@ -7,6 +7,7 @@ records of plain values.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,3 +65,19 @@ class Finding:
     def sort_key(self) -> tuple[int, str, str]:
         """Worst first, then by kind and path, so every output is deterministic."""
         return (-self.severity.rank, self.kind, self.path)
+
+    def items(self) -> set[int]:
+        """The items of a many-item file (a diffusion-pipe shard) this finding is about: its
+        ``items`` detail, and every ``item <i>/<key>`` a detail names, as a value or a key (a shape
+        or dtype finding names the tensor's key; a NaN count is keyed by it)."""
+        found = {i for i in self.details.get("items") or () if isinstance(i, int)}
+        for value in self.details.values():
+            texts = value if isinstance(value, list) else list(value) if isinstance(value, Mapping) else [value]
+            for text in texts:
+                match = _ITEM_KEY.match(text) if isinstance(text, str) else None
+                if match:
+                    found.add(int(match.group(1)))
+        return found
+
+
+_ITEM_KEY = re.compile(r"^item (\d+)(?:/|$)")

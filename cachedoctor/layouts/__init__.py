@@ -118,8 +118,10 @@ def plan_for(name: LayoutName, targets: list[str], options: LayoutOptions) -> tu
 
 def described_roots(options: LayoutOptions) -> list[str]:
     """The folders a dataset description (``--config``, ``--kohya-config``, ``--manifest``) names
-    for its caches, read from the description alone (no dataset walked, no image opened): where
-    the repairs of that dataset keep their quarantines. Outermost first, each once."""
+    for its caches, read from the description alone where it names them (no dataset walked, no
+    image opened); for the trainers whose layouts derive them (musubi-tuner, ai-toolkit,
+    diffusion-pipe), the roots their plan walks, which is where repair puts quarantines. Outermost
+    first, each once."""
     import os
 
     from cachedoctor.layouts import _kohya_config, _simpletuner_config
@@ -132,6 +134,9 @@ def described_roots(options: LayoutOptions) -> list[str]:
         folders += [d for b in backends if b.kind != "aws" for d in (b.cache_dir_vae, b.cache_dir) if d]
     if options.kohya_config:  # kohya caches sit beside the images
         folders += [s.image_dir for s in _kohya_config.load(options.kohya_config, dict(options.kohya_args)).subsets]
+    if options.trainer_config:  # the roots its repairs kept their quarantines at: the plan's own
+        name, _ = options.trainer_config
+        folders += [r for r in LAYOUTS[name].plan([], options).roots if "://" not in r]
     if options.manifest:
         base = os.path.dirname(os.path.abspath(options.manifest))
         folders += {
@@ -148,6 +153,13 @@ def described_roots(options: LayoutOptions) -> list[str]:
 
 #: The layout that planned an entry: a name, or (a plan that mixes layouts) ``path -> name``.
 LayoutOf = str | Callable[[str], str | None] | None
+
+
+def recaches_missing(path: str, layout: LayoutOf) -> bool:
+    """Whether the trainer of the entry at ``path`` makes it again by itself once it is missing."""
+    name = layout(path) if callable(layout) else layout
+    owner = LAYOUTS.get(name) if name else None
+    return owner is not None and owner.recaches_missing
 
 
 def recompute_spec(path: str, expected: Expected | None, layout: LayoutOf, templates: TemplateFinder) -> SpecOrWhy:
@@ -188,5 +200,6 @@ __all__ = [
     "choose",
     "described_roots",
     "plan_for",
+    "recaches_missing",
     "recompute_spec",
 ]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from cachedoctor.layouts._aitoolkit_families import FAMILIES, Family
+from cachedoctor.layouts.configs import MAX_CONFIG_BYTES
 from cachedoctor.layouts.interface import LayoutError
 
 #: latent_space_version set by the model class (ltx2.py:236, minimax_h3.py:200)
@@ -189,9 +190,15 @@ def load_job_config(path: str, cwd: str | None = None, name: str | None = None) 
     """Every dataset of every process in the job file at ``path`` (``name``: ``run.py --name``)."""
     try:
         with open(path, encoding="utf-8") as f:
-            text = f.read()
+            text = f.read(MAX_CONFIG_BYTES + 1)
+    except UnicodeDecodeError:
+        raise LayoutError(path, "is not UTF-8 text: not an ai-toolkit job config; check the path") from None
     except OSError as exc:
         raise LayoutError(path, f"cannot read the ai-toolkit job config ({exc.strerror}); check the path") from exc
+    if len(text) > MAX_CONFIG_BYTES:
+        raise LayoutError(
+            path, f"is over {MAX_CONFIG_BYTES // 2**20} MiB: not an ai-toolkit job config; check the path"
+        )
     unset = sorted({v for v in re.findall(r"\$\{([^}]+)\}", text) if v not in os.environ})
     if unset:
         raise LayoutError(path, f"uses ${{{unset[0]}}}, which is not set; export it as ai-toolkit would need")
@@ -204,7 +211,7 @@ def load_job_config(path: str, cwd: str | None = None, name: str | None = None) 
     else:
         import yaml  # PyYAML: only to read an ai-toolkit YAML job
 
-        class Loader(yaml.SafeLoader):
+        class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # libyaml where built
             """SafeLoader plus ai-toolkit's float resolver (``1e-4`` is a float; toolkit/config.py:54-65)."""
 
         Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
@@ -213,6 +220,20 @@ def load_job_config(path: str, cwd: str | None = None, name: str | None = None) 
         except yaml.YAMLError as exc:
             raise LayoutError(path, f"not valid YAML ({str(exc).splitlines()[0]}); fix the file") from exc
     return datasets_from_config(config, path, cwd, name)
+
+
+def _dumped(config: Any, path: str) -> str:
+    """``json.dumps`` of the job, as ai-toolkit makes it to fill in ``[name]``: a value YAML reads as
+    something JSON has no type for (an unquoted date) stops ai-toolkit there, and this read too."""
+
+    def refuse(value: Any) -> Any:
+        raise LayoutError(
+            path,
+            f"holds {str(value)[:40]!r}, which YAML reads as a {type(value).__name__} and ai-toolkit cannot "
+            "handle (it json-dumps the job, toolkit/config.py:46-50); quote it",
+        )
+
+    return json.dumps(config, default=refuse)
 
 
 def datasets_from_config(
@@ -224,7 +245,7 @@ def datasets_from_config(
     name = name if name is not None else config["config"].get("name")
     if name is None:
         raise LayoutError(path, "has no config.name, which ai-toolkit requires; add one")
-    config = json.loads(json.dumps(config).replace("[name]", str(name)))  # toolkit/config.py:46-50
+    config = json.loads(_dumped(config, path).replace("[name]", str(name)))  # toolkit/config.py:46-50
     processes = config["config"].get("process")
     if not isinstance(processes, list) or not processes:
         raise LayoutError(path, "config.process must be a non-empty list; check the file")

@@ -72,12 +72,19 @@ class _Entry:
 class AiToolkitLayout(Layout):
     name = "ai-toolkit"
     summary = "ostris ai-toolkit: _latent_cache/<stem>_<hash>.safetensors and _t_e_cache/ beside each image"
+    recaches_missing = True  # encodes every latent and text embedding not on disk (dataloader_mixins.py:1937)
 
     def claim(self, folder: str, names: set[str]) -> Claim | None:
         for sub in CACHE_FOLDERS:
             found = _first_entry(os.path.join(folder, sub)) if sub in names else None
             if found is not None:
                 return Claim(folder, found, "caches the images beside it")
+        if os.path.basename(os.path.normpath(folder)) in CACHE_FOLDERS:  # pointed at the cache folder itself
+            found = _first_entry(folder)
+            if found is not None:
+                return Claim(
+                    os.path.dirname(os.path.normpath(folder)), found, "is ai-toolkit's cache of the images beside it"
+                )
         return None
 
     def resembles(self, names: set[str]) -> bool:
@@ -199,6 +206,9 @@ def _image_folders(targets: list[str]) -> list[str]:
     """Without a config: every folder below the targets that holds a ``_latent_cache`` or ``_t_e_cache``."""
     found = []
     for target in targets:
+        if os.path.basename(os.path.normpath(target)) in CACHE_FOLDERS and os.path.isdir(target):
+            found.append(os.path.dirname(os.path.abspath(target)))  # the cache folder itself: its images are beside it
+            continue
         if not os.path.isdir(target):
             raise LayoutError(
                 target, "no such image folder; check the path, or pass the ai-toolkit job config (--config)"

@@ -29,7 +29,7 @@ from cachedoctor.layouts.interface import LayoutError, LayoutOptions
 
 #: Read at most this much of a config file: they are kilobytes; a multi-gigabyte file named
 #: ``--config`` by mistake is not parsed into memory.
-MAX_CONFIG_BYTES = 32 * 1024 * 1024
+MAX_CONFIG_BYTES = 1024 * 1024
 KNOWN = (
     "a SimpleTuner multidatabackend.json, a kohya or musubi-tuner dataset TOML, a diffusion-pipe dataset "
     "or training TOML, or an ai-toolkit job YAML"
@@ -114,7 +114,7 @@ def _toml(text: str) -> Any:
 def _yaml(text: str) -> Any:
     import yaml
 
-    value = yaml.safe_load(text)
+    value = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's parser where built
     if not isinstance(value, dict):  # a plain word parses as YAML too: only a mapping is a job file
         raise ValueError("not a mapping")
     return value

@@ -49,6 +49,7 @@ from cachedoctor.layouts.interface import (
 
 INDEX = "metadata.db"
 _SHARD = re.compile(r"^shard_(\d+)\.bin$")
+_TEXT = re.compile(r"^text_embeddings_\d+$")  # ar_frames_<ar>_<frames>/text_embeddings_<i> (dataset.py:196)
 _FOLDER = re.compile(r"^cache_(?:(\d+\.\d+)x)?(\d+)x(\d+)x(\d+)$")
 #: model name -> (VAE spatial downscale, temporal compression) for models whose latents cachedoctor
 #: can size from the bucket (their VAEs: Flux/SDXL/SD3 AutoencoderKL 8x, Wan and HunyuanVideo 3D
@@ -108,15 +109,34 @@ class DiffusionPipeLayout(Layout):
         return None, BLOCKED
 
 
+def _model_folders(cache: str) -> list[str]:
+    """The ``cache/<model>`` folders diffusion-pipe made (dataset.py:482): a folder that holds its
+    ``metadata`` folder or a cache folder with an index. A hidden folder (cachedoctor's own
+    ``.cachedoctor``), an empty one or another tool's is no model's cache."""
+    found = []
+    for name in sorted(names_in(cache)):
+        folder = os.path.join(cache, name)
+        if name.startswith(".") or not os.path.isdir(folder):
+            continue
+        inside = names_in(folder)
+        if "metadata" in inside or any(
+            os.path.isfile(os.path.join(folder, sub, "latents", INDEX))
+            or os.path.isfile(os.path.join(folder, sub, INDEX))
+            for sub in inside
+        ):
+            found.append(name)
+    return found
+
+
 def _from_targets(target: str) -> list[_Folder]:
-    """Every ``latents`` cache folder below ``target`` (text-embedding folders are judged by the
-    scan as they are: their items name no image to compare)."""
+    """Every ``latents`` and ``text_embeddings_<i>`` cache folder below ``target`` (the
+    unconditional embeddings name no image: they are judged by the scan as they are)."""
     if not os.path.isdir(target):
         raise LayoutError(target, "no such folder; check the path, or pass diffusion-pipe's dataset config (--config)")
     found = []
     for folder, subdirs, files in os.walk(target):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-        if INDEX in files and os.path.basename(folder) == "latents":
+        if INDEX in files and (os.path.basename(folder) == "latents" or _TEXT.match(os.path.basename(folder))):
             found.append(_folder(folder))
     return found
 
@@ -152,7 +172,7 @@ def _from_config(path: str, model: str | None) -> tuple[list[_Folder], dict[str,
     folders: list[_Folder] = []
     expected: dict[str, dict[str, str]] = {}
     for directory in config.directories:
-        models = [model] if model else sorted(names_in(os.path.join(directory.resolved, "cache")))
+        models = [model] if model else _model_folders(os.path.join(directory.resolved, "cache"))
         if not models:
             notes.append(f"{directory.resolved}: no cache/<model> folder yet: nothing cached to check")
         for name in models:
@@ -166,6 +186,11 @@ def _from_config(path: str, model: str | None) -> tuple[list[_Folder], dict[str,
                 for key in rules.bucket_for(size, 1, directory, round_to):
                     latents = os.path.join(root, rules.cache_folder_name(key), "latents")
                     expected.setdefault(latents, {})[full] = rules.cache_folder_name(key)
+                group = rules.group_key(size, 1, directory)
+                if group is not None:  # its caption's embeddings, once per aspect group and text encoder
+                    texts = os.path.join(root, rules.ar_frames_folder_name(group))
+                    for name in sorted(n for n in names_in(texts) if _TEXT.match(n)):
+                        expected.setdefault(os.path.join(texts, name), {})[full] = rules.ar_frames_folder_name(group)
             for found in _from_targets(root) if os.path.isdir(root) else []:
                 folders.append(_folder(found.path, directory.resolved))
             folders += [
@@ -185,11 +210,14 @@ def _expect(plan: DatasetPlan, folder: _Folder, images: dict[str, str] | None) -
     index_path = os.path.join(folder.path, INDEX)
     try:
         index = read_index(folder.path) if os.path.isfile(index_path) else None
-    except ReadError as exc:
+    except ReadError as exc:  # reported on its shards (corrupt-archive); what it lists is unknown
         plan.notes.append(f"{index_path}: {exc.message}; its shards are judged without it")
-        index = None
+        plan.no_orphans.add(folder.path)
+        return
     if index is None:  # what the shards hold is unknown: none of them is an orphan for that
         plan.no_orphans.add(folder.path)
+    text = _TEXT.match(os.path.basename(folder.path)) is not None  # a caption's embeddings, not a latent
+    role = "text" if text else "latent"
     hw, frames = _latent_size(folder)
     cached: set[str] = set()
     unknown = 0  # items whose image_spec does not read (damaged): reported as such, their images unknown
@@ -199,24 +227,28 @@ def _expect(plan: DatasetPlan, folder: _Folder, images: dict[str, str] | None) -
         unknown += len(index.items_of(number)) - len(sources) if index else 0
         cached.update(s for _, s in sources)
         plan.items += len(sources)
-        stale, why = _stale(shard, sources)
+        # a caption that changed changes the listing's fingerprint: diffusion-pipe rebuilds by itself
+        stale, why = _stale(shard, sources) if not text else ((), None)
         plan.add(
             Expected(
                 shard,
                 folder.dataset_dir or folder.path,  # a shard holds many images: the dataset is its source
-                "latent",
+                role,
                 latent_hw=hw,
-                latent_key="item */latents",
+                latent_key=None if text else "item */latents",
                 frames=frames,
                 stale_reason=why,
                 items=stale,
-                hints=(("sources", tuple(image for _, image in sources)),),  # a manifest row per item
+                hints=(
+                    ("sources", tuple(image for _, image in sources)),  # a manifest row per item
+                    ("item_sources", tuple(sources)),  # a finding about one item names its image
+                ),
             )
         )
     if unknown:  # a damaged item may be one of them: it is reported, and re-cached once dropped
         return
     for image in sorted(set(images or ()) - cached):
-        plan.add(Expected(index_path, image, "latent", in_index=False), folder.path)
+        plan.add(Expected(index_path, image, role, in_index=False), folder.path)
 
 
 def _latent_size(folder: _Folder) -> tuple[tuple[int, int] | None, int | None]:

@@ -265,6 +265,10 @@ class Layout(abc.ABC):
     #: it a parent of its signs that holds nothing else (kohya, OneTrainer). SimpleTuner's plan
     #: reads the config in the folder it is given, so it gets exactly the folder of its sign.
     plans_below: ClassVar[bool] = True
+    #: Whether the trainer makes a missing entry again by itself when it starts (ai-toolkit
+    #: encodes whatever is not on disk): an entry repair cannot recompute is then moved to the
+    #: quarantine rather than left for a person, and the trainer re-caches it.
+    recaches_missing: ClassVar[bool] = False
 
     def detect(self, targets: list[str], options: LayoutOptions) -> str | None:
         """Why these targets look like this layout (a short reason), or ``None``: the first

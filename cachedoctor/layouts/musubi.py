@@ -198,7 +198,24 @@ def _from_config(config: str) -> list[_Folder]:
         raise LayoutError(
             config, "names no dataset ([[datasets]] with image_directory or video_directory): nothing to check"
         )
+    for d in datasets:
+        _require_sources(config, d)
     return [_Folder(d.cache_directory, d, names_in(d.cache_directory)) for d in datasets]
+
+
+def _require_sources(config: str, dataset: MusubiDataset) -> None:
+    """A dataset's image or video folder (or JSONL file) must be there: without it musubi finds
+    no item and every cache file would look orphaned (an unmounted disk or a typo is never a
+    reason to quarantine a cache)."""
+    kind = dataset.kind
+    for key, named, exists, what in (
+        (f"{kind}_directory", getattr(dataset, f"{kind}_directory"), os.path.isdir, "folder"),
+        (f"{kind}_jsonl_file", getattr(dataset, f"{kind}_jsonl_file"), os.path.isfile, "file"),
+    ):
+        if named is not None and not exists(named):
+            raise LayoutError(
+                config, f"datasets[{dataset.index}]: {key} {named} is no {what}; check the path (is its disk mounted?)"
+            )
 
 
 def _from_targets(targets: list[str]) -> list[_Folder]:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Iterable
 from cachedoctor.atomic import is_own_temp
 from cachedoctor.cachenames import shard_index
 from cachedoctor.findings import Finding, Fix
-from cachedoctor.layouts import LayoutOf, TemplateFinder, recompute_spec
+from cachedoctor.layouts import LayoutOf, TemplateFinder, recaches_missing, recompute_spec
 from cachedoctor.layouts.interface import Expected
 from cachedoctor.repair.model import Action, ActionKind, RecomputeSpec, RepairPlan, Stat
 
@@ -111,7 +111,8 @@ def plan_repair(
             if spec is not None and spec.role not in _roles(modalities):
                 blocked = f"needs an encoder for {'captions' if spec.role == 'text' else 'images'} (--encoder)"
             leave = _DANGEROUS if keep_blocked else _DANGEROUS | _UNLOADABLE
-            if blocked is not None and leave & set(kinds) and before is not None:
+            recached = not keep_blocked and recaches_missing(path, layout)  # the trainer makes it again
+            if blocked is not None and (recached or leave & set(kinds)) and before is not None:
                 # never left where a trainer loads it: moved out, so the trainer re-caches the item
                 plan.actions.append(Action(ActionKind.QUARANTINE, path, root, kinds, source, before, note=blocked))
                 continue
@@ -121,7 +122,10 @@ def plan_repair(
     for index, (kinds_, items) in sorted(dropped.items()):
         before = stat_of(index)
         if before is not None:
-            note = "items " + ", ".join(str(i) for i in sorted(items)) if items else None
+            if UNREADABLE_INDEX in items:  # the index itself: nothing to cut, the folder is set aside
+                note: str | None = UNREADABLE_INDEX_NOTE
+            else:
+                note = "items " + ", ".join(str(i) for i in sorted(items)) if items else None
             reasons = tuple(sorted(kinds_))
             plan.actions.append(
                 Action(ActionKind.DROP_ITEMS, index, root_of(index, roots), reasons, None, before, note=note)
@@ -140,7 +144,14 @@ def _drop(dropped: dict[str, tuple[set[str], set[int]]], index: str, group: list
     kinds, items = dropped.setdefault(index, (set(), set()))
     for finding in needs:
         kinds.add(finding.kind)
-        items.update(i for i in finding.details.get("items") or () if isinstance(i, int))
+        items.update(finding.items())
+        if finding.details.get("problem") == "bad-index":
+            items.add(UNREADABLE_INDEX)
+
+
+#: An item number no index has: ``_drop``'s mark for a folder whose index does not read.
+UNREADABLE_INDEX = -1
+UNREADABLE_INDEX_NOTE = "index unreadable"
 
 
 def _roles(modalities: set[str]) -> set[str]:

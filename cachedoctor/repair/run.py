@@ -311,7 +311,9 @@ def still_broken(outcome: RepairOutcome) -> list[str]:
     if outcome.after is None:
         return []
     planned = {a.path for a in outcome.plan.actions}
-    return sorted({f.path for f in outcome.after.findings if f.path in planned})
+    # a diffusion-pipe index's drop acts for every shard beside it: a finding left on one is its own
+    cut = {os.path.dirname(a.path) for a in outcome.plan.actions if a.kind is ActionKind.DROP_ITEMS}
+    return sorted({f.path for f in outcome.after.findings if f.path in planned or os.path.dirname(f.path) in cut})
 
 
 __all__ = ["RepairOptions", "RepairOutcome", "repair", "still_broken"]

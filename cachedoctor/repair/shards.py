@@ -28,6 +28,7 @@ by a crashed writer is SQLite's to replay, so such a folder is not touched.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -67,7 +68,10 @@ def drop_items(action: Action, quarantine: Quarantine) -> ItemResult:
                     "once, or open the index with sqlite3, so that SQLite rolls it back; then repair again",
                 )
         try:
-            index = read_index(folder)
+            try:
+                index = read_index(folder)
+            except ReadError as exc:
+                return _set_aside(folder, action, quarantine, exc.message)
             first = _first_bad(folder, index, flagged_items(action.note))
             if first is None:
                 return ItemResult(index_path, action.kind, ItemState.SKIPPED, "every item reads now; nothing dropped")
@@ -93,6 +97,33 @@ def drop_items(action: Action, quarantine: Quarantine) -> ItemResult:
         kept,
         action.bytes,
         len(data),
+    )
+
+
+def _set_aside(folder: str, action: Action, quarantine: Quarantine, why: str) -> ItemResult:
+    """An index SQLite cannot read: the trainer would stop on it (``database disk image is
+    malformed``), and no item of the folder can be located. The index goes to the quarantine
+    first (from then on the trainer sees a folder to cache from the start, as on its first run),
+    then every shard; a crash in between leaves shards no index lists, which the next repair
+    moves too. Nothing is deleted: restoring the run puts every byte back."""
+    index_path = action.path
+    try:
+        kept = quarantine.move(index_path, action.reasons, action.kind.value)
+        crash_point("after-index")
+        shards = sorted(n for n in os.listdir(folder) if re.fullmatch(r"shard_\d+\.bin", n))
+        for name in shards:
+            quarantine.move(os.path.join(folder, name), action.reasons, action.kind.value)
+    except Exception as exc:  # a full disk stops the run (failed raises); anything else fails this folder
+        return failed(index_path, action, exc)
+    return ItemResult(
+        index_path,
+        action.kind,
+        ItemState.VERIFIED,
+        f"its index does not read ({why}): it and its {len(shards)} shard(s) moved to the quarantine; "
+        "the trainer re-caches the folder when it next runs",
+        kept,
+        action.bytes,
+        0,
     )
 
 

@@ -48,15 +48,17 @@ def blind_spots(formats: Mapping[str, int], *, deep: bool, digests: bool) -> lis
             continue
         if not deep:
             later = (
-                "and records each file's digest, so later deep scans report changed bytes (bit-rot)"
+                "and records each file's digest, so a later deep scan reports bytes that change under an unchanged "
+                "size, times and inode (bit-rot: a disk, not a program); a program's write leaves nothing to compare"
                 if digests
                 else "(with a state database it also records each file's digest for later deep scans)"
             )
             unseen = f"{plain}, so a changed byte inside a tensor is invisible to this quick scan; --deep counts NaN/Inf {later}"
         elif digests:
             unseen = (
-                f"{plain}: a changed byte that leaves finite values is seen only by a later deep scan, "
-                "against the digest this one recorded (bit-rot)"
+                f"{plain}: a changed byte that leaves finite values is not seen; a later deep scan compares the "
+                "digest this one recorded only while size, times and inode stay the same (bit-rot: a disk's damage, "
+                "not a program's write)"
             )
         else:
             unseen = (

@@ -97,8 +97,11 @@ def run_level(findings: list[Any]) -> list[Any]:
 def _cut(note: str | None) -> str:
     """Where a diffusion-pipe index is cut: before the first item the scan flagged at the latest
     (the repair reads every item again and may find an earlier damaged one)."""
+    from cachedoctor.repair.planner import UNREADABLE_INDEX_NOTE
     from cachedoctor.repair.shards import flagged_items
 
+    if note == UNREADABLE_INDEX_NOTE:
+        return "its index does not read: it and its shards go to the quarantine"
     items = flagged_items(note)
     return f"cut before item {min(items)} at the latest" if items else "cut before its first damaged item"
 

@@ -33,6 +33,7 @@ class DatasetMatcher:
         expected = self.plan.expected.pop(folder, {})
         owned = self.plan.owns(folder)
         sources: dict[str, str] = {}
+        per_item: dict[str, dict[int, str]] = {}
         for path, item in found.items():
             entries = expected.pop(path, None)
             if entries is None:
@@ -42,13 +43,14 @@ class DatasetMatcher:
             for entry in entries:
                 if entry.in_index and entry.source_exists:
                     sources.setdefault(path, entry.source)
+                    items = dict(entry.hints).get("item_sources")
+                    if items:
+                        per_item.setdefault(path, dict(items))
                 self._judge(entry, item)
         for entries in expected.values():
             for entry in entries:
                 self._judge(entry, None)
-        return [
-            replace(f, source=sources[f.path]) if f.source is None and f.path in sources else f for f in file_findings
-        ]
+        return [_with_source(f, sources, per_item) for f in file_findings]
 
     def finish(self) -> list[Finding]:
         """Settle the folders the walk never saw, then return every dataset finding."""
@@ -71,12 +73,31 @@ class DatasetMatcher:
     def _judge(self, expected: Expected | None, found: Found | None) -> None:
         if expected is not None and found is not None and expected.in_index:
             self._paired += 1
+        items = dict(expected.hints).get("item_sources") if expected is not None else None
         for check in ENTRY_CHECKS:
             for finding in check.check_entry(expected, found):
+                if items:
+                    finding = _item_source(finding, dict(items)) or finding
                 if finding.kind == "stale-entry" and finding.details.get("by") == "mtime":
                     self._mtime_stale.append(finding)
                 else:
                     self.findings.append(finding)
+
+
+def _with_source(finding: Finding, sources: dict[str, str], per_item: dict[str, dict[int, str]]) -> Finding:
+    """``finding`` with its dataset item: a file's source, or, in a file of many items (a
+    diffusion-pipe shard), the image of the one item the finding is about."""
+    if finding.source is not None or finding.path not in sources:
+        return finding
+    one = _item_source(finding, per_item[finding.path]) if finding.path in per_item else None
+    return one or replace(finding, source=sources[finding.path])
+
+
+def _item_source(finding: Finding, images: dict[int, str]) -> Finding | None:
+    """``finding`` with the image of the one item it is about, if it is about one."""
+    items = finding.items()
+    image = images.get(next(iter(items))) if len(items) == 1 else None
+    return replace(finding, source=image) if image is not None else None
 
 
 def _stat(path: str) -> Found | None:

@@ -138,8 +138,10 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
                         except OSError as exc:
                             try:
                                 kind = _loop(entry, exc)
-                            except OSError:  # (a loop under another name too: as it always was)
+                            except OSError:
                                 errors.append(WalkError(entry.path, f"cannot stat: {exc.strerror or exc}"))
+                                continue
+                            if kind == _LEFT_ALONE:
                                 continue
                         if kind == _DIR:  # follows symlinks; loops stop at ``visited``
                             if entry.name not in _SKIP_DIRS and not skip(entry.path, target):
@@ -161,7 +163,7 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
             stack.extend(sorted(subdirs, reverse=True))
 
 
-_DIR, _FILE, _BROKEN_LINK = "folder", "file", "broken link"
+_DIR, _FILE, _BROKEN_LINK, _LEFT_ALONE = "folder", "file", "broken link", "left alone"
 
 
 def _kind(entry: os.DirEntry[str]) -> str:
@@ -178,8 +180,9 @@ def _kind(entry: os.DirEntry[str]) -> str:
 
 
 def _loop(entry: os.DirEntry[str], exc: OSError) -> str:
-    """``_BROKEN_LINK`` for a symlink loop under a cache name; re-raises ``exc`` otherwise (a loop
-    under another name stays an entry the scan could not stat, as it always was)."""
-    if exc.errno == errno.ELOOP and entry.is_symlink() and claims_cache(entry.name):
-        return _BROKEN_LINK
+    """For a symlink loop: ``_BROKEN_LINK`` under a cache name, ``_LEFT_ALONE`` under another (as
+    a dangling link under another name is: no loader opens it, so it fails no gate); re-raises
+    ``exc`` for anything else that cannot be stat'ed."""
+    if exc.errno == errno.ELOOP and entry.is_symlink():
+        return _BROKEN_LINK if claims_cache(entry.name) else _LEFT_ALONE
     raise exc

@@ -255,3 +255,29 @@ def test_without_the_config_an_unreadable_latent_is_not_guessed(aitk: Path) -> N
     result = json.loads(out)["result"]
     assert not victim.exists()
     assert [r["action"] for r in result["files"] if r["path"].endswith(victim.name)] == ["quarantine"]
+
+
+def test_a_text_embedding_with_nan_leaves_the_cache_for_ai_toolkit_to_make_again(aitk: Path) -> None:
+    """Repair cannot run ai-toolkit's text encoders, but ai-toolkit encodes any embedding missing at
+    start-up: the broken one is moved to the quarantine (not left for a person to fix)."""
+    victim = next(iter(sorted(Path("sd15/images/_t_e_cache").glob("a_land_*"))))
+    with safe_open(str(victim), "pt") as f:
+        meta = f.metadata()
+    tensors = load_file(str(victim))
+    key = sorted(tensors)[0]
+    tensors[key] = tensors[key].clone()
+    tensors[key].view(-1)[0] = float("nan")
+    save_file(tensors, str(victim), metadata=meta)
+    code, out, err = cli("repair", "--deep", "--config", "sd15.yaml", "--yes", "--format", "json")
+    result = json.loads(out)["result"]
+    assert [r["action"] for r in result["files"] if r["path"].endswith(victim.name)] == ["quarantine"]
+    assert not victim.exists()
+    assert scan("--config", "sd15.yaml") == [("missing-entry", str(victim))]
+
+
+@pytest.mark.parametrize("layout", [[], ["--layout", "ai-toolkit"]])
+def test_the_cache_folder_itself_is_ai_toolkits(aitk: Path, layout: list[str]) -> None:
+    time.sleep(0.01)
+    Path("flux/images/a_land.png").touch()  # newer than its latents: stale
+    found = scan("flux/images/_latent_cache", *layout)
+    assert found and {k for k, _ in found} == {"stale-entry"}, found

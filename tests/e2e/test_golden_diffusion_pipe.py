@@ -130,12 +130,14 @@ def _plant(defect: str) -> list[tuple[str, str]]:
             ("stale-entry", f"{TALL}/shard_0.bin"),
             ("stale-entry", f"{CACHE}/cache_0.500x96x176x1/latents/shard_0.bin"),
         ]
-    if defect == "image-added":  # a square image the index predates, in both square buckets
+    if defect == "image-added":  # a square image the indexes predate: both square buckets, both text encoders
         shutil.copy("images/d.png", "images/g.png")
         shutil.copy("images/d.txt", "images/g.txt")
         return [
             ("missing-entry", f"{SQUARE}/metadata.db"),
             ("missing-entry", f"{CACHE}/cache_1.000x96x96x1/latents/metadata.db"),
+            ("missing-entry", f"{CACHE}/ar_frames_1.000_1/text_embeddings_1/metadata.db"),
+            ("missing-entry", f"{CACHE}/ar_frames_1.000_1/text_embeddings_2/metadata.db"),
         ]
     if defect == "orphan-shard":
         shutil.copy(f"{SQUARE}/shard_0.bin", f"{SQUARE}/shard_7.bin")
@@ -209,3 +211,60 @@ def test_an_index_a_writer_died_in_is_read_as_sqlite_will_roll_it_back(dpipe: Pa
     before = {p: p.read_bytes() for p in Path(SQUARE).iterdir()}
     assert scan("--config", "dataset.toml") == []
     assert {p: p.read_bytes() for p in Path(SQUARE).iterdir()} == before
+
+
+def test_an_index_that_does_not_read_is_set_aside_with_its_shards(dpipe: Path) -> None:
+    """diffusion-pipe stops on an index SQLite cannot read; with no index it caches the folder
+    from the start. So the index and every shard go to the quarantine, and come back on restore."""
+    index = Path(f"{TALL}/metadata.db")
+    damaged = b"\0" * 16 + index.read_bytes()[16:]
+    index.write_bytes(damaged)
+    shard = Path(f"{TALL}/shard_0.bin").read_bytes()
+    assert scan("--config", "dataset.toml") == [("corrupt-archive", f"{TALL}/shard_0.bin")]
+    code, out, err = cli("repair", "--deep", "--config", "dataset.toml", "--yes")
+    text = " ".join(out.split())
+    assert err == "" and "its index does not read: it and its shards go to the quarantine" in text, out
+    assert [n for n in os.listdir(TALL) if not n.endswith(".lock")] == []  # (repair's own lock file stays)
+    assert {k for k, _ in scan("--config", "dataset.toml")} <= {"missing-entry"}  # the trainer's to re-cache
+    run = out.split("cachedoctor quarantine restore ")[1].split()[0]
+    code, out, err = cli("quarantine", "restore", run, "--config", "dataset.toml")
+    assert code == 0, out + err
+    assert (index.read_bytes(), Path(f"{TALL}/shard_0.bin").read_bytes()) == (damaged, shard)
+
+
+def test_an_item_of_another_size_is_dropped(dpipe: Path) -> None:
+    folder = f"{CACHE}/cache_1.000x96x96x1/latents"
+    rewrite_item(folder, 0, 1, lambda item: item.update(latents=item["latents"][:, :10, :].clone()))
+    assert scan("--config", "dataset.toml") == [("shape-mismatch", f"{folder}/shard_0.bin")]
+    code, out, err = cli("repair", "--deep", "--config", "dataset.toml", "--yes")
+    assert err == "" and "done: 1 verified, 0 skipped" in out, out
+    assert len(load_items(folder)) == 1  # items 1 and 2 dropped: the trainer re-caches them
+    assert {k for k, _ in scan("--config", "dataset.toml")} == {"missing-entry"}
+
+
+def test_a_finding_about_one_item_names_its_image(dpipe: Path) -> None:
+    rewrite_item(SQUARE, 0, 1, _nan)  # item 1 of the square bucket is d.png
+    code, out, err = cli("scan", "--deep", "--no-state", "--format", "json", "--config", "dataset.toml")
+    [finding] = json.loads(out)["findings"]
+    assert finding["source"] == str(Path("images/d.png").resolve())
+
+
+def test_cachedoctors_own_folder_and_an_empty_folder_are_no_model(dpipe: Path) -> None:
+    code, out, err = cli("scan", "--deep", "images/cache")  # writes images/cache/.cachedoctor (its state)
+    assert code == 0 and Path("images/cache/.cachedoctor").is_dir(), out
+    Path("images/cache/old").mkdir()
+    assert scan("--config", "dataset.toml") == []
+
+
+def test_a_dropped_text_embedding_is_missing_until_the_trainer_caches_it_again(dpipe: Path) -> None:
+    folder = f"{CACHE}/ar_frames_1.000_1/text_embeddings_1"  # items e, d, a
+
+    def nan(item: dict) -> None:
+        item["clip_embed"][0] = float("nan")
+
+    rewrite_item(folder, 0, 2, nan)
+    assert scan("--config", "dataset.toml") == [("non-finite", f"{folder}/shard_0.bin")]
+    code, out, err = cli("repair", "--deep", "--config", "dataset.toml", "--yes")
+    assert err == "" and "done: 1 verified, 0 skipped" in out, out
+    assert len(load_items(folder)) == 2  # item 2 dropped
+    assert scan("--config", "dataset.toml") == [("missing-entry", f"{folder}/metadata.db")]

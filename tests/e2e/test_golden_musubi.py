@@ -263,3 +263,28 @@ def test_latent_templates_are_never_text_files_of_the_same_folder(musubi: Path) 
     template = TemplateFinder(set()).for_entry(entry.path, entry, layout)
     assert template is not None and not template.path.endswith("_te.safetensors")
     assert all(not p.endswith("_te.safetensors") for p in template.peers)
+
+
+def test_an_image_folder_that_is_not_there_stops_in_one_line(musubi: Path) -> None:
+    """A typo or an unmounted disk: every cache file would look orphaned, and repair would move
+    the whole cache out. One line, exit 2, nothing planned."""
+    (musubi / "typo.toml").write_text((musubi / "zi.toml").read_text().replace("zi/images", "zi/imagez"))
+    for command in (("scan",), ("repair", "--dry-run")):
+        code, out, err = cli(*command, "--config", "typo.toml", cwd=str(musubi))
+        assert code == 2 and out == "", out
+        assert err.strip().endswith(
+            "image_directory " + str(musubi / "zi" / "imagez") + " is no folder; check the path (is its disk mounted?)"
+        )
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_quarantine_list_and_restore_find_the_runs_by_config(musubi: Path) -> None:
+    stray = musubi / "zi" / "cache" / "gone_0200x0120_zi.safetensors"
+    shutil.copy(musubi / "zi" / "cache" / "a_wide_0200x0120_zi.safetensors", stray)  # an orphan: quarantined
+    code, out, err = cli("repair", "--config", "zi.toml", "--yes", cwd=str(musubi))
+    assert code == 0 and not stray.exists(), out
+    run = out.split("cachedoctor quarantine restore ")[1].split()[0]
+    code, out, err = cli("quarantine", "list", "--config", "zi.toml", cwd=str(musubi))
+    assert code == 0 and run in out and "gone_0200x0120_zi.safetensors  [quarantine: orphan-entry]" in out, out
+    code, out, err = cli("quarantine", "restore", run, "--config", "zi.toml", cwd=str(musubi))
+    assert code == 0 and stray.exists(), out + err

@@ -106,6 +106,14 @@ def test_routing_puts_each_config_where_its_layout_reads_it(tmp_path: Path) -> N
         (b"\xff\xfe\x00binary", "is not text (not UTF-8)"),
         (b"a = [unclosed", "is neither JSON, TOML nor YAML"),
         (b"just: yaml\n", "not a trainer config cachedoctor knows"),
+        # a job config is a few KB; parsing megabytes of YAML took a minute and half a GB
+        (b"job: extension\nconfig:\n  name: x\n" + b"# padding\n" * 110_000, "is over 1 MiB: not a trainer config"),
+        # an unquoted date: ai-toolkit json-dumps the job and fails on it, so does this read
+        (
+            b"job: extension\nconfig:\n  name: 2024-01-01\n  process:\n    - type: sd_trainer\n      datasets:\n"
+            b"        - folder_path: imgs\n",
+            "which YAML reads as a date and ai-toolkit cannot handle",
+        ),
     ],
 )
 def test_a_config_that_is_no_config_is_one_line_exit_2(tmp_path: Path, content: bytes | None, message: str) -> None:

@@ -145,8 +145,9 @@ def test_junit_clean_cache_is_all_passed_cases(tmp_path: Path) -> None:
 
 def test_junit_unreadable_file_is_one_error_case(tmp_path: Path) -> None:
     peers(tmp_path / "cache")
-    # unreadable even for root (ELOOP); under a cache name (loop.pt) it would be a broken-link finding
-    (tmp_path / "cache" / "loop").symlink_to("loop")
+    # unreadable even for root (a link to a name too long to resolve: ENAMETOOLONG); a symlink
+    # loop under another name is left alone, under a cache name (loop.pt) it is a broken-link finding
+    (tmp_path / "cache" / "loop").symlink_to("a" * 300)
     code, suite, err = junit(tmp_path, str(tmp_path / "cache"))
     assert code == 2 and "loop" in err
     assert counts(suite)[:3] == (str(len(CHECKS) + 1), "0", "1")
@@ -273,7 +274,7 @@ def test_github_escapes_messages_so_one_finding_stays_one_line(tmp_path: Path) -
 
 def test_github_unreadable_file_is_an_error_annotation(tmp_path: Path) -> None:
     peers(tmp_path / "cache")
-    (tmp_path / "cache" / "loop").symlink_to("loop")  # unreadable even for root (ELOOP)
+    (tmp_path / "cache" / "loop").symlink_to("a" * 300)  # unreadable even for root (ENAMETOOLONG)
     code, out, _ = cli(tmp_path, "scan", str(tmp_path / "cache"), "--format", "github")
     lines = out.splitlines()
     assert code == 2 and len(lines) == 2

@@ -61,6 +61,16 @@ def test_a_symlink_loop_is_a_broken_link_finding_not_an_unreadable_file(tmp_path
     ]
 
 
+def test_a_symlink_loop_under_another_name_is_left_alone_like_a_dangling_link(tmp_path: Path) -> None:
+    """No loader opens ``loopa``: it fails no gate, as a dangling link under another name does not."""
+    peers(tmp_path, n=2)
+    (tmp_path / "loopa").symlink_to("loopb")
+    (tmp_path / "loopb").symlink_to("loopa")
+    (tmp_path / "dangling").symlink_to("/nonexistent")
+    result = scan([str(tmp_path)], QUICK)
+    assert (result.errors, result.findings, result.stats.files_read) == ([], [], 2)
+
+
 def test_a_link_to_a_real_file_is_read_as_that_file(tmp_path: Path) -> None:
     peers(tmp_path / "cache", n=2)
     real = save_pt(tmp_path / "elsewhere" / "real.pt", latent(seed=7))
