@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - isal has wheels for the common platfor
 
 from cachedoctor.formats._dtypes import NONFINITE_RULE
 from cachedoctor.formats._source import BufferSource
-from cachedoctor.formats._zip import STORED, ZipDirectory, decompress, local_name_differs
+from cachedoctor.formats._zip import STORED, ZipDirectory, inflated_crc, local_name_differs
 from cachedoctor.formats.interface import MemberCrc, ReadError
 
 _SLICE = 1 << 18  # elements checked per numpy call: 256 Ki, at most 2 MiB of scratch (8-byte floats)
@@ -77,13 +77,7 @@ class Members:
             data = buffer[start : start + member.compressed_size]
             if len(data) != member.compressed_size:
                 raise ReadError("truncated", f"file ends before byte {start + member.compressed_size}")
-            if member.method == STORED:
-                actual = crc32(data)
-            else:
-                try:
-                    actual = crc32(decompress(data, member))
-                except ReadError:
-                    actual = -1
+            actual = crc32(data) if member.method == STORED else inflated_crc(data, member)  # streamed: bounded
             if actual != member.crc:
                 crc_bad.append(MemberCrc(name, member.crc, actual))
         self.crc_bad = tuple(crc_bad)

@@ -19,6 +19,16 @@ import struct
 from typing import NamedTuple
 
 from cachedoctor.formats._source import Source
+from cachedoctor.formats._zip_member import (  # noqa: F401 (re-exported: the readers' one import)
+    DEFLATED,
+    STORED,
+    data_offset,
+    decompress,
+    inflated_crc,
+    local_name_differs,
+    member_stream,
+    read_member,
+)
 from cachedoctor.formats.interface import ReadError
 from cachedoctor.records import record
 
@@ -30,9 +40,6 @@ _LOCAL = b"PK\x03\x04"
 _TAIL_GUESS = 8192
 _MAX_COMMENT = 0xFFFF
 _MAX_MEMBERS = 1_000_000
-
-STORED = 0
-DEFLATED = 8
 
 
 # The central directory entry's fields a reader uses (signature, flags, method, CRC, sizes, name,
@@ -55,6 +62,9 @@ class ZipDirectory:
     members: dict[str, ZipMember]  # by exact name, the last of equal names winning (zipfile's rule)
     cd_offset: int  # where the central directory starts: every member's data ends before it
     entries: tuple[ZipMember, ...] = ()  # every entry in central-directory order, duplicates too
+    #: bytes before the archive (offsets above already include them): zipfile reads such an
+    #: archive, miniz (torch.load) does not
+    concat: int = 0
 
     def torch_index(self) -> dict[str, ZipMember]:
         """Entries by case-folded name, each name resolved to the entry torch.load reads."""
@@ -160,28 +170,29 @@ def is_zip(head: bytes) -> bool:
 
 
 def read_directory(src: Source) -> ZipDirectory:
-    """Parse the end records and the central directory of the zip archive in ``src``."""
+    """Parse the end records and the central directory of the zip archive in ``src``, with the
+    tolerances the real readers have (measured with torch 2.13 and Python 3.11, see
+    docs/safety.md): bytes after the end record and a comment length that runs past the end
+    of the file are ignored (zipfile and miniz both find the last end-record signature); the
+    end record's disk numbers are ignored (zipfile never reads them; miniz reads a ZIP64
+    archive's from its ZIP64 record); and bytes prepended to the archive shift every offset by
+    the same amount, which zipfile (and so ``np.load``) adds back (``concat``) and miniz does
+    not (torch.load fails on such a file)."""
     size = src.size
     if size < 22:
         raise ReadError("truncated", "too short to be a zip archive (no end record)")
     tail_len = min(size, _TAIL_GUESS)
     tail_start = size - tail_len
     tail = src.exact(tail_start, tail_len)
-    eocd = tail_len - 22 if tail[-22:-18] == _EOCD else tail.rfind(_EOCD)  # no archive comment: the usual case
+    eocd = tail_len - 22 if tail[-22:-18] == _EOCD else tail.rfind(_EOCD, 0, tail_len - 21)
     if eocd < 0 and tail_start > 0:
         tail_len = min(size, _TAIL_GUESS + _MAX_COMMENT + 22)
         tail_start = size - tail_len
         tail = src.exact(tail_start, tail_len)
-        eocd = tail.rfind(_EOCD)
-    if eocd < 0 or len(tail) - eocd < 22:
+        eocd = tail.rfind(_EOCD, 0, tail_len - 21)
+    if eocd < 0:
         raise ReadError("truncated", "no zip end record: the archive is truncated (failed finding central directory)")
-    (_, disk, cd_disk, n_disk, n_total, cd_size, cd_offset, comment_len) = _END_RECORD.unpack_from(tail, eocd)
-    if eocd + 22 + comment_len != len(tail):
-        raise ReadError(
-            "bad-zip",
-            "bytes after the zip end record: a truncated or spliced archive",
-            trailing=len(tail) - eocd - 22 - comment_len,
-        )
+    (_, _, _, _, n_total, cd_size, cd_offset, _) = _END_RECORD.unpack_from(tail, eocd)
     eocd_pos = tail_start + eocd
     end_of_cd = eocd_pos
     loc = eocd - 20
@@ -191,20 +202,23 @@ def read_directory(src: Source) -> ZipDirectory:
             raise ReadError("bad-zip", "ZIP64 end record points past its locator")
         rec = _slice(src, tail, tail_start, eocd64_pos, 56)
         if rec[:4] != _EOCD64:
+            rec = _slice(src, tail, tail_start, eocd_pos - 76, 56)  # where zipfile looks: just before the locator
+            eocd64_pos = eocd_pos - 76
+        if rec[:4] != _EOCD64:
             raise ReadError("bad-zip", "ZIP64 end record signature missing")
-        (_, _, _, _, _, _, n_disk, n_total, cd_size, cd_offset) = struct.unpack_from("<4sQHHIIQQQQ", rec)
+        (_, _, _, _, _, _, _, n_total, cd_size, cd_offset) = struct.unpack_from("<4sQHHIIQQQQ", rec)
         end_of_cd = eocd64_pos
     elif 0xFFFFFFFF in (cd_size, cd_offset) or n_total == 0xFFFF:
         raise ReadError("bad-zip", "end record needs a ZIP64 record that is missing")
-    if disk != 0 or cd_disk != 0 or n_disk != n_total:
-        raise ReadError("bad-zip", "multi-disk zip archives are not cache files")
     if n_total > _MAX_MEMBERS:
         raise ReadError("bad-zip", f"implausible member count {n_total}")
-    if cd_offset + cd_size > end_of_cd:
+    concat = end_of_cd - cd_size - cd_offset  # bytes before the archive: zipfile's "concat" adjustment
+    if concat < 0:
         raise ReadError("truncated", "central directory runs past the end record")
+    cd_offset += concat
     cd = _slice(src, tail, tail_start, cd_offset, cd_size)
-    entries = _parse_central(cd, n_total, cd_offset)
-    return ZipDirectory(members={e.name: e for e in entries}, cd_offset=cd_offset, entries=entries)
+    entries = _parse_central(cd, n_total, cd_offset, concat)
+    return ZipDirectory(members={e.name: e for e in entries}, cd_offset=cd_offset, entries=entries, concat=concat)
 
 
 def _slice(src: Source, tail: bytes, tail_start: int, offset: int, length: int) -> bytes:
@@ -214,7 +228,7 @@ def _slice(src: Source, tail: bytes, tail_start: int, offset: int, length: int) 
     return src.exact(offset, length)
 
 
-def _parse_central(cd: bytes, count: int, cd_offset: int) -> tuple[ZipMember, ...]:
+def _parse_central(cd: bytes, count: int, cd_offset: int, concat: int) -> tuple[ZipMember, ...]:
     """Every central directory entry; the hot loop of a quick scan, so kept lean."""
     members: list[ZipMember] = []
     append = members.append
@@ -231,6 +245,7 @@ def _parse_central(cd: bytes, count: int, cd_offset: int) -> tuple[ZipMember, ..
                 raise ReadError("bad-zip", "central directory is cut short")
             if usize == 0xFFFFFFFF or csize == 0xFFFFFFFF or hoff == 0xFFFFFFFF:
                 usize, csize, hoff = _zip64_extra(cd[name_end : name_end + xlen], usize, csize, hoff)
+            hoff += concat
             name = raw_name.decode("utf-8" if flags & 0x800 or raw_name.isascii() else "cp437", "replace")
             if hoff + 30 + nlen + csize > cd_offset:
                 raise ReadError("truncated", f"member {name} runs past the central directory")
@@ -258,58 +273,3 @@ def _zip64_extra(extra: bytes, usize: int, csize: int, hoff: int) -> tuple[int, 
                 at += 8
         return fields[0], fields[1], fields[2]
     raise ReadError("bad-zip", "member needs a ZIP64 extra field that is missing")
-
-
-def data_offset(local_header: bytes | memoryview, member: ZipMember) -> int:
-    """Where ``member``'s data starts, from the first bytes of its local header."""
-    if local_header[:4] != _LOCAL or len(local_header) < 30:
-        raise ReadError("bad-zip", f"local header of {member.name} is damaged")
-    nlen, xlen = struct.unpack_from("<HH", local_header, 26)
-    return member.header_offset + 30 + nlen + xlen
-
-
-def local_name_differs(local_header: bytes | memoryview, member: ZipMember) -> bool:
-    """Whether the local header names another file than the central directory does: miniz
-    reads the data regardless, Python's zipfile refuses ("File name in directory ... differ")."""
-    nlen = local_header[26] | local_header[27] << 8
-    raw = bytes(local_header[30 : 30 + nlen])
-    if len(raw) < nlen:
-        return False  # not all of it in the bytes read; the caller reads more when it matters
-    if raw.isascii() and raw.decode("ascii") == member.name:
-        return False
-    return member.name not in (raw.decode("utf-8", "replace"), raw.decode("cp437", "replace"))
-
-
-def read_member(src: Source, member: ZipMember, *, limit: int) -> bytes:
-    """Return ``member``'s uncompressed bytes (at most ``limit``), reading only that member."""
-    if member.size > limit:
-        raise ReadError("too-large", f"member {member.name} is {member.size} bytes, over the {limit}-byte limit")
-    guess = 30 + len(member.name.encode()) + 128
-    head = src.read_at(member.header_offset, guess + member.compressed_size)
-    start = data_offset(head, member) - member.header_offset
-    if local_name_differs(head, member):
-        raise ReadError(
-            "ambiguous-member",
-            f"the local header of {member.name} names another file: torch.load and zipfile would read different data",
-            members=[member.name],
-        )
-    raw = head[start : start + member.compressed_size]
-    if len(raw) < member.compressed_size:
-        raw = src.exact(member.header_offset + start, member.compressed_size)
-    return decompress(raw, member)
-
-
-def decompress(raw: bytes | memoryview, member: ZipMember) -> bytes:
-    if member.method == STORED:
-        return bytes(raw)
-    if member.method == DEFLATED:
-        import zlib
-
-        try:
-            out = zlib.decompressobj(-15).decompress(raw, member.size + 1)
-        except zlib.error as exc:
-            raise ReadError("bad-zip", f"member {member.name} does not inflate: {exc}") from None
-        if len(out) != member.size:
-            raise ReadError("bad-zip", f"member {member.name} inflates to {len(out)} bytes, not {member.size}")
-        return out
-    raise ReadError("bad-zip", f"member {member.name} uses unsupported compression method {member.method}")

@@ -23,7 +23,10 @@ from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, Ten
 from cachedoctor.records import record
 
 MAGIC = b"\x93NUMPY"
-_MAX_HEADER = 1 << 16
+#: The longest ``.npy`` header parsed (``literal_eval`` of this much text takes tens of ms). numpy
+#: reads up to 10,000 bytes, and any length with ``allow_pickle=True``; a real cache's header is
+#: about 128 bytes, a 400-field structured dtype's about 8 KB. Longer: cannot be shown safe.
+MAX_HEADER = 1 << 20
 
 
 @record
@@ -43,8 +46,9 @@ class NpyHeader:
         return n
 
 
-def parse_header(head: bytes, where: str) -> NpyHeader:
-    """Parse the header at the start of ``head`` (which must hold all of it)."""
+def header_end(head: bytes, where: str) -> int:
+    """Where the data starts (magic, version, length field and header), from the stream's first
+    12 bytes; a header past :data:`MAX_HEADER` raises :class:`HeaderTooLarge`."""
     if head[:6] != MAGIC:
         raise ReadError("bad-header", f"{where}: not a .npy array (magic missing)")
     if len(head) < 10:
@@ -58,44 +62,103 @@ def parse_header(head: bytes, where: str) -> NpyHeader:
         (hlen,), start = struct.unpack_from("<I", head, 8), 12
     else:
         raise ReadError("bad-header", f"{where}: unknown .npy version {major}")
-    if hlen > _MAX_HEADER:
-        raise ReadError("bad-header", f"{where}: .npy header of {hlen} bytes is implausible")
-    if len(head) < start + hlen:
+    if hlen > MAX_HEADER:
+        raise HeaderTooLarge(where, hlen)
+    return start + hlen
+
+
+class HeaderTooLarge(ReadError):
+    """A header longer than this scanner parses. ``np.load(allow_pickle=True)`` drops numpy's
+    own header limit (10,000 bytes otherwise), so such a header may describe an object array:
+    the file cannot be shown safe (:func:`unproven`)."""
+
+    def __init__(self, where: str, length: int) -> None:
+        super().__init__("bad-header", f"{where}: .npy header of {length:,} bytes, past the {MAX_HEADER:,} parsed")
+        self.length = length
+
+
+def unproven(where: str, why: str) -> str:
+    """The name under which a file that a loader would read but this scanner cannot follow is
+    reported: ``unsafe-pickle``, never only ``corrupt-archive`` (it fails closed)."""
+    return f"{where + ': ' if where else ''}cannot be shown safe: {why}"
+
+
+def parse_header(head: bytes, where: str) -> NpyHeader:
+    """Parse the header at the start of ``head`` (which must hold all of it)."""
+    end = header_end(head, where)
+    if len(head) < end:
         raise ReadError("truncated", f"{where}: .npy header cut short")
-    text = head[start : start + hlen].decode("latin1" if major < 3 else "utf-8", "replace")
-    fields = _fields(text)
+    major = head[6]
+    start = 10 if major == 1 else 12
+    text = head[start:end].decode("latin1" if major < 3 else "utf-8", "replace")
+    fields = _fields(text, major < 3)
     if isinstance(fields, str):
         raise ReadError("bad-header", f"{where}: {fields}")
     dtype, itemsize, shape, fortran_order, is_object = fields
-    return NpyHeader(dtype, itemsize, shape, fortran_order, start + hlen, is_object)
+    return NpyHeader(dtype, itemsize, shape, fortran_order, end, is_object)
 
 
 @lru_cache(maxsize=1024)
-def _fields(text: str) -> tuple[str, int, tuple[int, ...], bool, bool] | str:
+def _fields(text: str, py2_longs: bool = True) -> tuple[str, int, tuple[int, ...], bool, bool] | str:
     """``(dtype, itemsize, shape, fortran_order, is_object)`` of a header's dict literal, or
     what is wrong with it. Memoised on the text: the arrays of a cache repeat a few headers,
-    and ``literal_eval`` parses Python each time (most of an npz read)."""
-    try:
-        fields = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as exc:
-        return f".npy header is not a literal dict ({type(exc).__name__})"
+    and ``literal_eval`` parses Python each time (most of an npz read).
+
+    As numpy's ``_read_array_header``: a header of version 1 or 2 that is no literal is read
+    again without the ``L`` suffix of Python 2 longs (``(1L,)``); the object dtype is decided
+    before the shape is checked, and an object array's shape only needs to be a tuple of ints
+    (``(True,)`` and ``(-1,)`` pass numpy's check, and it unpickles without using the shape).
+    """
+    fields = _literal(text)
+    if isinstance(fields, str) and py2_longs:
+        fields = _literal(_drop_py2_longs(text))
+    if isinstance(fields, str):
+        return fields
     if not isinstance(fields, dict) or not {"descr", "fortran_order", "shape"} <= fields.keys():
         return ".npy header lacks descr/fortran_order/shape"
     shape = fields["shape"]
-    if not isinstance(shape, tuple) or not all(type(s) is int and s >= 0 for s in shape):
-        return f".npy shape {shape!r:.60} is not a tuple of sizes"
     descr = fields["descr"]
     is_object = has_object(descr)
     if is_object:
-        dtype, itemsize = "object", 8
-    elif isinstance(descr, str):
+        if not isinstance(shape, tuple) or not all(isinstance(s, int) for s in shape):
+            return f".npy shape {shape!r:.60} is not a tuple of ints (numpy refuses it before unpickling)"
+        return "object", 8, tuple(int(s) for s in shape), bool(fields["fortran_order"]), True
+    if not isinstance(shape, tuple) or not all(type(s) is int and s >= 0 for s in shape):
+        return f".npy shape {shape!r:.60} is not a tuple of sizes"
+    if isinstance(descr, str):
         try:
             dtype, itemsize = numpy_descr_to_dtype(descr)
         except ValueError as exc:
             return str(exc)
     else:
         dtype, itemsize = "numpy:structured", 1
-    return dtype, itemsize, shape, bool(fields["fortran_order"]), is_object
+    return dtype, itemsize, shape, bool(fields["fortran_order"]), False
+
+
+def _literal(text: str) -> object:
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as exc:
+        return f".npy header is not a literal dict ({type(exc).__name__})"
+
+
+def _drop_py2_longs(text: str) -> str:
+    """``text`` without the ``L`` name token that directly follows a number token (Python 2's
+    long suffix), as numpy filters a version 1/2 header before parsing it a second time."""
+    import io
+    import tokenize
+
+    kept: list[tuple[int, str]] = []
+    after_number = False
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if after_number and tok.type == tokenize.NAME and tok.string == "L":
+                continue  # numpy keeps "after a number" set here too
+            kept.append((tok.type, tok.string))
+            after_number = tok.type == tokenize.NUMBER
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return text
+    return tokenize.untokenize(kept)
 
 
 def has_object(descr: object, depth: int = 0) -> bool:
@@ -187,7 +250,17 @@ class NpyReader(FormatReader):
         return head[:6] == MAGIC
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
-        header = parse_header(src.read_at(0, 12 + _MAX_HEADER), path)
+        try:
+            header = parse_header(src.read_at(0, header_end(src.read_at(0, 12), path)), path)
+        except HeaderTooLarge as exc:
+            return FileMeta(
+                path,
+                self.name,
+                src.size,
+                foreign_globals=(unproven("", exc.message + "; np.load(allow_pickle=True) reads any length"),),
+                loaders=LOADERS[self.name],
+                unreadable_reason=exc.message,
+            )
         tensor = tensor_from("", "", header, src.size - header.data_start)
         foreign: tuple[str, ...] = ()
         if header.is_object:

@@ -11,26 +11,32 @@ object arrays, duplicates included (zipfile keeps the last of two equal names).
 from __future__ import annotations
 
 import struct
-import zlib
 
 from cachedoctor.formats import _deep
+from cachedoctor.formats._inflate import METHODS, STORED, CapPassed, MemberStream, bomb_reason
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
-from cachedoctor.formats._verdict import LOADERS
-from cachedoctor.formats._zip import (
-    DEFLATED,
-    STORED,
-    ZipDirectory,
-    ZipMember,
-    data_offset,
-    decompress,
-    directory_of,
-    is_zip,
-)
+from cachedoctor.formats._verdict import LOADERS, bomb
+from cachedoctor.formats._zip import ZipDirectory, ZipMember, directory_of, is_zip, member_stream
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
-from cachedoctor.formats.npy import MAGIC, NpyHeader, object_globals, parse_header, tensor_from, with_nonfinite
+from cachedoctor.formats.npy import (
+    MAGIC,
+    HeaderTooLarge,
+    NpyHeader,
+    header_end,
+    object_globals,
+    parse_header,
+    tensor_from,
+    unproven,
+    with_nonfinite,
+)
 
-_HEADER_READ = 4096
+#: Members whose data is inflated in deep mode to count NaN/Inf (larger ones are CRC-checked in
+#: pieces, their values not counted): the most the scanner holds of one member.
+DEEP_CAP = 256 << 20
+#: The smallest ``.npy`` that can hold an object array: magic, version, length, a minimal
+#: header and a pickle; members shorter than this are never read to look for one.
+_SMALLEST_NPY = 48
 
 
 def _is_npz(directory: ZipDirectory, src: Source) -> bool:
@@ -43,42 +49,82 @@ def _is_npz(directory: ZipDirectory, src: Source) -> bool:
     return not looks_like_torch(directory) and any(_starts_with_magic(src, m) for m in directory.entries[:256])
 
 
+def _stream(src: Source, member: ZipMember, cap: int) -> MemberStream:
+    return member_stream(src, member, cap)
+
+
 def _starts_with_magic(src: Source, member: ZipMember) -> bool:
-    try:
-        local = src.read_at(member.header_offset, 30 + len(member.name.encode()) + 256)
-        first = src.read_at(data_offset(local, member), min(member.compressed_size, 64))
-        if member.method == DEFLATED:
-            first = zlib.decompressobj(-15).decompress(first, 16)
-    except (ReadError, zlib.error):
+    """Whether ``np.load`` would read the member as an array (its bytes start with the magic)."""
+    if member.size < 6 or member.method not in METHODS:
         return False
-    return first[:6] == MAGIC
+    try:
+        return _stream(src, member, 64).read(6) == MAGIC
+    except (ReadError, CapPassed):
+        return False
 
 
-def _object_data(src: Source, member: ZipMember, header: NpyHeader, start: int) -> bytes:
-    """The pickle after an object array's header, read within the pickle limit."""
-    size = min(member.compressed_size, LIMITS.pickle_bytes)
-    raw = src.read_at(start, size)
-    if member.method == DEFLATED:
+def _member_header(src: Source, member: ZipMember) -> tuple[NpyHeader, MemberStream, bytes]:
+    """The member's .npy header (of any length up to ``npy.MAX_HEADER``), the stream positioned
+    after it, and the bytes read (the header, then the start of the data)."""
+    stream = _stream(src, member, member.size + 1)
+    try:
+        first = stream.read(12)
+        end = header_end(first, member.name)
+        first += stream.read(end - len(first) + _SMALL)
+    except CapPassed:
+        raise ReadError("bad-zip", f"member {member.name} inflates past its declared size") from None
+    return parse_header(first, member.name), stream, first
+
+
+def _object_data(stream: MemberStream, header: NpyHeader, first: bytes) -> bytes:
+    """The pickle after an object array's header, read within the pickle limit; a member that
+    stops inflating part way gives the bytes before the damage (the loader ran those)."""
+    parts = [first[header.data_start :]]
+    total = len(parts[0])
+    try:
+        while total <= LIMITS.pickle_bytes:
+            piece = stream.read(64 << 10)
+            if not piece:
+                break
+            parts.append(piece)
+            total += len(piece)
+    except (ReadError, CapPassed):
+        pass
+    return b"".join(parts)
+
+
+def screen_arrays(src: Source, directory: ZipDirectory) -> list[str]:
+    """What ``np.load`` would unpickle in this zip: every member whose bytes start with the
+    ``.npy`` magic, whatever its name (``np.load`` reads a torch archive as an npz too), that
+    is an object array (members shorter than any object array are not read)."""
+    found: list[str] = []
+    for member in directory.entries:
+        if member.size < _SMALLEST_NPY or not _starts_with_magic(src, member):
+            continue
         try:
-            raw = zlib.decompressobj(-15).decompress(raw, LIMITS.pickle_bytes + header.data_start)
-        except zlib.error:
-            return b""
-    return raw[header.data_start :]
+            header, stream, first = _member_header(src, member)
+        except HeaderTooLarge as exc:
+            found.append(unproven(member.name, exc.message))
+            continue
+        except ReadError:
+            continue
+        if header.is_object:
+            found += [g for g in object_globals(member.name, _object_data(stream, header, first)) if g not in found]
+    return found
 
 
-def _member_header(src: Source, member: ZipMember) -> tuple[NpyHeader, int, bytes]:
-    """The member's .npy header, where its compressed bytes start, and its first bytes."""
-    local = src.read_at(member.header_offset, 30 + len(member.name.encode()) + 256)
-    start = data_offset(local, member)
-    first = src.read_at(start, min(member.compressed_size, _HEADER_READ))
-    if member.method == DEFLATED:
-        try:
-            first = zlib.decompressobj(-15).decompress(first, _HEADER_READ)
-        except zlib.error as exc:
-            raise ReadError("bad-zip", f"member {member.name} does not inflate: {exc}") from None
-    elif member.method != STORED:
-        raise ReadError("bad-zip", f"member {member.name} uses unsupported compression {member.method}")
-    return parse_header(first, member.name), start, first
+def check_bombs(directory: ZipDirectory, where: str) -> None:
+    """A member, or all of them together, declaring a decompression bomb's sizes raises."""
+    total = compressed = 0
+    for member in directory.entries:
+        reason = bomb_reason(member.name, member.size, member.compressed_size)
+        if reason is not None:
+            raise bomb(member.name, reason)
+        total += member.size
+        compressed += member.compressed_size
+    reason = bomb_reason(f"{where}'s members together", total, compressed)
+    if reason is not None:
+        raise bomb(where, reason)
 
 
 #: Arrays of at most this many bytes have their values read (they are in the block already read):
@@ -109,19 +155,21 @@ class NpzReader(FormatReader):
         digest = None
         values: list[tuple[str, tuple[float, ...]]] = []
         failed: ReadError | None = None
+        check_bombs(directory, path)
         for member in directory.entries:
             name = member.name
             if not name.endswith(".npy") and not _starts_with_magic(src, member):
                 continue  # np.load gives such a member back as raw bytes: nothing to unpickle
             try:
-                header, start, first = _member_header(src, member)
-            except ReadError as exc:  # np.load reads members one by one: check the others still
-                failed = failed or exc
+                header, stream, first = _member_header(src, member)
+            except HeaderTooLarge as exc:  # numpy reads it with allow_pickle=True: cannot be shown safe
+                foreign.append(unproven(name, exc.message + "; np.load(allow_pickle=True) reads any length"))
+                continue
+            except (ReadError, CapPassed) as exc:  # np.load reads members one by one: check the others still
+                failed = failed or (exc if isinstance(exc, ReadError) else ReadError("bad-zip", str(exc)))
                 continue
             if header.is_object:  # a pickle, not an array: unsafe-pickle says so; it has no tensor to check
-                foreign += [
-                    g for g in object_globals(name, _object_data(src, member, header, start)) if g not in foreign
-                ]
+                foreign += [g for g in object_globals(name, _object_data(stream, header, first)) if g not in foreign]
                 continue
             if directory.members.get(name) != member:
                 continue  # a duplicate name: zipfile reads the last one
@@ -130,14 +178,15 @@ class NpzReader(FormatReader):
             if small is not None:
                 values.append((key, small))
             tensor = tensor_from(key, name, header, member.size - header.data_start)
-            if deep and isinstance(src, BufferSource):
-                data = src.view(start, member.compressed_size)
-                if member.method == DEFLATED:
+            if deep and isinstance(src, BufferSource) and member.size <= DEEP_CAP:
+                if member.method == STORED:  # zero-copy: the file is in memory already
+                    data = src.view(stream.start, member.compressed_size)[header.data_start :]
+                else:
                     try:
-                        data = memoryview(decompress(data, member))
-                    except ReadError:
+                        data = memoryview(first[header.data_start :] + stream.read(member.size))
+                    except (ReadError, CapPassed):
                         data = memoryview(b"")
-                tensor = with_nonfinite(tensor, header, data[header.data_start :])
+                tensor = with_nonfinite(tensor, header, data)
             tensors.append(tensor)
         if failed is not None:
             if not foreign:
