@@ -17,7 +17,7 @@ from cachedoctor.formats._inflate import METHODS, STORED, CapPassed, MemberStrea
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._verdict import LOADERS, bomb
-from cachedoctor.formats._zip import ZipDirectory, ZipMember, directory_of, is_zip, member_stream
+from cachedoctor.formats._zip import ZipDirectory, ZipMember, data_offset, directory_of, is_zip, member_stream
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
 from cachedoctor.formats.npy import (
     MAGIC,
@@ -42,8 +42,8 @@ _SMALLEST_NPY = 48
 def _is_npz(directory: ZipDirectory, src: Source) -> bool:
     if not directory.members:
         return False
-    if all(name.endswith(".npy") for name in directory.members):
-        return True
+    if all(name.endswith(".npy") for name in directory.members) or directory.concat:
+        return True  # (an archive after other bytes: only zipfile reads it, which np.load uses)
     from cachedoctor.formats.torch_zip import looks_like_torch
 
     return not looks_like_torch(directory) and any(_starts_with_magic(src, m) for m in directory.entries[:256])
@@ -57,6 +57,14 @@ def _starts_with_magic(src: Source, member: ZipMember) -> bool:
     """Whether ``np.load`` would read the member as an array (its bytes start with the magic)."""
     if member.size < 6 or member.method not in METHODS:
         return False
+    if member.method == STORED:  # one read: the local header (torch pads its extra to 64 bytes) and the magic
+        local = src.read_at(member.header_offset, 30 + len(member.name.encode()) + 96)
+        try:
+            start = data_offset(local, member) - member.header_offset
+        except ReadError:
+            return False
+        first = local[start : start + 6] if start + 6 <= len(local) else src.read_at(member.header_offset + start, 6)
+        return first == MAGIC
     try:
         return _stream(src, member, 64).read(6) == MAGIC
     except (ReadError, CapPassed):

@@ -9,45 +9,37 @@ inflate, so a flipped byte is caught even in quick mode.
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import replace
 
 from cachedoctor.formats import _deep, torch_zip
+from cachedoctor.formats._inflate import CapPassed, gunzip
 from cachedoctor.formats._source import BufferSource, Source
-from cachedoctor.formats._verdict import GUNZIP_LOAD
+from cachedoctor.formats._verdict import GUNZIP_LOAD, bomb
 from cachedoctor.formats._zip import directory_of, is_zip
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError
 from cachedoctor.formats.plain_pickle import PlainPickleReader
 from cachedoctor.formats.torch_legacy import TorchLegacyReader
 from cachedoctor.formats.torch_tar import TorchTarReader
 
-_MAX_INFLATED = 512 * 1024**2
+#: The most a gzip file is inflated to in memory (its inner file is then read like any other).
+#: SimpleTuner's compressed caches are one latent or embedding each, megabytes at most; a gzip
+#: that inflates past this is a decompression bomb (``gzip.decompress`` would hold all of it,
+#: and the scanner cannot judge what lies past it): reading stops at the cap.
+MAX_INFLATED = 256 << 20
 _INNER = (TorchLegacyReader(), TorchTarReader(), PlainPickleReader())
 
 
-def inflate(data: bytes) -> bytes:
-    """gunzip ``data``, every member of it as ``gzip.decompress`` reads them (concatenated),
-    verifying each trailer; bounded against gzip bombs."""
-    parts: list[bytes] = []
-    total = 0
-    rest = data
-    while True:
-        engine = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            out = engine.decompress(rest, _MAX_INFLATED - total + 1)
-        except zlib.error as exc:
-            raise ReadError("bad-gzip", f"gzip stream is damaged ({exc})") from None
-        total += len(out)
-        if engine.unconsumed_tail or total > _MAX_INFLATED:
-            raise ReadError("too-large", "gzip stream inflates past the size limit")
-        if not engine.eof:
-            raise ReadError("truncated", "gzip stream ends early: the file is truncated")
-        parts.append(out)
-        rest = engine.unused_data
-        if not rest.strip(b"\0"):
-            return b"".join(parts)  # gzip.decompress ignores trailing zero padding
-        if rest[:2] != b"\x1f\x8b":
-            raise ReadError("bad-gzip", f"{len(rest)} bytes after the gzip stream")
+def inflate(data: bytes | memoryview) -> bytearray:
+    """gunzip ``data`` as ``gzip.decompress`` reads it (every member, trailers verified),
+    holding at most :data:`MAX_INFLATED` bytes and stopping there."""
+    try:
+        return gunzip(data, MAX_INFLATED)
+    except CapPassed as exc:
+        raise bomb(
+            "the gzip stream",
+            f"inflates past {exc.cap:,} bytes from {len(data):,} (over {exc.produced // max(len(data), 1):,}:1); "
+            "reading stopped there",
+        ) from None
 
 
 class TorchGzipReader(FormatReader):
@@ -57,10 +49,10 @@ class TorchGzipReader(FormatReader):
         return head[:2] == b"\x1f\x8b"
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
-        raw = src.exact(0, src.size)
+        raw = src.buffer if isinstance(src, BufferSource) else src.exact(0, src.size)
         inner = BufferSource(inflate(raw))
         head = inner.read_at(0, 64)
-        if is_zip(head) and torch_zip.looks_like_torch(directory_of(inner)):
+        if is_zip(head) and directory_of(inner).concat == 0 and torch_zip.looks_like_torch(directory_of(inner)):
             meta = torch_zip.describe(path, self.name, inner, directory_of(inner), deep=deep, loaders=(GUNZIP_LOAD,))
         else:
             meta = self._other(path, head, inner, deep)

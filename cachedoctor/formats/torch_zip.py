@@ -8,6 +8,8 @@ never does) and counts NaN/Inf in each floating tensor's view.
 from __future__ import annotations
 
 import os
+import zlib
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -16,9 +18,10 @@ from cachedoctor.formats._channel_stats import channel_stats
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, FileSource, Source
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, Walked, walk, zip_storage_ref
-from cachedoctor.formats._verdict import LOADERS, bomb, check_size, merge, screen
+from cachedoctor.formats._verdict import LOADERS, NP_LOAD, bomb, check_size, merge, screen
 from cachedoctor.formats._zip import ZipDirectory, ZipMember, directory_of, fold, is_zip, read_member
 from cachedoctor.formats.interface import FileMeta, FormatReader, MemberCrc, ReadError, TensorMeta
+from cachedoctor.formats.npz import check_bombs, screen_arrays
 from cachedoctor.lifetime import reraise_interrupt
 
 TORCHSCRIPT = "torch.jit.load (a TorchScript archive: torch.load hands it to torch.jit.load, which runs its code)"
@@ -112,7 +115,64 @@ def describe(
     deep: bool,
     loaders: tuple[str, ...] = LOADERS["torch-zip"],
 ) -> FileMeta:
-    """Metadata of a torch.save zip archive whose central directory is ``directory``."""
+    """Metadata of a torch.save zip archive whose central directory is ``directory``, judged
+    as torch.load reads it and as ``np.load`` does (which reads any zip as an npz: every member
+    that starts with the ``.npy`` magic, an object array's pickle included).
+
+    Damage before intent: ``data.pkl`` is read whole anyway, so its CRC-32 is checked (miniz
+    does not). A damaged pickle that reads as a bomb or does not unpickle is ``bad-crc``
+    (corrupt-archive, recomputable), its content verdict kept in ``content``; one that names
+    globals outside the allow-list stays unsafe (torch.load runs it, CRC or not), the CRC
+    failure reported beside it."""
+    check_bombs(directory, path)
+    try:
+        meta = _describe(path, fmt, src, directory, deep=deep, loaders=loaders)
+    except ReadError as exc:
+        damaged = _pickle_crc_failure(src, directory)
+        if damaged is not None and exc.problem in ("resource-bomb", "bad-pickle"):
+            raise ReadError(
+                "bad-crc",
+                f"member {damaged.name} fails its CRC-32 (data changed after it was written): damaged, "
+                "so its content is not judged as an attack",
+                member=damaged.name,
+                expected=f"{damaged.expected:08x}",
+                actual=f"{damaged.actual & 0xFFFFFFFF:08x}",
+                content=f"{exc.problem}: {exc.message}",
+            ) from None
+        raise
+    damaged = _pickle_crc_failure(src, directory)
+    if damaged is not None and all(b.name != damaged.name for b in meta.crc_mismatches):
+        meta = replace(meta, crc_mismatches=(damaged, *meta.crc_mismatches))
+    arrays = screen_arrays(src, directory)
+    if arrays:
+        unsafe = list(meta.foreign_globals)
+        merge(unsafe, arrays)
+        meta = replace(meta, foreign_globals=tuple(unsafe), loaders=(*meta.loaders, NP_LOAD))
+    return meta
+
+
+def _pickle_crc_failure(src: Source, directory: ZipDirectory) -> MemberCrc | None:
+    """The ``data.pkl`` torch.load reads, when its bytes fail the CRC-32 recorded for them."""
+    found = find_pickle(directory)
+    if found is None or found[1].size > LIMITS.pickle_bytes:
+        return None
+    try:
+        data = read_member(src, found[1], limit=LIMITS.pickle_bytes)
+    except ReadError:
+        return None
+    actual = zlib.crc32(data)
+    return None if actual == found[1].crc else MemberCrc(found[1].name, found[1].crc, actual)
+
+
+def _describe(
+    path: str,
+    fmt: str,
+    src: Source,
+    directory: ZipDirectory,
+    *,
+    deep: bool,
+    loaders: tuple[str, ...],
+) -> FileMeta:
     index = directory.torch_index()
     ambiguous = directory.colliding() if len(index) != len(directory.entries) else ()
     found = find_pickle(directory, index)
@@ -249,7 +309,8 @@ class TorchZipReader(FormatReader):
     name = "torch-zip"
 
     def claims(self, head: bytes, src: Source) -> bool:
-        return is_zip(head) and looks_like_torch(directory_of(src))
+        # (bytes before the archive: torch.load fails on it, np.load reads it: the npz reader's)
+        return is_zip(head) and directory_of(src).concat == 0 and looks_like_torch(directory_of(src))
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         return describe(path, self.name, src, directory_of(src), deep=deep)
