@@ -1,0 +1,192 @@
+"""Parser differentials (``exploits_parsers.py``) against the scan: each file a real loader
+opens despite its damaged-looking container is judged as that loader reads it; each benign
+look-alike passes without a word. Decompression bombs are judged within the file timeout with
+bounded memory; damage (a failed CRC) is told from intent.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+import pytest
+from exploits import REPO, Case, judge_in_subprocess, write_case
+from exploits_parsers import build_cases
+from factories import PWNED_MARKER, latent, peers, pt_bytes
+
+from cachedoctor.scan import ScanOptions, scan
+
+_MARKER_DIR = Path(tempfile.mkdtemp(prefix="cachedoctor-parsers-"))
+atexit.register(shutil.rmtree, _MARKER_DIR, True)
+MARKER = _MARKER_DIR / PWNED_MARKER
+CASES = build_cases(MARKER)
+
+
+def cases(expect: str) -> list:
+    return [pytest.param(c, id=c.id) for c in CASES if c.expect == expect]
+
+
+@pytest.fixture(autouse=True)
+def never_pwned():
+    yield
+    assert not MARKER.exists(), "a payload ran"
+
+
+def kinds_by_mode(folder: Path, path: Path) -> dict[str, list[tuple[str, str | None]]]:
+    found = {}
+    for mode, deep in (("quick", False), ("deep", True)):
+        result = scan([str(folder)], ScanOptions(deep=deep, workers=1))
+        assert result.errors == [], f"{mode} scan incomplete: {result.errors}"
+        found[mode] = sorted((f.kind, f.details.get("problem")) for f in result.findings if f.path == str(path))
+    return found
+
+
+_RUNNER = r"""
+import json, os, sys, time, warnings
+warnings.simplefilter("ignore")
+sys.path.insert(0, sys.argv[3])
+from exploits import load_with
+plan, marker = json.load(open(sys.argv[1])), sys.argv[2]
+results = {}
+for item in plan:
+    if os.path.exists(marker):
+        os.remove(marker)
+    error = None
+    try:
+        load_with(item["loader"], item["path"])
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"[:200]
+    deadline = time.monotonic() + (5.0 if item["expect"] == "unsafe" else 0.05)
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    results[item["id"]] = {"ran": os.path.exists(marker), "error": error}
+if os.path.exists(marker):
+    os.remove(marker)
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.slow
+def test_differentials_really_run(tmp_path: Path) -> None:
+    """Every unsafe case runs its payload under its real loader; every clean one loads without
+    error and runs nothing. One subprocess for all."""
+    marker = tmp_path / "honesty" / PWNED_MARKER
+    marker.parent.mkdir()
+    plan = [
+        {"id": c.id, "loader": c.loader, "expect": c.expect, "path": str(write_case(c, tmp_path / "files" / c.id))}
+        for c in build_cases(marker)
+    ]
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER, str(tmp_path / "plan.json"), str(marker), str(Path(__file__).parents[1])],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "honesty",
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {i["id"] for i in plan if i["expect"] == "unsafe" and not results[i["id"]]["ran"]} == set()
+    bad = {i["id"] for i in plan if i["expect"] == "clean" and (results[i["id"]]["ran"] or results[i["id"]]["error"])}
+    assert bad == set()
+
+
+@pytest.mark.parametrize("case", cases("unsafe"))
+def test_differential_is_named(case: Case, tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    peers(folder, n=2)
+    path = write_case(case, folder)
+    found = kinds_by_mode(folder, path)
+    assert found["quick"] == found["deep"] == [("unsafe-pickle", "code")], (case.technique, found)
+
+
+@pytest.mark.parametrize("case", cases("clean"))
+def test_look_alike_passes(case: Case, tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    path = write_case(case, folder)
+    assert kinds_by_mode(folder, path) == {"quick": [], "deep": []}
+
+
+def _flip_in_pickle(data: bytes) -> bytes:
+    """One byte of data.pkl changed (its CRC no longer matches): a BINUNICODE length made huge."""
+    out = bytearray(data)
+    at = out.find(b"archive/data.pkl")
+    start = out.find(b"\x80\x02", at)
+    i = out.find(b"X", start + 2)
+    out[i + 4] = 0x7F  # the string's length now says ~2 GB: the walk calls it a bomb
+    return bytes(out)
+
+
+def test_flipped_pickle_byte_is_damage_not_attack(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    path = folder / "latent.pt"
+    folder.mkdir()
+    good = pt_bytes({"latent_image": latent()})
+    path.write_bytes(_flip_in_pickle(good))
+    assert zlib.crc32(path.read_bytes()) != zlib.crc32(good)
+    for deep in (False, True):
+        result = scan([str(folder)], ScanOptions(deep=deep, workers=1))
+        found = [(f.kind, f.details.get("problem")) for f in result.findings if f.path == str(path)]
+        assert found == [("corrupt-archive", "bad-crc")], (deep, found)
+        (finding,) = [f for f in result.findings if f.path == str(path)]
+        assert "resource-bomb" in finding.details["content"]
+
+
+def _bomb_npz(path: Path, gib: int = 2) -> None:
+    """An npz whose one float32 member inflates to ``gib`` GiB of zeros, written in pieces."""
+    import struct
+
+    size = gib << 30
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % (size // 4)
+    header += " " * (127 - 10 - len(header)) + "\n"
+    npy_head = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode()
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    crc, body = zlib.crc32(npy_head), [comp.compress(npy_head)]
+    chunk = bytes(64 << 20)
+    for _ in range(size // len(chunk)):
+        crc = zlib.crc32(chunk, crc)
+        body.append(comp.compress(chunk))
+    body.append(comp.flush())
+    data = b"".join(body)
+    name = b"latents.npy"
+    usize = len(npy_head) + size
+    local = struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 8, 0, 0, crc, len(data), usize, len(name), 0)
+    central = struct.pack(
+        "<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 8, 0, 0, crc, len(data), usize, len(name), 0, 0, 0, 0, 0, 0
+    )
+    cd_at = len(local) + len(name) + len(data)
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 1, 1, len(central) + len(name), cd_at, 0)
+    path.write_bytes(local + name + data + central + name + end)
+
+
+def _bomb_gzip(path: Path, gib: int = 2) -> None:
+    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = bytes(64 << 20)
+    with path.open("wb") as f:
+        for _ in range((gib << 30) // len(chunk)):
+            f.write(comp.compress(chunk))
+        f.write(comp.flush())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", [_bomb_npz, _bomb_gzip], ids=["npz-2gib", "gzip-2gib"])
+def test_two_gib_bombs_judged_bounded(build, tmp_path: Path) -> None:
+    """Judged quick and deep in a child limited to 1 GiB of address space beyond the
+    interpreter's and 20 s of CPU: a reader that inflates the bomb fails here."""
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    path = folder / ("latent.npz" if build is _bomb_npz else "latent.pt")
+    build(path)
+    assert path.stat().st_size < 4 << 20
+    verdict = judge_in_subprocess(path, cpu_s=20, mem_bytes=3 << 30, timeout=60)
+    assert verdict.returncode == 0, verdict.stderr
+    for mode in ("quick", "deep"):
+        assert ("unsafe-pickle", "resource-bomb") in verdict.kinds(mode), (mode, verdict.report)
