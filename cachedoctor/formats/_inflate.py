@@ -160,11 +160,12 @@ class MemberStream:
         return done
 
 
-def gunzip(data: bytes | memoryview, cap: int) -> bytearray:
+def gunzip(data: bytes | memoryview, cap: int, *, keep: bool = True) -> bytearray:
     """gunzip ``data`` as ``gzip.decompress`` does (every member, trailing zero padding ignored),
     each member's CRC and length checked; :class:`CapPassed` as soon as the output passes
-    ``cap``, having held at most ``cap`` bytes."""
+    ``cap``, having held at most ``cap`` bytes (none with ``keep=False``: only counted)."""
     out = bytearray()
+    counted = 0
     rest = memoryview(data)
     while True:
         engine = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -178,18 +179,19 @@ def gunzip(data: bytes | memoryview, cap: int) -> bytearray:
                 if not chunk:
                     raise ReadError("truncated", "gzip stream ends early: the file is truncated")
             try:
-                piece = engine.decompress(chunk, min(_CHUNK * 4, cap - len(out) + 1))
+                piece = engine.decompress(chunk, min(_CHUNK * 4, cap - counted + 1))
             except zlib.error as exc:
                 raise ReadError("bad-gzip", f"gzip stream is damaged ({exc})") from None
-            out += piece
-            if len(out) > cap:
-                raise CapPassed(len(out), cap)
+            counted += len(piece)
+            if keep:
+                out += piece
+            if counted > cap:
+                raise CapPassed(counted, cap)
         rest = memoryview(engine.unused_data + bytes(rest[at:]))
         if not bytes(rest).strip(b"\0"):  # gzip.decompress ignores trailing zero padding
             return out  # not copied: a copy would hold the output twice
         if bytes(rest[:2]) != b"\x1f\x8b":
             raise ReadError("bad-gzip", f"{len(rest)} bytes after the gzip stream")
-
 
 
 #: A member (or an archive's members together) declaring more than this many uncompressed

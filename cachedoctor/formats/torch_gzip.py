@@ -31,8 +31,12 @@ _INNER = (TorchLegacyReader(), TorchTarReader(), PlainPickleReader())
 
 def inflate(data: bytes | memoryview) -> bytearray:
     """gunzip ``data`` as ``gzip.decompress`` reads it (every member, trailers verified),
-    holding at most :data:`MAX_INFLATED` bytes and stopping there."""
+    holding at most :data:`MAX_INFLATED` bytes and stopping there. When the trailer declares
+    more than that (ISIZE, the size modulo 2**32), the stream is first only counted, so that an
+    honest bomb is judged without holding any of its output."""
     try:
+        if len(data) >= 4 and int.from_bytes(bytes(data[-4:]), "little") > MAX_INFLATED:
+            gunzip(data, MAX_INFLATED, keep=False)
         return gunzip(data, MAX_INFLATED)
     except CapPassed as exc:
         raise bomb(
@@ -50,7 +54,7 @@ class TorchGzipReader(FormatReader):
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         raw = src.buffer if isinstance(src, BufferSource) else src.exact(0, src.size)
-        inner = BufferSource(inflate(raw))
+        inner = BufferSource(memoryview(inflate(raw)))
         head = inner.read_at(0, 64)
         if is_zip(head) and directory_of(inner).concat == 0 and torch_zip.looks_like_torch(directory_of(inner)):
             meta = torch_zip.describe(path, self.name, inner, directory_of(inner), deep=deep, loaders=(GUNZIP_LOAD,))

@@ -7,8 +7,6 @@ never does) and counts NaN/Inf in each floating tensor's view.
 
 from __future__ import annotations
 
-import os
-import zlib
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
@@ -16,7 +14,8 @@ from typing import Any
 from cachedoctor.formats import _deep
 from cachedoctor.formats._channel_stats import channel_stats
 from cachedoctor.formats._pickle_scan import LIMITS
-from cachedoctor.formats._source import BufferSource, FileSource, Source
+from cachedoctor.formats._source import BufferSource, Source
+from cachedoctor.formats._torch_damage import damage_error, pickle_crc_failure
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, Walked, walk, zip_storage_ref
 from cachedoctor.formats._verdict import LOADERS, NP_LOAD, bomb, check_size, merge, screen
 from cachedoctor.formats._zip import ZipDirectory, ZipMember, directory_of, fold, is_zip, read_member
@@ -128,19 +127,11 @@ def describe(
     try:
         meta = _describe(path, fmt, src, directory, deep=deep, loaders=loaders)
     except ReadError as exc:
-        damaged = _pickle_crc_failure(src, directory)
+        damaged = pickle_crc_failure(src, directory)
         if damaged is not None and exc.problem in ("resource-bomb", "bad-pickle"):
-            raise ReadError(
-                "bad-crc",
-                f"member {damaged.name} fails its CRC-32 (data changed after it was written): damaged, "
-                "so its content is not judged as an attack",
-                member=damaged.name,
-                expected=f"{damaged.expected:08x}",
-                actual=f"{damaged.actual & 0xFFFFFFFF:08x}",
-                content=f"{exc.problem}: {exc.message}",
-            ) from None
+            raise damage_error(damaged, exc) from None
         raise
-    damaged = _pickle_crc_failure(src, directory)
+    damaged = pickle_crc_failure(src, directory)
     if damaged is not None and all(b.name != damaged.name for b in meta.crc_mismatches):
         meta = replace(meta, crc_mismatches=(damaged, *meta.crc_mismatches))
     arrays = screen_arrays(src, directory)
@@ -149,19 +140,6 @@ def describe(
         merge(unsafe, arrays)
         meta = replace(meta, foreign_globals=tuple(unsafe), loaders=(*meta.loaders, NP_LOAD))
     return meta
-
-
-def _pickle_crc_failure(src: Source, directory: ZipDirectory) -> MemberCrc | None:
-    """The ``data.pkl`` torch.load reads, when its bytes fail the CRC-32 recorded for them."""
-    found = find_pickle(directory)
-    if found is None or found[1].size > LIMITS.pickle_bytes:
-        return None
-    try:
-        data = read_member(src, found[1], limit=LIMITS.pickle_bytes)
-    except ReadError:
-        return None
-    actual = zlib.crc32(data)
-    return None if actual == found[1].crc else MemberCrc(found[1].name, found[1].crc, actual)
 
 
 def _describe(
@@ -317,27 +295,8 @@ class TorchZipReader(FormatReader):
 
 
 def read_torch_object(path: str) -> Any:
-    """The object a torch.save zip archive holds, with tensors as inert records.
+    """The object a torch.save zip archive holds, with tensors as inert records
+    (:func:`_torch_object.read_object`)."""
+    from cachedoctor.formats._torch_object import read_object
 
-    Raises :class:`ReadError` when the file is no readable torch archive, or when its pickle
-    names anything outside the allow-list (such a file is reported by the scan, not trusted).
-    """
-    with open(path, "rb", buffering=0) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        src = FileSource(handle.fileno(), size)
-        if not is_zip(src.read_at(0, 4)):
-            raise ReadError("unknown-format", "not a torch.save zip archive")
-        directory = directory_of(src)
-        _, data = pickle_bytes(src, directory)
-        unsafe = screen_members(src, directory, None, None)
-    if unsafe:
-        raise ReadError("bad-pickle", f"the archive names {unsafe[0]}, which a cache index never holds")
-    unpickler = RestrictedUnpickler(data, zip_storage_ref)
-    try:
-        obj = unpickler.load()
-    except Exception as exc:  # damaged or hostile pickles raise anything
-        reraise_interrupt(exc)
-        raise ReadError("bad-pickle", f"data.pkl does not unpickle ({type(exc).__name__})") from None
-    if unpickler.foreign:
-        raise ReadError("bad-pickle", f"data.pkl names {unpickler.foreign[0]}, which a cache index never holds")
-    return obj
+    return read_object(path)

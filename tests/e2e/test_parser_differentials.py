@@ -145,7 +145,7 @@ def _bomb_npz(path: Path, gib: int = 2) -> None:
     import struct
 
     size = gib << 30
-    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % (size // 4)
+    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({size // 4},), }}"
     header += " " * (127 - 10 - len(header)) + "\n"
     npy_head = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode()
     comp = zlib.compressobj(9, zlib.DEFLATED, -15)
