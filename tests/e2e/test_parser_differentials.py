@@ -190,3 +190,108 @@ def test_two_gib_bombs_judged_bounded(build, tmp_path: Path) -> None:
     assert verdict.returncode == 0, verdict.stderr
     for mode in ("quick", "deep"):
         assert ("unsafe-pickle", "resource-bomb") in verdict.kinds(mode), (mode, verdict.report)
+
+
+# --- a seeded differential fuzz: mutate containers and headers; whatever a real loader runs,
+# --- the readers must name. CACHEDOCTOR_FUZZ_N raises the count (``make fuzz``-style long runs).
+
+_SHAPES = ["(1,)", "(True,)", "(-1,)", "(1L,)", "()", "(0,)", "[1]", "(1.0,)"]
+_DESCRS = ["'|O'", "'O'", "'<O'", "[('a', '|O')]", "'|O8'", "'<f4'"]
+
+
+def _mutant(rng, marker: Path) -> tuple[str, bytes]:
+    """``(loader, bytes)`` of one random mutant: an npy/npz of a payload or a torch archive with
+    one, through random header, compression and end-record changes."""
+    import random as _random
+    import zipfile
+
+    from exploits import npy_bytes, npz_of, payloads, plain
+    from exploits_parsers import _torch_saved, padded_npy, with_end_record
+
+    assert isinstance(rng, _random.Random)
+    body = plain(payloads(marker)["os-system"])
+    kind = rng.choice(["npy", "npz", "npz", "torch"])
+    if kind == "torch":
+        from exploits import Reduce
+
+        data, loader = _torch_saved(Reduce(os.system, f"touch {marker}")), "torch_unsafe"
+    else:
+        shape, descr = rng.choice(_SHAPES), rng.choice(_DESCRS)
+        version = rng.choice([(1, 0), (2, 0), (3, 0)])
+        if rng.random() < 0.3:
+            npy = padded_npy(
+                body, rng.choice([100, 4100, 9000, 12000]), version if version != (3, 0) else (2, 0), shape
+            )
+        else:
+            npy = npy_bytes(descr, shape, body, version)
+        if kind == "npy":
+            return "numpy", npy
+        method = rng.choice([zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
+        data, loader = npz_of({rng.choice(["latents.npy", "x", "a/b.npy"]): npy}, method), "numpy"
+    for _ in range(rng.randint(0, 2)):
+        op = rng.choice(["junk", "prepend", "disks", "comment", "count"])
+        if op == "junk":
+            data += rng.randbytes(rng.randint(1, 300)) if rng.random() < 0.5 else bytes(rng.randint(1, 300))
+        elif op == "prepend":
+            data = rng.choice([b"PK\x05\x06" + bytes(18), b"PK\x03\x04" + rng.randbytes(rng.randint(0, 80))]) + data
+        elif op == "disks":
+            data = with_end_record(data, disk=rng.choice([0, 1, 2]), cd_disk=rng.choice([0, 1, 2]))
+        elif op == "comment":
+            data = with_end_record(data, comment=rng.randint(0, 400))
+        else:
+            at = data.rfind(b"PK\x05\x06")
+            data = data[: at + 8] + bytes([rng.randint(0, 3), 0]) + data[at + 10 :]
+    return loader, data
+
+
+def _judged_unsafe(path: Path) -> bool:
+    from cachedoctor.formats import ReadError, read_file
+
+    for deep in (False, True):
+        try:
+            meta = read_file(str(path), deep=deep)
+        except ReadError as exc:
+            if exc.problem != "resource-bomb":
+                return False
+            continue
+        if meta is None or not meta.foreign_globals:
+            return False
+    return True
+
+
+def test_differential_fuzz(tmp_path: Path) -> None:
+    """Seeded mutants loaded by their real loader in one subprocess: each one whose payload ran
+    must be named unsafe by a quick and a deep read (mutants no loader opens are not judged)."""
+    import random
+
+    rng = random.Random(27)
+    marker = tmp_path / "honesty" / PWNED_MARKER
+    marker.parent.mkdir()
+    plan = []
+    for i in range(int(os.environ.get("CACHEDOCTOR_FUZZ_N", "40"))):
+        loader, data = _mutant(rng, marker)
+        path = tmp_path / "files" / f"m{i:04d}.bin"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data)
+        plan.append({"id": str(i), "loader": loader, "expect": "unsafe", "path": str(path)})
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _RUNNER.replace("5.0 if", "0.3 if"),
+            str(tmp_path / "plan.json"),
+            str(marker),
+            str(Path(__file__).parents[1]),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path / "honesty",
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = [item for item in plan if json.loads(proc.stdout.strip().splitlines()[-1])[item["id"]]["ran"]]
+    assert len(ran) >= len(plan) // 4, "the mutants should mostly stay loadable"
+    missed = [item["id"] for item in ran if not _judged_unsafe(Path(item["path"]))]
+    assert missed == [], f"mutants a loader ran but the readers did not name: {missed}"
