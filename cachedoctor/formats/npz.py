@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._inflate import METHODS, STORED, CapPassed, MemberStream, bomb_reason
+from cachedoctor.formats._inflate import BOMB_BYTES, METHODS, STORED, CapPassed, MemberStream, bomb_reason
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._verdict import LOADERS, bomb
@@ -37,6 +37,7 @@ DEEP_CAP = 256 << 20
 #: The smallest ``.npy`` that can hold an object array: magic, version, length, a minimal
 #: header and a pickle; members shorter than this are never read to look for one.
 _SMALLEST_NPY = 48
+_HEAD_READ = 4096  # what one read takes of a stored member: the header of any real cache
 
 
 def _is_npz(directory: ZipDirectory, src: Source) -> bool:
@@ -73,12 +74,20 @@ def _starts_with_magic(src: Source, member: ZipMember) -> bool:
 
 def _member_header(src: Source, member: ZipMember) -> tuple[NpyHeader, MemberStream, bytes]:
     """The member's .npy header (of any length up to ``npy.MAX_HEADER``), the stream positioned
-    after it, and the bytes read (the header, then the start of the data)."""
+    after the bytes read, and those bytes (the header, then the start of the data)."""
     stream = _stream(src, member, member.size + 1)
     try:
-        first = stream.read(12)
-        end = header_end(first, member.name)
-        first += stream.read(end - len(first) + _SMALL)
+        if member.method == STORED:  # the usual npz: one read holds the header (a longer one, two)
+            first = src.read_at(stream.start, min(member.compressed_size, _HEAD_READ))
+            end = header_end(first[:12], member.name)
+            if end + _SMALL > len(first) and member.compressed_size > len(first):
+                first = src.read_at(stream.start, min(member.compressed_size, end + _SMALL))
+            stream.pos = stream.start + len(first)
+            stream.produced = len(first)
+        else:
+            first = stream.read(12)
+            end = header_end(first, member.name)
+            first += stream.read(end - len(first) + _SMALL)
     except CapPassed:
         raise ReadError("bad-zip", f"member {member.name} inflates past its declared size") from None
     return parse_header(first, member.name), stream, first
@@ -101,13 +110,20 @@ def _object_data(stream: MemberStream, header: NpyHeader, first: bytes) -> bytes
     return b"".join(parts)
 
 
-def screen_arrays(src: Source, directory: ZipDirectory) -> list[str]:
+def screen_arrays(
+    src: Source, directory: ZipDirectory, known: ZipMember | None = None, known_data: bytes = b""
+) -> list[str]:
     """What ``np.load`` would unpickle in this zip: every member whose bytes start with the
     ``.npy`` magic, whatever its name (``np.load`` reads a torch archive as an npz too), that
-    is an object array (members shorter than any object array are not read)."""
+    is an object array (members shorter than any object array are not read; ``known``, whose
+    bytes ``known_data`` the caller holds, is judged from them)."""
     found: list[str] = []
     for member in directory.entries:
-        if member.size < _SMALLEST_NPY or not _starts_with_magic(src, member):
+        if member.size < _SMALLEST_NPY:
+            continue
+        if member is known and known_data[:6] != MAGIC:
+            continue
+        if member is not known and not _starts_with_magic(src, member):
             continue
         try:
             header, stream, first = _member_header(src, member)
@@ -125,11 +141,14 @@ def check_bombs(directory: ZipDirectory, where: str) -> None:
     """A member, or all of them together, declaring a decompression bomb's sizes raises."""
     total = compressed = 0
     for member in directory.entries:
-        reason = bomb_reason(member.name, member.size, member.compressed_size)
-        if reason is not None:
-            raise bomb(member.name, reason)
+        if member.size > BOMB_BYTES:
+            reason = bomb_reason(member.name, member.size, member.compressed_size)
+            if reason is not None:
+                raise bomb(member.name, reason)
         total += member.size
         compressed += member.compressed_size
+    if total <= BOMB_BYTES:
+        return
     reason = bomb_reason(f"{where}'s members together", total, compressed)
     if reason is not None:
         raise bomb(where, reason)

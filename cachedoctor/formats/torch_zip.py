@@ -7,6 +7,7 @@ never does) and counts NaN/Inf in each floating tensor's view.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
@@ -124,17 +125,24 @@ def describe(
     globals outside the allow-list stays unsafe (torch.load runs it, CRC or not), the CRC
     failure reported beside it."""
     check_bombs(directory, path)
+    read: list[tuple[ZipMember, bytes]] = []  # data.pkl, as _describe read it
     try:
-        meta = _describe(path, fmt, src, directory, deep=deep, loaders=loaders)
+        meta = _describe(path, fmt, src, directory, deep=deep, loaders=loaders, read=read)
     except ReadError as exc:
+        arrays = screen_arrays(src, directory) if exc.problem != "resource-bomb" else []
+        if arrays:  # np.load reaches them whatever torch.load makes of the archive
+            return FileMeta(
+                path, fmt, src.size, foreign_globals=tuple(arrays), loaders=(NP_LOAD,), unreadable_reason=exc.message
+            )
         damaged = pickle_crc_failure(src, directory)
         if damaged is not None and exc.problem in ("resource-bomb", "bad-pickle"):
             raise damage_error(damaged, exc) from None
         raise
-    damaged = pickle_crc_failure(src, directory)
-    if damaged is not None and all(b.name != damaged.name for b in meta.crc_mismatches):
-        meta = replace(meta, crc_mismatches=(damaged, *meta.crc_mismatches))
-    arrays = screen_arrays(src, directory)
+    if read and zlib.crc32(read[0][1]) != read[0][0].crc:
+        damaged = MemberCrc(read[0][0].name, read[0][0].crc, zlib.crc32(read[0][1]))
+        if all(b.name != damaged.name for b in meta.crc_mismatches):
+            meta = replace(meta, crc_mismatches=(damaged, *meta.crc_mismatches))
+    arrays = screen_arrays(src, directory, *(read[0] if read else (None, b"")))
     if arrays:
         unsafe = list(meta.foreign_globals)
         merge(unsafe, arrays)
@@ -150,6 +158,7 @@ def _describe(
     *,
     deep: bool,
     loaders: tuple[str, ...],
+    read: list[tuple[ZipMember, bytes]],
 ) -> FileMeta:
     index = directory.torch_index()
     ambiguous = directory.colliding() if len(index) != len(directory.entries) else ()
@@ -164,6 +173,7 @@ def _describe(
                 raise
             ambiguous += tuple(exc.details.get("members", ()))
             data = _member_data(src, found[1])
+        read.append((found[1], data))
     if found is not None and data is not None and len(data) <= _MEMO_BYTES:
         verdict, walked, failure, too_big = _verdict(data)  # one memoised look-up for the usual archive
         unsafe = list(verdict)
