@@ -13,11 +13,9 @@ is the caller's decision, made from declared sizes (a zip member's, an ``.npy`` 
 
 from __future__ import annotations
 
-import bz2
-import lzma
 import struct
 import zlib
-from typing import Protocol
+from typing import Any, Protocol
 
 from cachedoctor.formats._source import Source
 from cachedoctor.formats.interface import ReadError
@@ -63,7 +61,7 @@ class _Zlib:
 class _Buffered:
     """bz2 and lzma decompressors keep their own unconsumed input."""
 
-    def __init__(self, obj: bz2.BZ2Decompressor | lzma.LZMADecompressor) -> None:
+    def __init__(self, obj: Any) -> None:
         self.obj = obj
         self.eof = False
 
@@ -76,7 +74,9 @@ class _Buffered:
         return self.obj.needs_input
 
 
-_ERRORS = (zlib.error, OSError, lzma.LZMAError, EOFError, ValueError)
+#: What a decompressor raises on damaged input (lzma's error is added when lzma is first used:
+#: bz2 and lzma are imported only for the members that need them).
+_ERRORS: tuple[type[Exception], ...] = (zlib.error, OSError, EOFError, ValueError)
 
 
 class MemberStream:
@@ -94,6 +94,8 @@ class MemberStream:
         if method == DEFLATED:
             self.engine = _Zlib(-15)
         elif method == BZIP2:
+            import bz2
+
             self.engine = _Buffered(bz2.BZ2Decompressor())
         elif method == LZMA:
             self.engine = self._lzma()
@@ -106,6 +108,10 @@ class MemberStream:
             raise ReadError("truncated", f"member {self.name}: LZMA header cut short")
         (psize,) = struct.unpack_from("<H", head, 2)
         props = self._take(psize)
+        global _ERRORS
+        import lzma
+
+        _ERRORS = (*_ERRORS, lzma.LZMAError) if lzma.LZMAError not in _ERRORS else _ERRORS
         try:
             fil = lzma._decode_filter_properties(lzma.FILTER_LZMA1, props)  # type: ignore[attr-defined]
             return _Buffered(lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[fil]))

@@ -23,6 +23,7 @@ class Source:
     # What the readers parse once per source (sniffing and reading share it); unset until first
     # use, so read them with ``getattr(src, name, None)``.
     _zip_directory: ZipDirectory
+    _torch_directory: ZipDirectory | None  # miniz's view where zipfile's differs (_zip.torch_directory_of)
     _pickle_walk: Sequence | ReadError
 
     def read_at(self, offset: int, length: int) -> bytes:  # pragma: no cover - interface

@@ -34,12 +34,14 @@ def pickle_crc_failure(src: Source, directory: ZipDirectory) -> MemberCrc | None
 def damage_error(damaged: MemberCrc, content: ReadError) -> ReadError:
     """``bad-crc`` (corrupt-archive, recomputable) for a damaged pickle whose content reads as
     a bomb or does not unpickle; what its content looked like is kept in ``content``."""
-    return ReadError(
-        "bad-crc",
+    message = (
         f"member {damaged.name} fails its CRC-32 (data changed after it was written): damaged, "
-        "so its content is not judged as an attack",
-        member=damaged.name,
-        expected=f"{damaged.expected:08x}",
-        actual=f"{damaged.actual & 0xFFFFFFFF:08x}",
-        content=f"{content.problem}: {content.message}",
+        "so its content is not judged as an attack"
     )
+    crc = {
+        "member": damaged.name,
+        "expected": f"{damaged.expected:08x}",
+        "actual": f"{damaged.actual & 0xFFFFFFFF:08x}",
+    }
+    # the details corrupt-archive gives any CRC failure (docs/json.md), and what the content read as
+    return ReadError("bad-crc", message, problems=[message], crc=[crc], content=f"{content.problem}: {content.message}")

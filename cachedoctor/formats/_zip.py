@@ -165,11 +165,33 @@ def directory_of(src: Source) -> ZipDirectory:
     return cached
 
 
+def torch_directory_of(src: Source) -> ZipDirectory | None:
+    """The central directory as torch.load's reader (miniz) sees it: :func:`directory_of`'s
+    when zipfile adds nothing back, else read again with the offsets as written (``None`` when
+    miniz could not read it either). Bytes between the central directory and the end record
+    shift zipfile's offsets but not miniz's: such an archive loads in torch.load only."""
+    try:
+        directory = directory_of(src)
+    except ReadError:
+        directory = None
+    if directory is not None and directory.concat == 0:
+        return directory
+    cached: ZipDirectory | bool | None = getattr(src, "_torch_directory", False)
+    if cached is False:
+        try:
+            cached = read_directory(src, absolute=True)
+        except ReadError:
+            cached = None
+        src._torch_directory = cached
+    assert cached is not True
+    return cached
+
+
 def is_zip(head: bytes) -> bool:
     return head[:4] in (_LOCAL, _EOCD)
 
 
-def read_directory(src: Source) -> ZipDirectory:
+def read_directory(src: Source, *, absolute: bool = False) -> ZipDirectory:
     """Parse the end records and the central directory of the zip archive in ``src``, with the
     tolerances the real readers have (measured with torch 2.13 and Python 3.11, see
     docs/safety.md): bytes after the end record and a comment length that runs past the end
@@ -177,7 +199,8 @@ def read_directory(src: Source) -> ZipDirectory:
     end record's disk numbers are ignored (zipfile never reads them; miniz reads a ZIP64
     archive's from its ZIP64 record); and bytes prepended to the archive shift every offset by
     the same amount, which zipfile (and so ``np.load``) adds back (``concat``) and miniz does
-    not (torch.load fails on such a file)."""
+    not. ``absolute`` reads the offsets as miniz does (no adjustment; members may lie anywhere
+    in the file, even after the central directory): torch.load's view when the two differ."""
     size = src.size
     if size < 22:
         raise ReadError("truncated", "too short to be a zip archive (no end record)")
@@ -212,12 +235,12 @@ def read_directory(src: Source) -> ZipDirectory:
         raise ReadError("bad-zip", "end record needs a ZIP64 record that is missing")
     if n_total > _MAX_MEMBERS:
         raise ReadError("bad-zip", f"implausible member count {n_total}")
-    concat = end_of_cd - cd_size - cd_offset  # bytes before the archive: zipfile's "concat" adjustment
-    if concat < 0:
+    concat = 0 if absolute else end_of_cd - cd_size - cd_offset  # bytes before the archive: zipfile's "concat"
+    if concat < 0 or cd_offset + cd_size > end_of_cd:
         raise ReadError("truncated", "central directory runs past the end record")
     cd_offset += concat
     cd = _slice(src, tail, tail_start, cd_offset, cd_size)
-    entries = _parse_central(cd, n_total, cd_offset, concat)
+    entries = _parse_central(cd, n_total, size if absolute else cd_offset, concat)
     return ZipDirectory(members={e.name: e for e in entries}, cd_offset=cd_offset, entries=entries, concat=concat)
 
 
@@ -228,8 +251,9 @@ def _slice(src: Source, tail: bytes, tail_start: int, offset: int, length: int) 
     return src.exact(offset, length)
 
 
-def _parse_central(cd: bytes, count: int, cd_offset: int, concat: int) -> tuple[ZipMember, ...]:
-    """Every central directory entry; the hot loop of a quick scan, so kept lean."""
+def _parse_central(cd: bytes, count: int, data_end: int, concat: int) -> tuple[ZipMember, ...]:
+    """Every central directory entry, each member's data ending by ``data_end``; the hot loop
+    of a quick scan, so kept lean."""
     members: list[ZipMember] = []
     append = members.append
     unpack, new, end, pos = _CENTRAL_ENTRY.unpack_from, tuple.__new__, len(cd), 0
@@ -247,7 +271,7 @@ def _parse_central(cd: bytes, count: int, cd_offset: int, concat: int) -> tuple[
                 usize, csize, hoff = _zip64_extra(cd[name_end : name_end + xlen], usize, csize, hoff)
             hoff += concat
             name = raw_name.decode("utf-8" if flags & 0x800 or raw_name.isascii() else "cp437", "replace")
-            if hoff + 30 + nlen + csize > cd_offset:
+            if hoff + 30 + nlen + csize > data_end:
                 raise ReadError("truncated", f"member {name} runs past the central directory")
             append(new(ZipMember, (name, method, crc, csize, usize, hoff)))
     except struct.error:

@@ -15,7 +15,7 @@ from cachedoctor.formats import _deep, torch_zip
 from cachedoctor.formats._inflate import CapPassed, gunzip
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._verdict import GUNZIP_LOAD, bomb
-from cachedoctor.formats._zip import directory_of, is_zip
+from cachedoctor.formats._zip import is_zip, torch_directory_of
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError
 from cachedoctor.formats.plain_pickle import PlainPickleReader
 from cachedoctor.formats.torch_legacy import TorchLegacyReader
@@ -56,8 +56,9 @@ class TorchGzipReader(FormatReader):
         raw = src.buffer if isinstance(src, BufferSource) else src.exact(0, src.size)
         inner = BufferSource(memoryview(inflate(raw)))
         head = inner.read_at(0, 64)
-        if is_zip(head) and directory_of(inner).concat == 0 and torch_zip.looks_like_torch(directory_of(inner)):
-            meta = torch_zip.describe(path, self.name, inner, directory_of(inner), deep=deep, loaders=(GUNZIP_LOAD,))
+        directory = torch_directory_of(inner) if is_zip(head) else None
+        if directory is not None and torch_zip.looks_like_torch(directory):
+            meta = torch_zip.describe(path, self.name, inner, directory, deep=deep, loaders=(GUNZIP_LOAD,))
         else:
             meta = self._other(path, head, inner, deep)
         meta = replace(meta, size=src.size)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from cachedoctor.cachenames import SHARD_INDEX, SHARD_NAME, shard_index
 from cachedoctor.formats._source import BufferSource, Source
-from cachedoctor.formats._zip import directory_of, is_zip
+from cachedoctor.formats._zip import directory_of, is_zip, torch_directory_of
 from cachedoctor.formats.interface import FileMeta, MemberCrc, ReadError, TensorMeta
 from cachedoctor.formats.torch_zip import describe
 
@@ -156,7 +156,11 @@ def read(path: str, src: Source, *, deep: bool) -> FileMeta:
             part = _item_source(src, offset, size)
             if not is_zip(part.read_at(0, 4)):
                 raise ReadError("bad-zip", "its bytes do not start a torch.save archive")
-            meta = describe(path, NAME, part, directory_of(part), deep=deep)
+            directory = torch_directory_of(part)  # torch.load reads the item: miniz's offsets
+            if directory is None:
+                directory_of(part)  # raises what is wrong with it, else:
+                raise ReadError("bad-zip", "bytes before its archive: torch.load cannot read it")
+            meta = describe(path, NAME, part, directory, deep=deep)
         except ReadError as exc:
             errors.append((label, exc.problem, f"{label}: {exc.message}"))
             continue

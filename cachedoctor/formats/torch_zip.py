@@ -19,7 +19,15 @@ from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._torch_damage import damage_error, pickle_crc_failure
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, Walked, walk, zip_storage_ref
 from cachedoctor.formats._verdict import LOADERS, NP_LOAD, bomb, check_size, merge, screen
-from cachedoctor.formats._zip import ZipDirectory, ZipMember, directory_of, fold, is_zip, read_member
+from cachedoctor.formats._zip import (
+    ZipDirectory,
+    ZipMember,
+    directory_of,
+    fold,
+    is_zip,
+    read_member,
+    torch_directory_of,
+)
 from cachedoctor.formats.interface import FileMeta, FormatReader, MemberCrc, ReadError, TensorMeta
 from cachedoctor.formats.npz import check_bombs, screen_arrays
 from cachedoctor.lifetime import reraise_interrupt
@@ -297,11 +305,25 @@ class TorchZipReader(FormatReader):
     name = "torch-zip"
 
     def claims(self, head: bytes, src: Source) -> bool:
-        # (bytes before the archive: torch.load fails on it, np.load reads it: the npz reader's)
-        return is_zip(head) and directory_of(src).concat == 0 and looks_like_torch(directory_of(src))
+        if not is_zip(head):
+            return False
+        directory = torch_directory_of(src)  # miniz's offsets: zipfile's "concat" is no torch archive
+        return directory is not None and looks_like_torch(directory)
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
-        return describe(path, self.name, src, directory_of(src), deep=deep)
+        directory = torch_directory_of(src)
+        assert directory is not None
+        meta = describe(path, self.name, src, directory, deep=deep)
+        try:
+            other = directory_of(src)
+        except ReadError:
+            return meta  # zipfile cannot read it: np.load cannot either
+        arrays = [] if other is directory else screen_arrays(src, other)
+        if not arrays:
+            return meta
+        unsafe = list(meta.foreign_globals)
+        merge(unsafe, arrays)  # np.load reads the archive at zipfile's offsets, another set of members
+        return replace(meta, foreign_globals=tuple(unsafe), loaders=(*meta.loaders, NP_LOAD))
 
 
 def read_torch_object(path: str) -> Any:
