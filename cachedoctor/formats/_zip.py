@@ -1,9 +1,11 @@
-"""A small, strict zip central-directory reader for torch.save and np.savez archives.
+"""A small zip central-directory reader for torch.save and np.savez archives, exactly as
+tolerant as the loaders' own readers (see :func:`read_directory`).
 
 Why not ``zipfile``: it is several times slower per archive than two ``pread`` calls and a
 ``struct`` parse, and a quick scan opens millions of archives. This reader only lists members
-(name, method, CRC, sizes, header offset) and finds where a member's data starts; every
-inconsistency is a :class:`ReadError`, never another exception.
+(name, method, CRC, sizes, header offset); :mod:`_zip_member` finds where a member's data
+starts and reads it within caps. Every inconsistency is a :class:`ReadError`, never another
+exception.
 
 Two readers look members up differently, and a hostile archive can exploit the difference:
 torch's reader (miniz) matches names case-insensitively through a heap-sorted index and a

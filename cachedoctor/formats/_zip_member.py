@@ -15,7 +15,16 @@ from cachedoctor.formats.interface import ReadError
 if TYPE_CHECKING:
     from cachedoctor.formats._zip import ZipMember
 
-__all__ = ["DEFLATED", "STORED", "data_offset", "decompress", "inflated_crc", "member_stream", "read_member"]
+__all__ = [
+    "DEFLATED",
+    "STORED",
+    "data_offset",
+    "data_whatever_named",
+    "decompress",
+    "inflated_crc",
+    "member_stream",
+    "read_member",
+]
 
 _LOCAL = b"PK\x03\x04"
 
@@ -64,6 +73,14 @@ def read_member(src: Source, member: ZipMember, *, limit: int) -> bytes:
     if len(raw) < member.compressed_size:
         raw = src.exact(member.header_offset + start, member.compressed_size)
     return decompress(raw, member)
+
+
+def data_whatever_named(src: Source, member: ZipMember) -> bytes:
+    """A member's bytes as miniz reads them: from the data its local header leads to, whatever
+    name that header carries (zipfile refuses such a member)."""
+    head = src.exact(member.header_offset, 30)
+    start = data_offset(head, member)
+    return decompress(src.exact(start, member.compressed_size), member)
 
 
 def decompress(raw: bytes | memoryview, member: ZipMember) -> bytes:

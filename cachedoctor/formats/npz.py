@@ -6,6 +6,11 @@ to its end) and counts NaN/Inf. ``np.load`` reads any member whose bytes start w
 ``.npy`` magic as an array, whatever its name, so a zip that is no torch archive is claimed
 when every member is named ``.npy`` or any member holds an array; every entry is checked for
 object arrays, duplicates included (zipfile keeps the last of two equal names).
+
+Members are read as zipfile reads them: stored, deflate, BZIP2 or LZMA, at offsets shifted by
+any bytes before the archive, each through a capped stream (:mod:`_inflate`), with ``.npy``
+headers of any length numpy parses. A member declaring a decompression bomb's sizes is
+reported before anything is inflated (:func:`check_bombs`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from cachedoctor.formats import _deep
 from cachedoctor.formats._inflate import BOMB_BYTES, METHODS, STORED, CapPassed, MemberStream, bomb_reason
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
-from cachedoctor.formats._verdict import LOADERS, bomb
+from cachedoctor.formats._verdict import LOADERS, NP_LOAD, bomb
 from cachedoctor.formats._zip import ZipDirectory, ZipMember, data_offset, directory_of, is_zip, member_stream
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
 from cachedoctor.formats.npy import (
@@ -135,6 +140,17 @@ def screen_arrays(
         if header.is_object:
             found += [g for g in object_globals(member.name, _object_data(stream, header, first)) if g not in found]
     return found
+
+
+def with_arrays(meta: FileMeta, arrays: list[str]) -> FileMeta:
+    """``meta`` with the object arrays ``np.load`` would unpickle added to its unsafe names."""
+    if not arrays:
+        return meta
+    from dataclasses import replace
+
+    unsafe = list(meta.foreign_globals) + [a for a in arrays if a not in meta.foreign_globals]
+    loaders = meta.loaders + ((NP_LOAD,) if NP_LOAD not in meta.loaders else ())
+    return replace(meta, foreign_globals=tuple(unsafe), loaders=loaders)
 
 
 def check_bombs(directory: ZipDirectory, where: str) -> None:

@@ -1,7 +1,8 @@
 """gzip-wrapped torch.save files (SimpleTuner ``--compress_disk_cache``, magic ``1f 8b``).
 
-The whole file is inflated in memory (there is no index to seek in), then read as whatever is
-inside: SimpleTuner's reader gunzips and hands the bytes to ``torch.load``, so a legacy torch
+The whole file is inflated in memory (there is no index to seek in), streamed and capped at
+:data:`MAX_INFLATED` (a gzip past it is a decompression bomb, judged without holding its output
+when its trailer says so), then read as whatever is inside: SimpleTuner's reader gunzips and hands the bytes to ``torch.load``, so a legacy torch
 file, a tar-format one or a plain pickle inside runs its payload as surely as a torch zip does,
 and each is read by its own reader. gzip's own CRC-32 and length trailer are verified by the
 inflate, so a flipped byte is caught even in quick mode.

@@ -17,6 +17,7 @@ from cachedoctor.formats._channel_stats import channel_stats
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._torch_damage import damage_error, pickle_crc_failure
+from cachedoctor.formats._torch_pickles import TORCHSCRIPT, screen_members  # noqa: F401 (TORCHSCRIPT re-exported)
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, Walked, walk, zip_storage_ref
 from cachedoctor.formats._verdict import LOADERS, NP_LOAD, bomb, check_size, merge, screen
 from cachedoctor.formats._zip import (
@@ -28,11 +29,10 @@ from cachedoctor.formats._zip import (
     read_member,
     torch_directory_of,
 )
+from cachedoctor.formats._zip_member import data_whatever_named
 from cachedoctor.formats.interface import FileMeta, FormatReader, MemberCrc, ReadError, TensorMeta
-from cachedoctor.formats.npz import check_bombs, screen_arrays
+from cachedoctor.formats.npz import check_bombs, screen_arrays, with_arrays
 from cachedoctor.lifetime import reraise_interrupt
-
-TORCHSCRIPT = "torch.jit.load (a TorchScript archive: torch.load hands it to torch.jit.load, which runs its code)"
 
 
 def find_pickle(directory: ZipDirectory, index: dict[str, ZipMember] | None = None) -> tuple[str, ZipMember] | None:
@@ -74,46 +74,6 @@ def pickle_bytes(src: Source, directory: ZipDirectory) -> tuple[str, bytes]:
     return prefix, read_member(src, member, limit=LIMITS.pickle_bytes)
 
 
-def screen_members(
-    src: Source,
-    directory: ZipDirectory,
-    chosen: ZipMember | None,
-    chosen_data: bytes | None,
-    index: dict[str, ZipMember] | None = None,
-) -> list[str]:
-    """Globals outside the allow-list in *every* pickle of the archive: the ``data.pkl`` torch
-    reads and any other ``*.pkl`` member (a second data.pkl in another letter case or folder,
-    which another reader may pick). A TorchScript archive is itself unsafe."""
-    unsafe: list[str] = []
-    opcodes = 0
-    if index is not None and len(index) == len(directory.entries):  # no duplicates: names already folded
-        pickles = [member for key, member in index.items() if key.endswith(".pkl")]
-    else:
-        pickles = [member for member in directory.entries if member.name.lower().endswith(".pkl")]
-    if len(pickles) == 1 and pickles[0] == chosen and chosen_data is not None:  # the usual torch.save archive
-        return list(screen(chosen.name, chosen_data).unsafe)
-    for member in pickles:
-        lowered = member.name.lower()
-        if lowered.rsplit("/", 1)[-1] == "constants.pkl":
-            merge(unsafe, [TORCHSCRIPT])
-        if chosen is not None and member == chosen and chosen_data is not None:
-            data = chosen_data
-        else:
-            check_size(member.name, member.size)
-            try:
-                data = read_member(src, member, limit=LIMITS.pickle_bytes)
-            except ReadError as exc:
-                if exc.problem == "resource-bomb":
-                    raise
-                continue  # a damaged extra member is no pickle anyone can load
-        result = screen(member.name, data)
-        merge(unsafe, result.unsafe)
-        opcodes += result.opcodes
-        if opcodes > LIMITS.opcodes:  # one budget for the whole file, however many pickles it holds
-            raise bomb(member.name, f"more than {LIMITS.opcodes:,} opcodes in all its pickles", opcodes)
-    return unsafe
-
-
 def describe(
     path: str,
     fmt: str,
@@ -150,12 +110,7 @@ def describe(
         damaged = MemberCrc(read[0][0].name, read[0][0].crc, zlib.crc32(read[0][1]))
         if all(b.name != damaged.name for b in meta.crc_mismatches):
             meta = replace(meta, crc_mismatches=(damaged, *meta.crc_mismatches))
-    arrays = screen_arrays(src, directory, *(read[0] if read else (None, b"")))
-    if arrays:
-        unsafe = list(meta.foreign_globals)
-        merge(unsafe, arrays)
-        meta = replace(meta, foreign_globals=tuple(unsafe), loaders=(*meta.loaders, NP_LOAD))
-    return meta
+    return with_arrays(meta, screen_arrays(src, directory, *(read[0] if read else (None, b""))))
 
 
 def _describe(
@@ -180,7 +135,7 @@ def _describe(
             if exc.problem != "ambiguous-member":
                 raise
             ambiguous += tuple(exc.details.get("members", ()))
-            data = _member_data(src, found[1])
+            data = data_whatever_named(src, found[1])
         read.append((found[1], data))
     if found is not None and data is not None and len(data) <= _MEMO_BYTES:
         verdict, walked, failure, too_big = _verdict(data)  # one memoised look-up for the usual archive
@@ -263,16 +218,6 @@ def _describe(
     )
 
 
-def _member_data(src: Source, member: ZipMember) -> bytes:
-    """A member's bytes as miniz reads them: from the data its local header leads to, whatever
-    name that header carries."""
-    from cachedoctor.formats._zip import data_offset, decompress
-
-    head = src.exact(member.header_offset, 30)
-    start = data_offset(head, member)
-    return decompress(src.exact(start, member.compressed_size), member)
-
-
 _MEMO_BYTES = 64 * 1024
 
 
@@ -318,12 +263,8 @@ class TorchZipReader(FormatReader):
             other = directory_of(src)
         except ReadError:
             return meta  # zipfile cannot read it: np.load cannot either
-        arrays = [] if other is directory else screen_arrays(src, other)
-        if not arrays:
-            return meta
-        unsafe = list(meta.foreign_globals)
-        merge(unsafe, arrays)  # np.load reads the archive at zipfile's offsets, another set of members
-        return replace(meta, foreign_globals=tuple(unsafe), loaders=(*meta.loaders, NP_LOAD))
+        # np.load reads the archive at zipfile's offsets: maybe another set of members
+        return meta if other is directory else with_arrays(meta, screen_arrays(src, other))
 
 
 def read_torch_object(path: str) -> Any:
