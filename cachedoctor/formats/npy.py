@@ -23,10 +23,12 @@ from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, Ten
 from cachedoctor.records import record
 
 MAGIC = b"\x93NUMPY"
-#: The longest ``.npy`` header parsed (``literal_eval`` of this much text takes tens of ms). numpy
-#: reads up to 10,000 bytes, and any length with ``allow_pickle=True``; a real cache's header is
-#: about 128 bytes, a 400-field structured dtype's about 8 KB. Longer: cannot be shown safe.
-MAX_HEADER = 1 << 20
+#: The longest ``.npy`` header parsed: ``literal_eval`` (and numpy's Python-2 retry, which
+#: tokenizes) of 256 KiB of dense fields takes about a second, of 1 MiB several. numpy reads up
+#: to 10,000 bytes, and any length with ``allow_pickle=True``; a real cache's header is about
+#: 128 bytes, a 400-field structured dtype's about 8 KB. Longer: cannot be shown safe.
+MAX_HEADER = 256 << 10
+_MEMO_TEXT = 16 << 10
 
 
 @record
@@ -91,7 +93,8 @@ def parse_header(head: bytes, where: str) -> NpyHeader:
     major = head[6]
     start = 10 if major == 1 else 12
     text = head[start:end].decode("latin1" if major < 3 else "utf-8", "replace")
-    fields = _fields(text, major < 3)
+    # memoised only for headers of a real cache's size: 1,024 long ones would hold 256 MiB
+    fields = _fields(text, major < 3) if len(text) <= _MEMO_TEXT else _fields.__wrapped__(text, major < 3)
     if isinstance(fields, str):
         raise ReadError("bad-header", f"{where}: {fields}")
     dtype, itemsize, shape, fortran_order, is_object = fields
@@ -110,7 +113,7 @@ def _fields(text: str, py2_longs: bool = True) -> tuple[str, int, tuple[int, ...
     (``(True,)`` and ``(-1,)`` pass numpy's check, and it unpickles without using the shape).
     """
     fields = _literal(text)
-    if isinstance(fields, str) and py2_longs:
+    if isinstance(fields, str) and py2_longs and "L" in text:
         fields = _literal(_drop_py2_longs(text))
     if isinstance(fields, str):
         return fields
