@@ -268,6 +268,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=Path("fuzz-failures"))
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args(argv)
+    for old in args.out.glob("[0-9][0-9][0-9][0-9][0-9]-*") if args.out.is_dir() else []:
+        old.unlink()  # an earlier run's failing mutants
     work = Path(tempfile.mkdtemp(prefix="cachedoctor-fuzz-"))
     try:
         c = campaign(args.n, args.seed, work, workers=args.workers, keep=args.out)

@@ -48,9 +48,13 @@ def zip_junk_after_end(rng: random.Random, data: bytes, pool: Pool) -> bytes | N
 
 
 def zip_prepend(rng: random.Random, data: bytes, pool: Pool) -> bytes | None:
+    """Bytes before the archive, offsets left as they are: random ones, an empty archive's end
+    record (22 bytes, which numpy's magic check takes for a zip), or a local header signature
+    and padding (64 bytes)."""
     if _eocd(data) is None:
         return None
-    return bytes(rng.getrandbits(8) for _ in range(rng.choice([1, 22, 64, rng.randrange(1, 300)]))) + data
+    junk = bytes(rng.getrandbits(8) for _ in range(rng.choice([1, 22, 64, rng.randrange(1, 300)])))
+    return rng.choice([junk, EOCD + bytes(18), b"PK\x03\x04" + bytes(60)]) + data
 
 
 def zip_local_header_field(rng: random.Random, data: bytes, pool: Pool) -> bytes | None:
