@@ -5,12 +5,15 @@ The rule (what "dangerous" means). A mutant is dangerous when, under any of the 
 uses (``torch.load(path, weights_only=False)``, ``pickle.load``, ``np.load(path,
 allow_pickle=True)`` with every member of an npz read, gunzip then ``torch.load``):
 
-- the unpickler was handed a global outside ``BENIGN``: the union of what the pristine healthy
-  seeds (real ``torch.save``, ``np.savez``, legacy torch, plain pickles) reach under the same
+- the unpickler was handed a global outside the benign set: the union of what the healthy
+  seeds, unmutated, (real ``torch.save``, ``np.savez``, legacy torch, plain pickles) reach under the same
   loaders, measured at run time, not guessed. A global counts when ``find_class`` returned it,
-  whether or not the load then finished: a loader that raises afterwards may already have called
-  it. It is named by what it resolved to (``module.qualname``), so ``__builtin__.set`` read at
-  protocol 2 is ``builtins.set``, as the unpickler maps it; or
+  whether or not the load then finished: ``find_class`` has imported the module it names by then
+  (a module's import is its code running), and a load that raises later may already have called
+  it. This is stricter than "a loader opened it and it reached a global": a truncated pickle is
+  held to account too. A name whose import or lookup fails is not reached. It is named by what
+  it resolved to (``module.qualname``), so ``__builtin__.set`` read at protocol 2 is
+  ``builtins.set``, as the unpickler maps it, and at protocol 3 nothing (no such module); or
 - numpy handed an array's bytes to the unpickler (an object dtype), whatever they then held.
 
 For every dangerous mutant the scan, quick and deep, must report ``unsafe-pickle``. The converse
@@ -22,15 +25,15 @@ How it is watched. One child imports torch and numpy once, then forks workers, e
 ``RLIMIT_AS``, with its working directory in a sandbox, which run the loaders file by file, each
 load under its own ``RLIMIT_CPU`` and alarm; after a kill (a bomb, a crash), a fresh worker goes
 on with the next load. A worker is retired after ``TASKS_PER_WORKER`` loads, so whatever a
-payload changed in it does not outlive a few files. The
-C unpickler is subclassed only to record what ``find_class`` returns (the parsing is unchanged);
-``pickle.Unpickler`` and ``pickle.load`` are replaced by it, which torch's ``UnpicklerWrapper``
-(built from ``pickle_module.Unpickler`` at each call) and numpy's ``pickle.load`` then use. A
-``sys.addaudithook`` hook on CPython's ``pickle.find_class`` event catches any unpickler that
-would bypass the subclass: such a name counts as reached, unresolved. numpy's object-array path
-is seen by replacing the ``pickle`` its format module calls. Every event is written to a pipe
-as it happens, so a worker killed mid-load still reports what it reached. The payload marker
-(the exploit seeds' ``touch``) is recorded too, for the report.
+payload changed in it does not outlive a few files. The C unpickler is subclassed only to record
+what ``find_class`` returns (the parsing is unchanged); ``pickle.Unpickler`` and ``pickle.load``
+are replaced by it, which torch's ``UnpicklerWrapper`` (built from ``pickle_module.Unpickler`` at
+each call) and numpy's ``pickle.load`` then use. A ``sys.addaudithook`` hook on CPython's
+``pickle.find_class`` event catches any unpickler that would bypass the subclass: such a name
+counts as reached, unresolved. numpy's object-array path is seen by replacing the ``pickle`` its
+format module calls. Every event is written to a pipe as it happens, so a worker killed mid-load
+still reports what it reached. The payload marker (the exploit seeds' ``touch``) is recorded
+too, for the report.
 """
 
 from __future__ import annotations
