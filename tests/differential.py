@@ -5,9 +5,9 @@ The rule (what "dangerous" means). A mutant is dangerous when, under any of the 
 uses (``torch.load(path, weights_only=False)``, ``pickle.load``, ``np.load(path,
 allow_pickle=True)`` with every member of an npz read, gunzip then ``torch.load``):
 
-- the unpickler was handed a global outside the benign set: the union of what the healthy
-  seeds, unmutated, (real ``torch.save``, ``np.savez``, legacy torch, plain pickles) reach under the same
-  loaders, measured at run time, not guessed. A global counts when ``find_class`` returned it,
+- the unpickler was handed a global outside the benign set: the union of what the unmutated
+  healthy seeds (real ``torch.save``, ``np.savez``, legacy torch, plain pickles) reach under the
+  same loaders, measured at run time, not guessed. A global counts when ``find_class`` returned it,
   whether or not the load then finished: ``find_class`` has imported the module it names by then
   (a module's import is its code running), and a load that raises later may already have called
   it. This is stricter than "a loader opened it and it reached a global": a truncated pickle is
