@@ -90,6 +90,19 @@ bench-matrix: $(STAMP)
 	@$(PY) bench/matrix_bench.py --keep --json bench/out/matrix.json $(BENCH_ARGS); code=$$?; \
 	  test $$code -le 1 && $(PY) bench/matrix_docs.py bench/out/matrix.json; exit $$code
 
+# The differential fuzz test, long: FUZZ_N mutants of healthy caches and exploit files, drawn from
+# FUZZ_SEED, run through the real loaders in a forked sandbox and through the scan (quick and
+# deep); every mutant that a loader runs into a foreign global or an object array must be
+# unsafe-pickle. Prints one line per failure, then counts by mutator and by verdict, and copies
+# the failing mutants into FUZZ_OUT; exits 1 on any failure. The suite runs 250 of them
+# (tests/unit/formats/test_differential_fuzz.py).
+FUZZ_N    ?= 5000
+FUZZ_SEED ?= 27
+FUZZ_OUT  ?= bench/out/fuzz-failures
+.PHONY: fuzz
+fuzz: $(STAMP) bytecode
+	$(PY) tests/differential.py --n $(FUZZ_N) --seed $(FUZZ_SEED) --out $(FUZZ_OUT)
+
 # Rebuild the shipped fixtures (deterministic); commit the result.
 fixtures: $(STAMP)
 	$(PY) fixtures/make_fixtures.py
