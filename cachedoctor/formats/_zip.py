@@ -242,7 +242,9 @@ def read_directory(src: Source, *, absolute: bool = False) -> ZipDirectory:
         raise ReadError("truncated", "central directory runs past the end record")
     cd_offset += concat
     cd = _slice(src, tail, tail_start, cd_offset, cd_size)
-    entries = _parse_central(cd, n_total, size if absolute else cd_offset, concat)
+    # miniz reads as many entries as the end record counts; zipfile never reads the count but
+    # reads entries until the directory's stated size is used up: each view parsed as its reader does
+    entries = _parse_central(cd, n_total if absolute else None, size if absolute else cd_offset, concat)
     return ZipDirectory(members={e.name: e for e in entries}, cd_offset=cd_offset, entries=entries, concat=concat)
 
 
@@ -253,21 +255,27 @@ def _slice(src: Source, tail: bytes, tail_start: int, offset: int, length: int) 
     return src.exact(offset, length)
 
 
-def _parse_central(cd: bytes, count: int, data_end: int, concat: int) -> tuple[ZipMember, ...]:
+def _parse_central(cd: bytes, count: int | None, data_end: int, concat: int) -> tuple[ZipMember, ...]:
     """Every central directory entry, each member's data ending by ``data_end``; the hot loop
-    of a quick scan, so kept lean."""
+    of a quick scan, so kept lean. ``count`` entries as miniz reads them, each within the
+    directory; ``None`` reads as zipfile does: entries until the directory's size is used up,
+    the last one's name, extra field and comment allowed to run past it (zipfile reads them
+    short from its copy of the directory and goes on)."""
+    by_size = count is None
     members: list[ZipMember] = []
     append = members.append
     unpack, new, end, pos = _CENTRAL_ENTRY.unpack_from, tuple.__new__, len(cd), 0
     try:
-        for _ in range(count):
+        for _ in range(_MAX_MEMBERS if count is None else count):
+            if by_size and pos >= end:
+                break
             (sig, flags, method, crc, csize, usize, nlen, xlen, clen, hoff) = unpack(cd, pos)
             if sig != _CENTRAL:
                 raise ReadError("bad-zip", f"central directory entry {len(members)} is damaged")
             name_end = pos + 46 + nlen
             raw_name = cd[pos + 46 : name_end]
             pos = name_end + xlen + clen
-            if pos > end:
+            if pos > end and not by_size:
                 raise ReadError("bad-zip", "central directory is cut short")
             if usize == 0xFFFFFFFF or csize == 0xFFFFFFFF or hoff == 0xFFFFFFFF:
                 usize, csize, hoff = _zip64_extra(cd[name_end : name_end + xlen], usize, csize, hoff)
