@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from cachedoctor.formats._call_budget import linear_codec
 from cachedoctor.formats._dtypes import ITEMSIZE, STORAGE_DTYPE, TORCH_ALIASES
 from cachedoctor.formats._pickle_scan import canonical
 from cachedoctor.formats.interface import TensorMeta
@@ -216,11 +217,51 @@ def _rebuild_parameter(data: Any, *rest: Any) -> Any:
     return data
 
 
-def _latin1_encode(text: Any, encoding: Any = "utf-8", *rest: Any) -> bytes:
-    """``_codecs.encode``: protocol-2 pickles (torch's default) spell ``bytes`` this way."""
-    if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8", "utf8"):
-        raise pickle.UnpicklingError(f"_codecs.encode with {encoding!r} is not allowed")
-    return text.encode(encoding)
+class Refused(PickleBomb):
+    """A call the restricted unpickler will not make for the file ("cannot be shown safe: ...");
+    a :class:`PickleBomb`, so that readers report it as unsafe-pickle, never as damage."""
+
+
+#: Bytes the stand-ins below copy for real, per unpickler: a cache's ``bytes`` values are small;
+#: past this they stand in as inert objects (the static walk already bounds what a loader would
+#: allocate, ``Limits.call_bytes``; this bound keeps *our* memory small whatever it allowed).
+_MATERIALISED = 1 << 20
+
+
+class _Copies:
+    """The bytes-making stand-ins of one unpickler, sharing its materialisation budget."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = _MATERIALISED
+
+    def _take(self, size: int, what: str) -> bool:
+        if size > self.left:
+            return False
+        self.left -= size
+        return True
+
+    def encode(self, text: Any, encoding: Any = "utf-8", errors: Any = "strict", *rest: Any) -> Any:
+        """``_codecs.encode``: protocol-2 pickles (torch's default) spell ``bytes`` this way."""
+        if linear_codec(encoding) is None:
+            raise Refused(f"cannot be shown safe: _codecs.encode with codec {short(encoding)}")
+        if not isinstance(text, str) or errors != "strict":
+            raise pickle.UnpicklingError("_codecs.encode of something other than a str, or with an error handler")
+        if not self._take(len(text) * 4, "_codecs.encode"):
+            return Opaque(f"bytes of {len(text):,} characters, not copied")
+        return text.encode(encoding)
+
+    def bytearray(self, value: Any = b"", *rest: Any) -> Any:
+        """``bytearray(n)`` would allocate n bytes: only copies of bytes the pickle already holds,
+        and only while they are small."""
+        if not isinstance(value, (bytes, bytearray)):
+            if isinstance(value, Opaque):
+                return value
+            raise pickle.UnpicklingError("bytearray from something other than bytes")
+        if not self._take(len(value), "bytearray"):
+            return Opaque(f"bytearray of {len(value):,} bytes, not copied")
+        return bytearray(value)
 
 
 def _safe_set(items: Any = ()) -> set:
@@ -229,13 +270,6 @@ def _safe_set(items: Any = ()) -> set:
 
 def _safe_frozenset(items: Any = ()) -> frozenset:
     return frozenset(items)
-
-
-def _safe_bytearray(value: Any = b"", *rest: Any) -> bytearray:
-    """``bytearray(n)`` would allocate n bytes: only copies of bytes the pickle already holds."""
-    if not isinstance(value, (bytes, bytearray)):
-        raise pickle.UnpicklingError("bytearray from something other than bytes")
-    return bytearray(value)
 
 
 def _safe_complex(real: Any = 0, imag: Any = 0) -> complex:
@@ -257,10 +291,8 @@ def _build_allow_list() -> dict[tuple[str, str], Any]:
         ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
         ("torch", "Size"): tuple,
         ("torch", "device"): _device,
-        ("_codecs", "encode"): _latin1_encode,
         ("builtins", "set"): _safe_set,
         ("builtins", "frozenset"): _safe_frozenset,
-        ("builtins", "bytearray"): _safe_bytearray,
         ("builtins", "complex"): _safe_complex,
         ("collections", "Counter"): OrderedDict,
         ("torch.storage", "UntypedStorage"): StorageType("UntypedStorage", None),
@@ -287,10 +319,22 @@ class RestrictedUnpickler(pickle.Unpickler):
         super().__init__(self._stream)
         self._persistent = persistent
         self.foreign: list[str] = []
+        self._copies = _Copies()
+        # The C unpickler does not expose its protocol; a pickle's PROTO comes first. (A PROTO
+        # later in the stream changes the real mapping: the static walk, which judges safety,
+        # follows every PROTO; this reader only describes the structure.)
+        start = self._stream.tell()
+        head = self._stream.read(2)
+        self._stream.seek(start)
+        self._proto = head[1] if len(head) == 2 and head[0] == 0x80 else 0
 
     def find_class(self, module: str, name: str) -> Any:
-        full = canonical(module, name)  # __builtin__.set in protocol 0-2 pickles is builtins.set
+        full = canonical(module, name, self._proto)  # __builtin__.set below protocol 3 is builtins.set
         owner, _, attr = full.rpartition(".")
+        if full == "_codecs.encode":
+            return self._copies.encode
+        if full == "builtins.bytearray":
+            return self._copies.bytearray
         found = ALLOWED_GLOBALS.get((owner, attr))
         if found is not None:
             return found
