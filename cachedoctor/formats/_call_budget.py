@@ -206,9 +206,9 @@ class CallBudget:
             return Blob(0)
         source = args[0]
         if isinstance(source, int):  # bool included
-            size = max(int(source), 0)
-            self.spend(size, f"{name}({source})")
-            return Blob(size)
+            zeros = max(int(source), 0)
+            self.spend(zeros, f"{name}({source})")
+            return Blob(zeros)
         if isinstance(source, str):
             if len(args) < 2:
                 return MADE  # TypeError: string argument without an encoding

@@ -23,6 +23,7 @@ from functools import lru_cache
 from typing import cast
 
 from cachedoctor.formats._call_budget import Blob, Box, CallBudget, Global
+from cachedoctor.formats._pickle_effects import fixed_value, marked_value
 from cachedoctor.formats._pickle_opcodes import (
     _ARG,
     _BOX_OPS,
@@ -256,7 +257,7 @@ class _Walker:
                         raise _Stop("unpickling stack underflow")
                     if op in _CALLS:
                         self.calls = True
-                    result = self._fixed(op, stack, pops) if op != 0x30 else None
+                    result = fixed_value(op, stack, pops, self.budget) if op != 0x30 else None
                     if pops:
                         del stack[-pops:]
                     if pushes:
@@ -277,7 +278,7 @@ class _Walker:
                         self.calls = True
                     elif op in _MARKED_ONTO and at <= 0:
                         raise _Stop("unpickling stack underflow")
-                    result = self._marked(op, stack, at)
+                    result = marked_value(op, stack, at, self.budget)
                     del stack[at:]
                     if op in _MARKED_PUSH:
                         stack.append(result)
@@ -317,53 +318,6 @@ class _Walker:
                     raise Bomb(f"a stack of more than {max_stack:,} items")
         finally:
             self.count = count
-
-    def _fixed(self, op: int, stack: list[object], pops: int) -> object:
-        """The value a fixed-effect opcode leaves (calls counted), before its items are popped."""
-        budget = self.budget
-        if op == 0x52 or op == 0x81:  # REDUCE, NEWOBJ: callable, args
-            return budget.call(stack[-2], stack[-1])
-        if op == 0x92:  # NEWOBJ_EX: class, args, kwargs
-            kwargs = stack[-1]
-            return budget.call(stack[-3], stack[-2], kwargs if isinstance(kwargs, Box) else None)
-        if 0x85 <= op <= 0x87:  # TUPLE1..3
-            return tuple(stack[-pops:])
-        if op == 0x61:  # APPEND
-            target = stack[-2]
-            if isinstance(target, Box):
-                target.items.append(stack[-1])
-        elif op == 0x73:  # SETITEM: dict, key, value
-            budget.key(stack[-2])
-            target = stack[-3]
-            if isinstance(target, Box):
-                target.items += stack[-2:]
-        elif op == 0x62 and isinstance(stack[-2], Global):  # BUILD on a class or function
-            self._refuse(
-                f"BUILD on {stack[-2].name} (cannot be shown safe: it sets attributes of an object "
-                "the loader imported, for every later use in the process)"
-            )
-        return None
-
-    def _marked(self, op: int, stack: list[object], at: int) -> object:
-        """The value a MARK-delimited opcode leaves, keys checked, before its items are popped."""
-        budget = self.budget
-        if op == 0x74:  # TUPLE
-            return tuple(stack[at:])
-        if op == 0x6F:  # OBJ
-            return budget.call(stack[at], tuple(stack[at + 1 :]))
-        items = stack[at:]
-        if op == 0x75 or op == 0x64:  # SETITEMS, DICT: keys alternate with values
-            for key in items[::2]:
-                budget.key(key)
-        elif op == 0x90 or op == 0x91:  # ADDITEMS, FROZENSET
-            for key in items:
-                budget.key(key)
-        if op in _MARKED_ONTO:  # APPENDS, SETITEMS, ADDITEMS onto the object below the mark
-            target = stack[at - 1]
-            if isinstance(target, Box):
-                target.items += items
-            return None
-        return Box("list" if op == 0x6C else "dict" if op == 0x64 else "set", items)
 
 
 __all__ = ["ALLOWED", "DYNAMIC", "EXTENSION", "LIMITS", "Limits", "PickleScan", "canonical", "scan", "scan_bytes"]
