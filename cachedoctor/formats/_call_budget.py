@@ -167,7 +167,9 @@ class CallBudget:
             )
 
     def key(self, key: object) -> None:
-        self.flood.key(key, not isinstance(key, Made))
+        """A key a loader inserts; a frozenset's hash mixes its items' hashes, so it is counted
+        with the call results, as a key whose hash the walk does not compute."""
+        self.flood.key(key, not isinstance(key, Made) and not (isinstance(key, Box) and key.kind == "frozenset"))
 
     def call(self, fn: object, args: object, kwargs: Box | None = None, depth: int = 0) -> object:
         """What the loader's call ``fn(*args, **kwargs)`` leaves on the stack, counted."""
@@ -181,6 +183,11 @@ class CallBudget:
                 "class; torch would allocate the size it is given or call through an allocator "
                 "pointer the file chose)"
             )
+            return MADE
+        if kwargs is not None and kwargs.items:
+            # Only NEWOBJ_EX passes keywords, and torch.save never writes one: torch.Tensor's
+            # keyword-only ``cdata`` makes a tensor of a raw pointer, ``device`` allocates on a GPU.
+            self.refuse(f"{name} called{_kwargs_named(kwargs)} (cannot be shown safe: torch.save never passes them)")
             return MADE
         if name in _VALUES or name in _VIEWS:
             return MADE  # a dtype or layout is not callable; a rebuild makes a view
@@ -255,7 +262,7 @@ class CallBudget:
         """set, frozenset, OrderedDict, Counter, torch.Size: one entry per item of the argument,
         each a key the loader hashes (a pair's first item for the dicts)."""
         if not args:
-            return Box("dict" if name.startswith("collections.") else "set")
+            return Box("dict" if name.startswith("collections.") else name.rpartition(".")[2])
         source = args[0]
         size = _size_of(source)
         if size is None:
@@ -271,7 +278,9 @@ class CallBudget:
                     self.key(item[0])
         if name == "torch.Size" and isinstance(source, tuple):
             return source  # a tuple subclass: hashes as the tuple does
-        return Box("dict" if name.startswith("collections.") else "set") if name != "torch.Size" else MADE
+        if name == "torch.Size":
+            return MADE
+        return Box("dict" if name.startswith("collections.") else name.rpartition(".")[2])
 
     def _complex(self, name: str, args: tuple, kwargs: Box | None) -> object:
         if all(isinstance(a, (int, float)) for a in args[:2]) and len(args) <= 2:

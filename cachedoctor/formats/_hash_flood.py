@@ -39,7 +39,7 @@ class HashFlood:
         if not known:
             self.opaque += 1
             if self.opaque > self.opaque_limit:
-                raise Bomb(f"more than {self.opaque_limit:,} dict or set keys built by calls")
+                raise Bomb(f"more than {self.opaque_limit:,} dict or set keys built by calls or frozensets")
             return
         if not isinstance(key, _FIXED_HASH) or isinstance(key, bool):
             return  # str and bytes hashes are salted; None, bools and stand-ins are few or by id

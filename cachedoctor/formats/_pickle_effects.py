@@ -54,4 +54,4 @@ def marked_value(op: int, stack: list[object], at: int, budget: CallBudget) -> o
         if isinstance(target, Box):
             target.items += items
         return None
-    return Box("list" if op == 0x6C else "dict" if op == 0x64 else "set", items)
+    return Box("list" if op == 0x6C else "dict" if op == 0x64 else "frozenset", items)

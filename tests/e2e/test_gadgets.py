@@ -27,6 +27,8 @@ CASES = build_cases(Path("/nonexistent") / PWNED_MARKER)
 NAMED = {
     "storage-allocator-zip": "torch.UntypedStorage called with keyword arguments allocator",
     "storage-allocator-plain": "torch.UntypedStorage called with keyword arguments allocator",
+    "tensor-cdata-plain": "torch.Tensor called with keyword arguments cdata",
+    "tensor-cdata-zip": "torch.Tensor called with keyword arguments cdata",
     "codec-punycode": "_codecs.encode with codec 'punycode'",
     "py2-userdict-proto3-plain": "UserDict.OrderedDict",
     "py2-builtin-proto4-plain": "__builtin__.set",

@@ -13,6 +13,7 @@ import pytest
 from cachedoctor.formats._call_budget import _STORAGES, _VALUES, linear_codec
 from cachedoctor.formats._hash_flood import HashFlood
 from cachedoctor.formats._pickle_opcodes import Bomb
+from cachedoctor.formats._pickle_policy import Limits
 from cachedoctor.formats._pickle_scan import scan
 from cachedoctor.formats._unpickle import Opaque, Refused, RestrictedUnpickler
 from cachedoctor.formats._verdict import screen_sequence
@@ -159,3 +160,18 @@ def test_restricted_unpickler_refuses_a_codec_outside_the_linear_set() -> None:
     data = b"\x80\x02c_codecs\nencode\nX\x03\x00\x00\x00abcX\x08\x00\x00\x00punycode\x86R."
     with pytest.raises(Refused):
         RestrictedUnpickler(io.BytesIO(data)).load()
+
+
+def test_keyword_arguments_cannot_be_shown_safe() -> None:
+    """NEWOBJ_EX's keywords: torch.Tensor(cdata=...) is a tensor at a pointer; empty ones are fine."""
+    kwargs = b"}(X\x05\x00\x00\x00cdata" + long1(0x414141414141) + b"u"
+    assert any("keyword arguments cdata" in n for n in scan(b"\x80\x04ctorch\nTensor\n)" + kwargs + b"\x92.").unsafe)
+    assert scan(b"\x80\x04ccollections\nOrderedDict\n)}\x92.").unsafe == ()
+
+
+def test_frozenset_keys_count_as_keys_of_unknown_hash() -> None:
+    """A frozenset's hash mixes its items' hashes: the walk does not compute it, it counts it."""
+    keys = b"".join(b"(" + long1(k) + b"\x91N" for k in range(3))  # FROZENSET, value None
+    data = b"\x80\x04}(" + keys + b"u."
+    assert scan(data, limits=Limits(opaque_keys=3)).bomb is None
+    assert "built by calls" in (scan(data, limits=Limits(opaque_keys=2)).bomb or "")
