@@ -289,6 +289,9 @@ def _texts(obj: Any) -> tuple[tuple[str, str], ...]:
 def walk(obj: Any) -> Walked:
     """Find every tensor in an unpickled object, with its key path; cycle- and size-safe.
 
+    Past the node or depth cap it raises :class:`PickleBomb`: a limit no cache file comes near,
+    reported as a resource bomb (never as damage: the file may load).
+
     Iterative, O(nodes): each node keeps a link to its parent, and a path string is built
     only for the tensors found (building one per node is quadratic in the nesting depth).
     """
@@ -309,7 +312,7 @@ def walk(obj: Any) -> Walked:
     while stack:
         link, node = stack.pop()
         if len(links) > _MAX_NODES or len(found) > _MAX_TENSORS:
-            raise pickle.UnpicklingError("object graph too large for a cache file")
+            raise PickleBomb(f"an object graph of more than {_MAX_NODES:,} containers and tensors")
         if isinstance(node, TensorRecord):
             found.append((link, node))
             continue
@@ -320,7 +323,7 @@ def walk(obj: Any) -> Walked:
             seen.add(id(node))
             depth = depths[link] + 1
             if depth > _MAX_DEPTH:
-                raise pickle.UnpicklingError(f"objects nested more than {_MAX_DEPTH} deep")
+                raise PickleBomb(f"objects nested more than {_MAX_DEPTH:,} deep")
             items = node.items() if isinstance(node, dict) else enumerate(node)
             children = []
             for key, value in items:
@@ -329,18 +332,47 @@ def walk(obj: Any) -> Walked:
                     depths.append(depth)
                     children.append((len(links) - 1, value))
                     if len(links) > _MAX_NODES:
-                        raise pickle.UnpicklingError("object graph too large for a cache file")
+                        raise PickleBomb(f"an object graph of more than {_MAX_NODES:,} containers and tensors")
             stack.extend(reversed(children))
     if shared:
         refuse_unfolding(obj, "an object")
-    return Walked(container, [(_path(links, link), rec) for link, rec in found], _texts(obj))
+    paths = _paths(links, [link for link, _ in found])
+    return Walked(container, [(path, rec) for path, (_, rec) in zip(paths, found, strict=True)], _texts(obj))
 
 
-def _path(links: list[tuple[int, Any, bool]], link: int) -> str:
-    """``a.b[1]`` for the chain of keys that leads to ``link``."""
-    parts: list[str] = []
-    while link > 0:
-        parent, key, index = links[link]
-        parts.append(f"[{key}]" if index else (f".{key}" if parent > 0 else str(key)))
-        link = parent
-    return "".join(reversed(parts))
+#: A key path names a tensor in findings: each key is cut to ``_MAX_PART`` characters and the path
+#: to ``_MAX_PATH``. One memoised 35 KB key above 60,000 tensors made 60,000 paths of 35 KB
+#: each (4 GB) while the loader itself shares the one string.
+_MAX_PART, _MAX_PATH = 64, 256
+_CUT = "\u2026"
+
+
+def _part(key: Any) -> str:
+    text = key if isinstance(key, str) else short(key)  # str(huge int) raises, str(a DAG) explodes
+    return text if len(text) <= _MAX_PART else text[:_MAX_PART] + _CUT
+
+
+def _paths(links: list[tuple[int, Any, bool]], leaves: list[int]) -> list[str]:
+    """``a.b[1]`` for the chain of keys that leads to each of ``leaves``: each container's path
+    is built once and shared by what it holds (a path per node from the root is quadratic in
+    the nesting depth)."""
+    done: dict[int, str] = {0: ""}
+    out: list[str] = []
+    for leaf in leaves:
+        chain: list[int] = []
+        link = leaf
+        while link not in done:
+            chain.append(link)
+            link = links[link][0]
+        text = done[link]
+        for step in reversed(chain):
+            parent, key, index = links[step]
+            if len(text) < _MAX_PATH:
+                part = _part(key)
+                text = f"{text}[{part}]" if index else (f"{text}.{part}" if parent > 0 else part)
+                if len(text) >= _MAX_PATH:
+                    text = text[:_MAX_PATH] + _CUT
+            if step != leaf:
+                done[step] = text
+        out.append(text)
+    return out
