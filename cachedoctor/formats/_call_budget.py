@@ -24,44 +24,7 @@ from cachedoctor.formats._dtypes import ITEMSIZE, STORAGE_DTYPE, TORCH_ALIASES
 from cachedoctor.formats._hash_flood import HashFlood
 from cachedoctor.formats._pickle_opcodes import Bomb
 from cachedoctor.formats._pickle_policy import _LAYOUTS, _QSCHEMES, _TENSOR_REBUILDS, Limits
-
-
-class Global:
-    """A global the walk resolved (``module.name`` as the unpickler resolves it)."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-class Blob:
-    """A ``bytes`` or ``bytearray`` of ``size`` bytes; its content is never kept."""
-
-    __slots__ = ("size",)
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-
-class Box:
-    """A list, dict or set the pickle builds; ``items`` (a dict's keys and values alternate)
-    holds the walk's values of what was put in, references only."""
-
-    __slots__ = ("kind", "items")
-
-    def __init__(self, kind: str, items: list[object] | None = None) -> None:
-        self.kind = kind
-        self.items: list[object] = items if items is not None else []
-
-
-class Made:
-    """The result of a call whose value the walk does not follow (a tensor, a device)."""
-
-    __slots__ = ()
-
-
-MADE = Made()
+from cachedoctor.formats._pickle_values import MADE, Blob, Box, Global, Made
 
 #: Codecs whose encoder runs in linear time, as ``codecs.lookup`` names their modules, and the
 #: most bytes one character can become under them.

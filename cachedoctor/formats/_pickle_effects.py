@@ -6,8 +6,9 @@ imported class or function. Kept apart from the walk's dispatch loop, which stay
 
 from __future__ import annotations
 
-from cachedoctor.formats._call_budget import Box, CallBudget, Global
+from cachedoctor.formats._call_budget import CallBudget
 from cachedoctor.formats._pickle_opcodes import _MARKED_ONTO
+from cachedoctor.formats._pickle_values import Box, Global
 
 
 def fixed_value(op: int, stack: list[object], pops: int, budget: CallBudget) -> object:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import cast
 
-from cachedoctor.formats._call_budget import Blob, Box, CallBudget, Global
+from cachedoctor.formats._call_budget import CallBudget
 from cachedoctor.formats._pickle_effects import fixed_value, marked_value
 from cachedoctor.formats._pickle_opcodes import (
     _ARG,
@@ -65,6 +65,7 @@ from cachedoctor.formats._pickle_opcodes import (
     _Stop,
 )
 from cachedoctor.formats._pickle_policy import ALLOWED, DYNAMIC, EXTENSION, LIMITS, Limits, canonical
+from cachedoctor.formats._pickle_values import Blob, Box, Global
 
 
 @dataclass(frozen=True, slots=True)
