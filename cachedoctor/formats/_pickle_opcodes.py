@@ -92,7 +92,8 @@ for _code, _kind, _size in (
 
 _STR_OPS = frozenset(b"X\x8c\x8dV")  # push a str constant
 _PY2_STR_OPS = frozenset(b"STU")  # Python 2 str: decoded to str by default (encoding="ASCII")
-_UNSIGNED = {0x6A: "<I", 0x72: "<I", 0x4A: "<i", 0x84: "<i", 0x95: "<Q"}  # LONG_BINGET/PUT, BININT, EXT4, FRAME
+#: Fixed-width arguments decoded with struct: LONG_BINGET/PUT, BININT, EXT4, FRAME, BINFLOAT.
+_UNSIGNED = {0x6A: "<I", 0x72: "<I", 0x4A: "<i", 0x84: "<i", 0x95: "<Q", 0x47: ">d"}
 
 # Stack-effect categories, indexed by opcode byte.
 (
@@ -133,6 +134,10 @@ for _ops, _cat in (
     for _op in _ops:
         _CAT[_op] = _cat
 _CALLS = frozenset(b"R\x81\x92iob")
+_NUMBER_OPS = frozenset(b"FIJKLMG\x8a\x8b")  # push the number their argument holds
+_LONG_OPS = frozenset(b"\x8a\x8b")  # LONG1, LONG4: a little-endian two's complement argument
+_BYTES_OPS = frozenset(b"BC\x8e\x96")  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
+_BOX_OPS = {0x5D: "list", 0x7D: "dict", 0x8F: "set"}  # EMPTY_LIST, EMPTY_DICT, EMPTY_SET
 _MARKED_PUSH = frozenset(b"ltd\x91o")  # LIST, TUPLE, DICT, FROZENSET, OBJ push their result
 _MARKED_ONTO = frozenset(b"eu\x90")  # APPENDS, SETITEMS, ADDITEMS need an object below the mark
 
@@ -175,13 +180,13 @@ def _line_value(op: int, line: bytes) -> object:
     try:
         if op == 0x49:  # INT
             if text in ("00", "01"):
-                return None
-            _int(text)
-        elif op == 0x4C:  # LONG
-            _int(text[:-1] if text.endswith("L") else text)
-        elif op == 0x46:  # FLOAT
-            float(text)
-        elif op in (0x67, 0x70):  # GET, PUT
+                return text == "01"
+            return _int(text)
+        if op == 0x4C:  # LONG
+            return _int(text[:-1] if text.endswith("L") else text)
+        if op == 0x46:  # FLOAT
+            return float(text)
+        if op in (0x67, 0x70):  # GET, PUT
             return int(text)
     except ValueError:
         raise _Stop(f"invalid literal in a text opcode: {text[:20]!r}") from None

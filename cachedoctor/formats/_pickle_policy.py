@@ -19,6 +19,14 @@ class Limits:
     stack: int = 50_000
     marks: int = 1_000
     string: int = 4 * 1024 * 1024  # one argument (str, bytes, long, text line)
+    #: Bytes all the calls of one file would allocate, memo reuse counted at each use: four
+    #: times the largest pickle (a str of it encoded to UTF-8). 250 copies of 4 MiB are 1 GB.
+    call_bytes: int = 64 * 1024 * 1024
+    #: Distinct dict or set keys sharing one hash (ints, floats, tuples: their hashes are not
+    #: salted); a cache file has none, a hash flood has thousands.
+    hash_collisions: int = 64
+    #: Dict or set keys that are results of calls (their hash not computable by the walk).
+    opaque_keys: int = 65_536
 
 
 LIMITS = Limits()
@@ -90,8 +98,17 @@ DYNAMIC = "<a global whose name is computed at load time>"
 EXTENSION = "<a global from the copyreg extension registry (EXT opcode)>"
 
 
-def canonical(module: str, name: str) -> str:
-    """``module.name`` as the unpickler resolves it (protocol 0-2 pickles use Python 2 names)."""
+#: Below this protocol the unpickler maps Python 2 names (``fix_imports``, on by default): CPython's
+#: ``find_class`` tests ``self.proto < 3``, where ``proto`` is the last PROTO opcode read (0 when
+#: the pickle has none). From protocol 3 on, ``UserDict.OrderedDict`` imports a module ``UserDict``.
+PY2_NAMES_BELOW = 3
+
+
+def canonical(module: str, name: str, proto: int = 0) -> str:
+    """``module.name`` as the unpickler resolves it at protocol ``proto``: Python 2 names are
+    mapped (``__builtin__.set`` is ``builtins.set``) only below protocol 3, as CPython does."""
+    if proto >= PY2_NAMES_BELOW:
+        return f"{module}.{name}"
     key = (module, name)
     if key in _compat_pickle.NAME_MAPPING:
         module, name = _compat_pickle.NAME_MAPPING[key]

@@ -22,8 +22,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import cast
 
+from cachedoctor.formats._call_budget import CallBudget
+from cachedoctor.formats._pickle_effects import fixed_value, marked_value
 from cachedoctor.formats._pickle_opcodes import (
     _ARG,
+    _BOX_OPS,
+    _BYTES_OPS,
     _C_BUFFER,
     _C_EXT,
     _C_FIXED,
@@ -46,9 +50,11 @@ from cachedoctor.formats._pickle_opcodes import (
     _LEN8,
     _LINE,
     _LINE2,
+    _LONG_OPS,
     _MARKED_ONTO,
     _MARKED_PUSH,
     _NONE,
+    _NUMBER_OPS,
     _PY2_STR_OPS,
     _SLEN4,
     _STR_OPS,
@@ -59,6 +65,7 @@ from cachedoctor.formats._pickle_opcodes import (
     _Stop,
 )
 from cachedoctor.formats._pickle_policy import ALLOWED, DYNAMIC, EXTENSION, LIMITS, Limits, canonical
+from cachedoctor.formats._pickle_values import Blob, Box, Global
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +75,10 @@ class PickleScan:
     ``unsafe`` lists the globals outside the allow-list (``DYNAMIC``/``EXTENSION`` for names
     the file computes or borrows); ``end`` is the offset after ``STOP`` (``-1`` when the walk
     stopped early, with ``error`` saying why); ``bomb`` names the limit a resource bomb passed.
-    ``calls`` says whether a call opcode (REDUCE, NEWOBJ, INST, OBJ, BUILD) was reached.
+    ``calls`` says whether a call opcode (REDUCE, NEWOBJ, INST, OBJ, BUILD) was reached;
+    ``allocated`` the bytes its calls would allocate in the loader (``_call_budget``), for a
+    reader that sums the pickles of one file. ``unsafe`` also holds the calls of allowed names
+    that cannot be shown safe (``... (cannot be shown safe: ...)``).
     """
 
     unsafe: tuple[str, ...]
@@ -77,6 +87,7 @@ class PickleScan:
     bomb: str | None = None
     calls: bool = False
     opcodes: int = 0
+    allocated: int = 0
 
     @property
     def complete(self) -> bool:
@@ -86,13 +97,15 @@ class PickleScan:
 def scan(data: bytes | memoryview, start: int = 0, limits: Limits = LIMITS) -> PickleScan:
     """Walk one pickle starting at ``start`` of ``data`` (which may hold more after it)."""
     walker = _Walker(data, start, limits)
+    end, error, bomb = -1, None, None
     try:
         end = walker.run()
-        return PickleScan(tuple(walker.unsafe), end, None, None, walker.calls, walker.count)
     except Bomb as exc:
-        return PickleScan(tuple(walker.unsafe), -1, None, str(exc), walker.calls, walker.count)
+        bomb = str(exc)
     except _Stop as exc:
-        return PickleScan(tuple(walker.unsafe), -1, str(exc), None, walker.calls, walker.count)
+        error = str(exc)
+    unsafe = tuple(walker.unsafe)
+    return PickleScan(unsafe, end, error, bomb, walker.calls, walker.count, walker.budget.spent)
 
 
 @lru_cache(maxsize=1024)
@@ -102,7 +115,7 @@ def scan_bytes(data: bytes) -> PickleScan:
 
 
 class _Walker:
-    __slots__ = ("data", "pos", "limits", "unsafe", "calls", "count")
+    __slots__ = ("data", "pos", "limits", "unsafe", "calls", "count", "budget", "proto")
 
     def __init__(self, data: bytes | memoryview, start: int, limits: Limits) -> None:
         self.data = data
@@ -111,16 +124,23 @@ class _Walker:
         self.unsafe: list[str] = []
         self.calls = False
         self.count = 0
+        self.proto = 0  # the last PROTO opcode's protocol: Python 2 names map only below 3
+        self.budget = CallBudget(limits, self._refuse)
 
-    def _global(self, module: object, name: object) -> None:
+    def _refuse(self, what: str) -> None:
+        if what not in self.unsafe:
+            self.unsafe.append(what)
+
+    def _global(self, module: object, name: object) -> Global | None:
+        """The global a GLOBAL or STACK_GLOBAL pushes; names outside the allow-list are recorded."""
         if isinstance(module, str) and isinstance(name, str):
-            full = canonical(module, name)
+            full = canonical(module, name, self.proto)
             if full in ALLOWED:
-                return
+                return Global(full)
         else:
             full = DYNAMIC
-        if full not in self.unsafe:
-            self.unsafe.append(full)
+        self._refuse(full)
+        return None if full == DYNAMIC else Global(full)
 
     # One dispatch loop is the fast way to walk opcodes: `x == A or x == B` and nested ifs inside
     # the elif chain are deliberate (no tuple built per opcode, no extra tests on the way down).
@@ -184,7 +204,11 @@ class _Walker:
                         raise Bomb(f"an argument of {n:,} bytes (limit {max_string:,})")
                     if pos + n > end:
                         raise _Stop("pickle data was truncated")
-                    if op in _STR_OPS:
+                    if op in _BYTES_OPS:
+                        arg = n
+                    elif op in _LONG_OPS:
+                        arg = int.from_bytes(data[pos : pos + n], "little", signed=True)
+                    elif op in _STR_OPS:
                         try:
                             arg = bytes(data[pos : pos + n]).decode("utf-8", "surrogatepass")
                         except UnicodeDecodeError:
@@ -198,7 +222,14 @@ class _Walker:
                 # Stack effects, as CPython's C unpickler applies them.
                 cat = cat_table[op]
                 if cat == _C_PUSH:
-                    stack.append(None)
+                    if op in _NUMBER_OPS:
+                        stack.append(arg)
+                    elif op in _BYTES_OPS:
+                        stack.append(Blob(cast(int, arg)))
+                    elif op in _BOX_OPS:
+                        stack.append(Box(_BOX_OPS[op]))
+                    else:  # EMPTY_TUPLE, NEWTRUE, NEWFALSE; NONE, PERSID, NEXT_BUFFER unknown
+                        stack.append(() if op == 0x29 else True if op == 0x88 else False if op == 0x89 else None)
                 elif cat == _C_STR:
                     stack.append(arg)
                 elif cat == _C_PUT:
@@ -227,10 +258,11 @@ class _Walker:
                         raise _Stop("unpickling stack underflow")
                     if op in _CALLS:
                         self.calls = True
+                    result = fixed_value(op, stack, pops, self.budget) if op != 0x30 else None
                     if pops:
                         del stack[-pops:]
                     if pushes:
-                        stack.append(stack[-1] if op == 0x32 else None)
+                        stack.append(stack[-1] if op == 0x32 else result)
                 elif cat == _C_MARK:
                     if len(marks) >= limits.marks:
                         raise Bomb(f"more than {limits.marks:,} nested marks")
@@ -247,25 +279,27 @@ class _Walker:
                         self.calls = True
                     elif op in _MARKED_ONTO and at <= 0:
                         raise _Stop("unpickling stack underflow")
+                    result = marked_value(op, stack, at, self.budget)
                     del stack[at:]
                     if op in _MARKED_PUSH:
-                        stack.append(None)
+                        stack.append(result)
                 elif cat == _C_GLOBAL or cat == _C_INST:  # noqa: SIM109
-                    if cat == _C_INST:
+                    module, name = cast("tuple[str, str]", arg)  # a LINE2 argument
+                    found: object = self._global(module, name)
+                    if cat == _C_INST:  # INST: the class named, called with the items after the mark
                         if not marks:
                             raise _Stop("could not find MARK")
-                        del stack[marks.pop() :]
+                        at = marks.pop()
+                        found = self.budget.call(found, tuple(stack[at:]))
+                        del stack[at:]
                         fence = marks[-1] if marks else 0
                         self.calls = True
-                    module, name = cast("tuple[str, str]", arg)  # a LINE2 argument
-                    self._global(module, name)
-                    stack.append(None)
+                    stack.append(found)
                 elif cat == _C_STACK_GLOBAL:
                     if len(stack) - 2 < fence:
                         raise _Stop("unpickling stack underflow at STACK_GLOBAL")
                     name_ = stack.pop()
-                    self._global(stack.pop(), name_)
-                    stack.append(None)
+                    stack.append(self._global(stack.pop(), name_))
                 elif cat == _C_EXT:
                     if EXTENSION not in self.unsafe:
                         self.unsafe.append(EXTENSION)
@@ -277,6 +311,7 @@ class _Walker:
                 elif cat == _C_PROTO:
                     if cast(int, arg) > 5:
                         raise _Stop(f"unsupported pickle protocol: {arg}")
+                    self.proto = cast(int, arg)
                 elif cat == _C_BUFFER:  # noqa: SIM102
                     if len(stack) <= fence:
                         raise _Stop("unpickling stack underflow")

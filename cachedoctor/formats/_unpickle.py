@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import pickle
-import reprlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,94 +24,23 @@ from typing import Any, BinaryIO
 
 from cachedoctor.formats._dtypes import ITEMSIZE, STORAGE_DTYPE, TORCH_ALIASES
 from cachedoctor.formats._pickle_scan import canonical
+from cachedoctor.formats._unpickle_bounds import (
+    _MAX_UNFOLDED,
+    Opaque,
+    PickleBomb,
+    Refused,
+    _Copies,
+    refuse_unfolding,
+    short,
+    unfolded_size,
+)
 from cachedoctor.formats.interface import TensorMeta
 
 _MAX_TENSORS = 100_000
 _MAX_NODES = 200_000
 _MAX_DEPTH = 1_000
-#: Objects a recursive traversal of the result may visit, shared references counted each time
-#: they are reached: a DAG of 60 tuples, each holding the next one twice, unfolds into 2^60.
-_MAX_UNFOLDED = 1_000_000
 
-
-class PickleBomb(pickle.UnpicklingError):
-    """The object is past a limit no cache file comes near; ``args[0]`` says which."""
-
-
-def unfolded_size(obj: Any, limit: int = _MAX_UNFOLDED) -> int:
-    """How many containers a naive recursive walk (``repr``, ``str``, a tree map) visits, up to
-    ``limit + 1``; O(distinct nodes), and a cycle counts as past the limit."""
-    sizes: dict[int, int] = {}
-    stack: list[tuple[Any, bool]] = [(obj, False)]
-    while stack:
-        node, done = stack.pop()
-        key = id(node)
-        children = _children(node)
-        if done:
-            total = 1 + sum(sizes.get(id(c), 1) for c in children if isinstance(c, (dict, list, tuple)))
-            sizes[key] = min(total, limit + 1)
-            continue
-        if key in sizes:
-            if sizes[key] < 0:  # reached again while its own children are open: a cycle
-                return limit + 1
-            continue
-        sizes[key] = -1
-        stack.append((node, True))
-        stack.extend((c, False) for c in children if isinstance(c, (dict, list, tuple)) and sizes.get(id(c)) != 0)
-    return sizes.get(id(obj), 1) if isinstance(obj, (dict, list, tuple)) else 1
-
-
-def _children(node: Any) -> list[Any]:
-    if isinstance(node, dict):
-        return [*node.keys(), *node.values()]
-    if isinstance(node, (list, tuple)):
-        return list(node)
-    return []
-
-
-def refuse_unfolding(value: Any, what: str) -> None:
-    if unfolded_size(value) > _MAX_UNFOLDED:
-        raise PickleBomb(f"{what} whose shared references unfold into more than {_MAX_UNFOLDED:,} objects")
-
-
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel, _SHORT.maxtuple, _SHORT.maxlist, _SHORT.maxdict = 2, 4, 4, 4
-_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 24, 24, 24
-
-
-def short(value: Any) -> str:
-    """A repr of a hostile object in bounded time and length (a DAG's full repr is exponential)."""
-    try:
-        return _SHORT.repr(value)[:80]
-    except Exception:  # a stand-in's repr cannot fail, but be certain
-        return f"<{type(value).__name__}>"
-
-
-class Opaque:
-    """Stands in for a global outside the allow-list and everything built from it."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Opaque:
-        return Opaque(self.name)
-
-    def __setstate__(self, state: Any) -> None:  # BUILD on an opaque object does nothing
-        pass
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        pass
-
-    def append(self, value: Any) -> None:
-        pass
-
-    def extend(self, values: Any) -> None:
-        pass
-
-    def __repr__(self) -> str:
-        return f"<opaque {self.name}>"
+__all__ = ["_MAX_UNFOLDED", "Opaque", "PickleBomb", "Refused", "refuse_unfolding", "short", "unfolded_size"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,26 +144,12 @@ def _rebuild_parameter(data: Any, *rest: Any) -> Any:
     return data
 
 
-def _latin1_encode(text: Any, encoding: Any = "utf-8", *rest: Any) -> bytes:
-    """``_codecs.encode``: protocol-2 pickles (torch's default) spell ``bytes`` this way."""
-    if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "utf-8", "utf8"):
-        raise pickle.UnpicklingError(f"_codecs.encode with {encoding!r} is not allowed")
-    return text.encode(encoding)
-
-
 def _safe_set(items: Any = ()) -> set:
     return set(items)
 
 
 def _safe_frozenset(items: Any = ()) -> frozenset:
     return frozenset(items)
-
-
-def _safe_bytearray(value: Any = b"", *rest: Any) -> bytearray:
-    """``bytearray(n)`` would allocate n bytes: only copies of bytes the pickle already holds."""
-    if not isinstance(value, (bytes, bytearray)):
-        raise pickle.UnpicklingError("bytearray from something other than bytes")
-    return bytearray(value)
 
 
 def _safe_complex(real: Any = 0, imag: Any = 0) -> complex:
@@ -257,10 +171,8 @@ def _build_allow_list() -> dict[tuple[str, str], Any]:
         ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
         ("torch", "Size"): tuple,
         ("torch", "device"): _device,
-        ("_codecs", "encode"): _latin1_encode,
         ("builtins", "set"): _safe_set,
         ("builtins", "frozenset"): _safe_frozenset,
-        ("builtins", "bytearray"): _safe_bytearray,
         ("builtins", "complex"): _safe_complex,
         ("collections", "Counter"): OrderedDict,
         ("torch.storage", "UntypedStorage"): StorageType("UntypedStorage", None),
@@ -287,10 +199,22 @@ class RestrictedUnpickler(pickle.Unpickler):
         super().__init__(self._stream)
         self._persistent = persistent
         self.foreign: list[str] = []
+        self._copies = _Copies()
+        # The C unpickler does not expose its protocol; a pickle's PROTO comes first. (A PROTO
+        # later in the stream changes the real mapping: the static walk, which judges safety,
+        # follows every PROTO; this reader only describes the structure.)
+        start = self._stream.tell()
+        head = self._stream.read(2)
+        self._stream.seek(start)
+        self._proto = head[1] if len(head) == 2 and head[0] == 0x80 else 0
 
     def find_class(self, module: str, name: str) -> Any:
-        full = canonical(module, name)  # __builtin__.set in protocol 0-2 pickles is builtins.set
+        full = canonical(module, name, self._proto)  # __builtin__.set below protocol 3 is builtins.set
         owner, _, attr = full.rpartition(".")
+        if full == "_codecs.encode":
+            return self._copies.encode
+        if full == "builtins.bytearray":
+            return self._copies.bytearray
         found = ALLOWED_GLOBALS.get((owner, attr))
         if found is not None:
             return found
@@ -365,6 +289,9 @@ def _texts(obj: Any) -> tuple[tuple[str, str], ...]:
 def walk(obj: Any) -> Walked:
     """Find every tensor in an unpickled object, with its key path; cycle- and size-safe.
 
+    Past the node or depth cap it raises :class:`PickleBomb`: a limit no cache file comes near,
+    reported as a resource bomb (never as damage: the file may load).
+
     Iterative, O(nodes): each node keeps a link to its parent, and a path string is built
     only for the tensors found (building one per node is quadratic in the nesting depth).
     """
@@ -385,7 +312,7 @@ def walk(obj: Any) -> Walked:
     while stack:
         link, node = stack.pop()
         if len(links) > _MAX_NODES or len(found) > _MAX_TENSORS:
-            raise pickle.UnpicklingError("object graph too large for a cache file")
+            raise PickleBomb(f"an object graph of more than {_MAX_NODES:,} containers and tensors")
         if isinstance(node, TensorRecord):
             found.append((link, node))
             continue
@@ -396,7 +323,7 @@ def walk(obj: Any) -> Walked:
             seen.add(id(node))
             depth = depths[link] + 1
             if depth > _MAX_DEPTH:
-                raise pickle.UnpicklingError(f"objects nested more than {_MAX_DEPTH} deep")
+                raise PickleBomb(f"objects nested more than {_MAX_DEPTH:,} deep")
             items = node.items() if isinstance(node, dict) else enumerate(node)
             children = []
             for key, value in items:
@@ -405,18 +332,47 @@ def walk(obj: Any) -> Walked:
                     depths.append(depth)
                     children.append((len(links) - 1, value))
                     if len(links) > _MAX_NODES:
-                        raise pickle.UnpicklingError("object graph too large for a cache file")
+                        raise PickleBomb(f"an object graph of more than {_MAX_NODES:,} containers and tensors")
             stack.extend(reversed(children))
     if shared:
         refuse_unfolding(obj, "an object")
-    return Walked(container, [(_path(links, link), rec) for link, rec in found], _texts(obj))
+    paths = _paths(links, [link for link, _ in found])
+    return Walked(container, [(path, rec) for path, (_, rec) in zip(paths, found, strict=True)], _texts(obj))
 
 
-def _path(links: list[tuple[int, Any, bool]], link: int) -> str:
-    """``a.b[1]`` for the chain of keys that leads to ``link``."""
-    parts: list[str] = []
-    while link > 0:
-        parent, key, index = links[link]
-        parts.append(f"[{key}]" if index else (f".{key}" if parent > 0 else str(key)))
-        link = parent
-    return "".join(reversed(parts))
+#: A key path names a tensor in findings: each key is cut to ``_MAX_PART`` characters and the path
+#: to ``_MAX_PATH``. One memoised 35 KB key above 60,000 tensors made 60,000 paths of 35 KB
+#: each (4 GB) while the loader itself shares the one string.
+_MAX_PART, _MAX_PATH = 64, 256
+_CUT = "\u2026"
+
+
+def _part(key: Any) -> str:
+    text = key if isinstance(key, str) else short(key)  # str(huge int) raises, str(a DAG) explodes
+    return text if len(text) <= _MAX_PART else text[:_MAX_PART] + _CUT
+
+
+def _paths(links: list[tuple[int, Any, bool]], leaves: list[int]) -> list[str]:
+    """``a.b[1]`` for the chain of keys that leads to each of ``leaves``: each container's path
+    is built once and shared by what it holds (a path per node from the root is quadratic in
+    the nesting depth)."""
+    done: dict[int, str] = {0: ""}
+    out: list[str] = []
+    for leaf in leaves:
+        chain: list[int] = []
+        link = leaf
+        while link not in done:
+            chain.append(link)
+            link = links[link][0]
+        text = done[link]
+        for step in reversed(chain):
+            parent, key, index = links[step]
+            if len(text) < _MAX_PATH:
+                part = _part(key)
+                text = f"{text}[{part}]" if index else (f"{text}.{part}" if parent > 0 else part)
+                if len(text) >= _MAX_PATH:
+                    text = text[:_MAX_PATH] + _CUT
+            if step != leaf:
+                done[step] = text
+        out.append(text)
+    return out

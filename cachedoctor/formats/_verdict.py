@@ -95,6 +95,7 @@ class Sequence:
     ends: list[int] = field(default_factory=list)  # where each complete pickle ends
     stopped: str | None = None  # why the walk ended early: a loader stops there too
     calls: bool = False  # a call opcode (REDUCE, NEWOBJ, INST, OBJ, BUILD) was reached
+    allocated: int = 0  # bytes the calls of all the pickles would allocate (one budget per file)
 
     @property
     def truncated(self) -> bool:
@@ -109,6 +110,11 @@ def screen_sequence(data: bytes | memoryview, count: int, where: str, start: int
         result = screen(f"{where} pickle {i + 1}" if count > 1 else where, data, pos)
         merge(found.unsafe, result.unsafe)
         found.calls = found.calls or result.calls
+        found.allocated += result.allocated
+        if found.allocated > LIMITS.call_bytes:  # one allocation budget for the file, not per pickle
+            raise bomb(
+                where, f"its pickles' calls would allocate {found.allocated:,} bytes, limit {LIMITS.call_bytes:,}"
+            )
         if not result.complete:
             found.stopped = result.error
             return found
