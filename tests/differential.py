@@ -11,7 +11,9 @@ allow_pickle=True)`` with every member of an npz read, gunzip then ``torch.load`
   whether or not the load then finished: ``find_class`` has imported the module it names by then
   (a module's import is its code running), and a load that raises later may already have called
   it. This is stricter than "a loader opened it and it reached a global": a truncated pickle is
-  held to account too. A name whose import or lookup fails is not reached. It is named by what
+  held to account too, when its name is a cache file's (``.pt``, ``.npz``...: a trainer loads it
+  by that name; a ``notes.txt`` that every loader fails on is loaded by no trainer, and the scanner
+  only recognises a pickle under a foreign name when it walks whole or reaches a call). A name whose import or lookup fails is not reached. It is named by what
   it resolved to (``module.qualname``), so ``__builtin__.set`` read at protocol 2 is
   ``builtins.set``, as the unpickler maps it, and at protocol 3 nothing (no such module); or
 - numpy handed an array's bytes to the unpickler (an object dtype), whatever they then held.

@@ -34,6 +34,8 @@ from exploits import REPO, Reduce, build_corpus, gz, legacy_bytes, npy_of, npz_o
 from factories import PWNED_MARKER, latent, pt_bytes
 from fuzz_mutations import Pool, mutant
 
+from cachedoctor.cachenames import claims_cache
+
 #: Names no healthy cache may reach: a benign set holding one of them means the oracle is wrong.
 NEVER_BENIGN = ("os.", "posix.", "subprocess.", "sys.", "builtins.eval", "builtins.exec", "builtins.getattr")
 
@@ -238,6 +240,8 @@ def _check_seeds(
 
 def _compare(m: Mutant, seed: int, path: Path, o: Outcome, report: dict, keep: Path | None, result: Campaign) -> None:
     new = o.new(result.benign)
+    if new and not any(o.opened.values()) and not claims_cache(path.name):
+        new = {}  # every loader fails on it and its name is no cache's: no trainer loads it (differential.py)
     found, unsafe = unsafe_by_mode(report, path)
     names = sorted(set(m.chain.replace(">", " + ").split(" + ")))
     result.counts["dangerous" if new else "harmless"] += 1

@@ -19,7 +19,7 @@ from cachedoctor.formats._zip import directory_of, is_zip
 from cachedoctor.formats.interface import FileMeta, FormatReader, MemberCrc, ReadError, TensorMeta, UnreadableFile
 from cachedoctor.formats.npy import NpyReader
 from cachedoctor.formats.npz import NpzReader
-from cachedoctor.formats.plain_pickle import PlainPickleReader
+from cachedoctor.formats.plain_pickle import PlainPickleReader, named_before_break
 from cachedoctor.formats.safetensors import SafetensorsReader
 from cachedoctor.formats.torch_gzip import TorchGzipReader
 from cachedoctor.formats.torch_legacy import TorchLegacyReader
@@ -188,6 +188,8 @@ def _dispatch(path: str, src: Source, deep: bool) -> FileMeta | None:
     if is_zip(head):
         directory_of(src)  # a damaged zip says so; an intact foreign zip is named as such
         raise ReadError("unknown-format", "a zip archive that is neither a torch.save nor an np.savez file")
+    if claims_cache(path):
+        return named_before_break(path, src)
     return None
 
 

@@ -24,7 +24,7 @@ def screen_members(
     reads and any other ``*.pkl`` member (a second data.pkl in another letter case or folder,
     which another reader may pick). A TorchScript archive is itself unsafe."""
     unsafe: list[str] = []
-    opcodes = 0
+    opcodes = allocated = 0
     if index is not None and len(index) == len(directory.entries):  # no duplicates: names already folded
         pickles = [member for key, member in index.items() if key.endswith(".pkl")]
     else:
@@ -50,4 +50,9 @@ def screen_members(
         opcodes += result.opcodes
         if opcodes > LIMITS.opcodes:  # one budget for the whole file, however many pickles it holds
             raise bomb(member.name, f"more than {LIMITS.opcodes:,} opcodes in all its pickles", opcodes)
+        allocated += result.allocated
+        if allocated > LIMITS.call_bytes:  # and one allocation budget: a loader may read them all
+            raise bomb(
+                member.name, f"its pickles' calls would allocate {allocated:,} bytes, limit {LIMITS.call_bytes:,}"
+            )
     return unsafe

@@ -79,6 +79,27 @@ class PlainPickleReader(FormatReader):
         )
 
 
+def named_before_break(path: str, src: Source) -> FileMeta | None:
+    """A cache-named file no reader claims whose bytes walk as a pickle that names a foreign
+    global before they break (a truncated protocol-0 pickle): every loader's unpickler calls
+    ``find_class`` on that name, importing the module, before it reaches the break, so the file
+    fails closed as unsafe. Only for cache names: a caption that starts ``c...`` walks as a
+    GLOBAL too, and no trainer loads a caption with torch.load."""
+    if not src.size or _ARG[src.read_at(0, 1)[0]][0] < 0:
+        return None
+    walked = _walk(src)
+    if isinstance(walked, ReadError) or not walked.unsafe:
+        return None
+    return FileMeta(
+        path,
+        PlainPickleReader.name,
+        src.size,
+        foreign_globals=tuple(walked.unsafe),
+        loaders=LOADERS[PlainPickleReader.name],
+        unreadable_reason=f"the pickle breaks after naming them ({walked.stopped}); a loader imports them first",
+    )
+
+
 def _refuse_unfolding_bomb(data: bytes) -> None:
     """Shared references that unfold into billions of objects load cheaply and then stall
     whatever walks the result (a repr, a tree map, torch's error message for a bad persistent

@@ -295,3 +295,33 @@ def test_differential_fuzz(tmp_path: Path) -> None:
     assert len(ran) >= len(plan) // 4, "the mutants should mostly stay loadable"
     missed = [item["id"] for item in ran if not _judged_unsafe(Path(item["path"]))]
     assert missed == [], f"mutants a loader ran but the readers did not name: {missed}"
+
+
+def test_truncated_pickle_imports_the_module_it_names_before_failing(tmp_path: Path) -> None:
+    """A protocol-0 pickle cut off after its GLOBAL line: torch.load and pickle.load both fail
+    on it, but only after ``find_class`` imported the module it names (a planted module's code
+    runs; proven here in a subprocess). Under a cache name it is unsafe-pickle, quick and deep;
+    the same bytes under a caption's name are left alone (no trainer loads a caption)."""
+    planted = tmp_path / "plantedmod.py"
+    ran = tmp_path / "imported"
+    planted.write_text(f"open({str(ran)!r}, 'w').close()\nfn = print\n")
+    data = b"cplantedmod\nfn\n(Vtouch cached"
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / "a.pt").write_bytes(data)
+    (folder / "a.txt").write_bytes(data)
+    for loader in ("torch.load(p, weights_only=False)", "pickle.load(open(p, 'rb'))"):
+        ran.unlink(missing_ok=True)
+        code = f"import pickle, torch, sys; p = sys.argv[1]\ntry:\n    {loader}\nexcept Exception as e:\n    print(type(e).__name__)"
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(folder / "a.pt")],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.stdout.strip(), f"{loader} did not fail: {out.stdout} {out.stderr[-300:]}"
+        assert ran.exists(), f"{loader} did not import the planted module"
+    found = kinds_by_mode(folder, folder / "a.pt")
+    assert found == {"quick": [("unsafe-pickle", "code")], "deep": [("unsafe-pickle", "code")]}
+    assert kinds_by_mode(folder, folder / "a.txt") == {"quick": [], "deep": []}

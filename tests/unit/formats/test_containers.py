@@ -164,3 +164,24 @@ def test_deflate_member_lying_about_its_size_is_damage() -> None:
     with pytest.raises(ReadError):
         read_member(src, lying, limit=1 << 20)
     assert len(data) < len(_ZERO)
+
+
+def test_one_allocation_budget_for_all_the_pickles_of_an_archive(tmp_path: Path) -> None:
+    """Two ``.pkl`` members that each call ``bytearray(40 MiB)``: each is under the per-file
+    call budget alone, but a file is judged with one budget for all its pickles (a loader that
+    picks either, or both, is bounded by the file, not by the member)."""
+    from exploits import glob, write_zip
+    from exploits_gadgets import REDUCE, TUPLE1, long1
+
+    grab = plain(glob("builtins", "bytearray") + long1(40 << 20) + TUPLE1 + REDUCE)
+    one = tmp_path / "one.pt"
+    one.write_bytes(write_zip([("archive/data.pkl", grab), ("archive/version", b"3\n")]))
+    two = tmp_path / "two.pt"
+    two.write_bytes(write_zip([("archive/data.pkl", grab), ("archive/extra.pkl", grab), ("archive/version", b"3\n")]))
+    with pytest.raises(ReadError) as raised:
+        read_file(str(two))
+    assert raised.value.problem == "resource-bomb"
+    try:
+        read_file(str(one))
+    except ReadError as exc:  # a lone 40 MiB bytearray is no tensor: anything but a bomb
+        assert exc.problem != "resource-bomb"
