@@ -40,7 +40,9 @@ LOADERS = {
 }
 
 
-def bomb(where: str, reason: str, opcodes: int = 0) -> ReadError:
+def bomb(where: str, reason: str, opcodes: int = 0, unsafe: tuple[str, ...] | list[str] = ()) -> ReadError:
+    """A resource bomb; ``unsafe`` the foreign globals the walk met before the limit (a loader
+    imports them before it gets that far, so no damage excuses the file)."""
     return ReadError(
         "resource-bomb",
         f"{where} passes the limits of any cache file ({reason}): a resource "
@@ -48,6 +50,7 @@ def bomb(where: str, reason: str, opcodes: int = 0) -> ReadError:
         limit=reason,
         where=where,
         opcodes=opcodes,
+        **({"unsafe": list(unsafe)} if unsafe else {}),
     )
 
 
@@ -62,7 +65,7 @@ def screen(where: str, data: bytes | memoryview, start: int = 0) -> PickleScan:
     small = start == 0 and isinstance(data, bytes) and len(data) <= _MEMO_BYTES
     result = scan_bytes(data) if small else scan(data, start)
     if result.bomb is not None:
-        raise bomb(where, result.bomb, result.opcodes)
+        raise bomb(where, result.bomb, result.opcodes, result.unsafe)
     return result
 
 

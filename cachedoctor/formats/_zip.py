@@ -209,12 +209,12 @@ def read_directory(src: Source, *, absolute: bool = False) -> ZipDirectory:
     tail_len = min(size, _TAIL_GUESS)
     tail_start = size - tail_len
     tail = src.exact(tail_start, tail_len)
-    eocd = tail_len - 22 if tail[-22:-18] == _EOCD else tail.rfind(_EOCD, 0, tail_len - 21)
+    eocd = tail_len - 22 if tail[-22:-18] == _EOCD else tail.rfind(_EOCD, 0, tail_len - 18)
     if eocd < 0 and tail_start > 0:
         tail_len = min(size, _TAIL_GUESS + _MAX_COMMENT + 22)
         tail_start = size - tail_len
         tail = src.exact(tail_start, tail_len)
-        eocd = tail.rfind(_EOCD, 0, tail_len - 21)
+        eocd = tail.rfind(_EOCD, 0, tail_len - 18)
     if eocd < 0:
         raise ReadError("truncated", "no zip end record: the archive is truncated (failed finding central directory)")
     (_, _, _, _, n_total, cd_size, cd_offset, _) = _END_RECORD.unpack_from(tail, eocd)

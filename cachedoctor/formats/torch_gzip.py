@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from cachedoctor.cachenames import claims_cache
 from cachedoctor.formats import _deep, torch_zip
 from cachedoctor.formats._inflate import CapPassed, gunzip
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._verdict import GUNZIP_LOAD, bomb
 from cachedoctor.formats._zip import is_zip, torch_directory_of
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError
-from cachedoctor.formats.plain_pickle import PlainPickleReader
+from cachedoctor.formats.plain_pickle import PlainPickleReader, named_before_break
 from cachedoctor.formats.torch_legacy import TorchLegacyReader
 from cachedoctor.formats.torch_tar import TorchTarReader
 
@@ -82,4 +83,7 @@ class TorchGzipReader(FormatReader):
                 if reader.name == "torch-legacy":
                     return replace(meta, format=self.name)
                 break
+        reached = named_before_break(path, inner) if claims_cache(path) else None  # breaks after naming a module
+        if reached is not None:
+            return replace(reached, format=self.name, loaders=(GUNZIP_LOAD,))
         raise ReadError("bad-gzip", "gzip file that does not wrap a torch.save archive")

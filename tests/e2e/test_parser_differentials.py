@@ -7,6 +7,7 @@ bounded memory; damage (a failed CRC) is told from intent.
 from __future__ import annotations
 
 import atexit
+import gzip
 import json
 import os
 import shutil
@@ -325,3 +326,39 @@ def test_truncated_pickle_imports_the_module_it_names_before_failing(tmp_path: P
     found = kinds_by_mode(folder, folder / "a.pt")
     assert found == {"quick": [("unsafe-pickle", "code")], "deep": [("unsafe-pickle", "code")]}
     assert kinds_by_mode(folder, folder / "a.txt") == {"quick": [], "deep": []}
+    # gzip'd, as SimpleTuner's compressed caches are: gunzip, then torch.load imports it the same way
+    (folder / "b.pt").write_bytes(gzip.compress(data))
+    ran.unlink()
+    code = "import gzip, io, torch, sys\ntry:\n    torch.load(io.BytesIO(gzip.decompress(open(sys.argv[1], 'rb').read())), weights_only=False)\nexcept Exception as e:\n    print(type(e).__name__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(folder / "b.pt")], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.strip() and ran.exists(), (out.stdout, out.stderr[-300:])
+    found = kinds_by_mode(folder, folder / "b.pt")
+    assert found == {"quick": [("unsafe-pickle", "code")], "deep": [("unsafe-pickle", "code")]}
+
+
+def test_damage_after_the_payload_is_still_an_attack(tmp_path: Path) -> None:
+    """A data.pkl that calls ``os.system`` and then, past the call, holds a string length
+    damaged to 128 MiB (its CRC fails): torch.load runs the payload before it reaches the
+    damage, so the damage excuses nothing: unsafe-pickle, never the recomputable bad-crc."""
+    import struct as _struct
+
+    from exploits import call, glob, proto, uni, zip_with_data_pkl
+
+    marker = tmp_path / "ran"
+    tail = b"X" + _struct.pack("<I", 7) + b"abcdefg"
+    evil = proto(2) + call(glob("os", "system"), uni(f"touch {marker}")) + b"0" + tail + b"."
+    archive = zip_with_data_pkl(evil)
+    at = archive.index(tail)
+    damaged = archive[:at] + b"X" + _struct.pack("<I", 0x08000007) + archive[at + 5 :]
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / "a.pt").write_bytes(damaged)
+    code = "import torch, sys\ntry:\n    torch.load(sys.argv[1], weights_only=False)\nexcept Exception as e:\n    print(type(e).__name__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(folder / "a.pt")], capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.strip() and marker.exists(), (out.stdout, out.stderr[-300:])  # ran, then failed
+    found = kinds_by_mode(folder, folder / "a.pt")
+    assert found == {"quick": [("unsafe-pickle", "resource-bomb")], "deep": [("unsafe-pickle", "resource-bomb")]}
