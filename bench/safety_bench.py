@@ -251,7 +251,7 @@ BENCH = Bench(
     ],
     quick={},
     kept_name=lambda args: "safety",
-    describe=lambda args: {"version": 1},
+    describe=lambda args: {"version": 2},
     detail=lambda f: (
         f"{f.get('wall_s', 0):.1f} s, tree RSS {f.get('peak_tree_rss_mib', 0):.0f} MiB "
         f"(PSS {f.get('peak_tree_pss_mib', 0):.0f}), largest process {f.get('largest_process_maxrss_mib', 0):.0f} MiB, "

@@ -172,13 +172,13 @@ def _replace(
             path = job.items[index][0]
             job.done.append(timed_out(path, timeout))
             job.items = job.items[:index] + job.items[index + 1 :]
-        elif not stuck and 0 <= (index := slots.index(job.slot)) < len(job.items):  # on a file as a reader died
+        elif not stuck and 0 <= (on := slots.index(job.slot)) < len(job.items):  # on a file as a reader died
             suspects += 1
-            if job.alone and index == 0:  # it died alone on this file: the file is reported
+            if job.alone and on == 0:  # it died alone on this file: the file is reported
                 job.done.append(died(job.items[0][0], memory))
                 job.items, job.alone = job.items[1:], False
             else:  # read that file first, alone
-                job.items = [job.items[index]] + job.items[:index] + job.items[index + 1 :]
+                job.items = [job.items[on]] + job.items[:on] + job.items[on + 1 :]
                 job.alone = True
         if not job.items:
             collector.add(job.folder_id, job.done)
