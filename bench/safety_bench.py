@@ -76,6 +76,8 @@ MEASURE = r"""
 import json, os, subprocess, sys, threading, time
 corpus, deep, workers, timeout, report = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4], sys.argv[5]
 files, limit = json.load(open(sys.argv[6])), float(sys.argv[7])
+if os.path.exists(report):
+    os.unlink(report)  # a scan that is killed leaves none: never judge it by an older one
 argv = [sys.executable, "-m", "cachedoctor", "scan", corpus, "--no-state", "--format", "json", "-o", report,
         "--file-timeout", timeout, "--fail-on", "never", "-q"] + (["--deep"] if deep else [])
 if workers != "default":

@@ -50,6 +50,7 @@ def _busy_past_signals(path: str) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_one_worker_scan_stops_a_busy_file_the_alarm_cannot_reach(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -163,6 +164,7 @@ def test_the_parent_never_opens_a_cache_file(tmp_path: Path) -> None:
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
+@pytest.mark.slow
 def test_a_real_hash_flood_is_judged_within_the_timeout_with_one_worker(tmp_path: Path) -> None:
     """The issue's file: a dict of 240,000 integer keys that all hash to 0, in batches of 1,000
     (under every walk limit). Today's walker keeps its keys in a dict and stalls for minutes;
@@ -181,3 +183,40 @@ def test_a_real_hash_flood_is_judged_within_the_timeout_with_one_worker(tmp_path
         [("unsafe-pickle", "flood.pt")],
     )
     assert result.stats.files_read == 2 and not result.errors
+
+
+_QUICK_WORKER_MODULES = """
+import json, sys
+import cachedoctor.scan.worker as worker
+from cachedoctor.scan import ScanOptions, scan
+real, out = worker.inspect_chunk, sys.argv[2]
+def chunk(*args, **kwargs):
+    outcomes = real(*args, **kwargs)
+    with open(out, "w") as f:  # in the worker: what the reads imported
+        json.dump(sorted(m for m in ("torch", "numpy") if m in sys.modules), f)
+    return outcomes
+worker.inspect_chunk = chunk
+import cachedoctor.scan.pool as pool
+pool.inspect_chunk = chunk
+result = scan([sys.argv[1]], ScanOptions(workers=1))
+assert result.stats.files_read == 2, result.stats
+"""
+
+
+def test_a_quick_scan_worker_imports_neither_torch_nor_numpy(tmp_path: Path) -> None:
+    """The quick path's promise (``tests/unit/formats``) held where the reads now happen: in the
+    worker, not the parent."""
+    import numpy as np
+    from factories import latent, save_pt, write_npz
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    save_pt(cache / "a.pt", {"x": latent()})
+    write_npz(cache / "b.npz", latents=np.zeros(3, np.float32))
+    record = tmp_path / "modules.json"
+    subprocess.run(
+        [sys.executable, "-c", _QUICK_WORKER_MODULES, str(cache), str(record)],
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
+    )
+    assert json.loads(record.read_text()) == []
