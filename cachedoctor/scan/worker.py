@@ -54,7 +54,26 @@ def inspect_file(path: str, *, deep: bool = True, unsaved: bool = False) -> Outc
         mtime = os.stat(path).st_mtime_ns
     except OSError:
         pass
-    return _inspect(path, deep, mtime, temp_ok=unsaved)
+    return _alarmed(path, lambda: _inspect(path, deep, mtime, temp_ok=unsaved))
+
+
+#: ``--file-timeout``'s default, for the reads made outside a scan's workers (repair's verify
+#: and peer reads): there the alarm alone bounds them, in the caller's main thread.
+ALONE_TIMEOUT = 10.0
+
+
+def _alarmed(path: str, read: Callable[[], Outcome]) -> Outcome:
+    """``read()`` under the per-file alarm (``watchdog.file_timer``; only in the main thread): a
+    read that burns the CPU past :data:`ALONE_TIMEOUT` is the file's ``read-timeout``. What the
+    alarm cannot reach (a C call) and memory are bounded only in a scan's workers."""
+    with file_timer(ALONE_TIMEOUT) as arm:
+        try:
+            arm(True)
+            outcome = read()
+            arm(False)
+        except FileTimeout:
+            outcome = timed_out(path, ALONE_TIMEOUT)
+    return outcome
 
 
 def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False, temp_ok: bool = False) -> Outcome:
@@ -100,6 +119,10 @@ def _capped(exc: ReadError | MemoryError) -> ReadError:
 def inspect_bytes(path: str, data: bytes) -> Outcome:
     """:func:`inspect_file` (deep, ``unsaved``) of ``data`` as the file at ``path``: repair
     judges the bytes it is about to put in place without writing and reading them back."""
+    return _alarmed(path, lambda: _inspect_bytes(path, data))
+
+
+def _inspect_bytes(path: str, data: bytes) -> Outcome:
     try:
         meta = read_bytes(path, data, deep=True)
     except ReadError as exc:

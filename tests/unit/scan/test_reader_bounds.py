@@ -220,3 +220,27 @@ def test_a_quick_scan_worker_imports_neither_torch_nor_numpy(tmp_path: Path) -> 
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
     )
     assert json.loads(record.read_text()) == []
+
+
+def _busy(*args: object, **kwargs: object) -> None:
+    while True:  # Python code: the alarm reaches it (a C call would not: see the pool's tests)
+        pass
+
+
+@pytest.mark.slow
+def test_repairs_own_reads_outside_the_workers_are_under_the_alarm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``inspect_file`` and ``inspect_bytes`` (repair's verify and peer reads) run in the caller's
+    process, not in a worker: the alarm alone bounds them there, for a read busy in Python."""
+    from cachedoctor.scan import inspect_bytes, inspect_file
+
+    monkeypatch.setattr("cachedoctor.scan.worker.ALONE_TIMEOUT", 0.5)
+    monkeypatch.setattr("cachedoctor.scan.worker.read_file", _busy)
+    monkeypatch.setattr("cachedoctor.scan.worker.read_bytes", _busy)
+    path = str(peers(tmp_path, n=1)[0])
+    for judge in (lambda: inspect_file(path), lambda: inspect_bytes(path, Path(path).read_bytes())):
+        started = time.monotonic()
+        outcome = judge()
+        assert time.monotonic() - started < STARVED * 0.5
+        assert [(f.kind, f.details["seconds"]) for f in outcome.findings] == [("read-timeout", 0.5)]
