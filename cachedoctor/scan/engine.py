@@ -3,8 +3,8 @@
 Work goes out in chunks of a folder's files with a bounded number in flight, and a folder's
 peer checks run (in ``folders.py``) as soon as its last chunk is back, so memory stays flat
 however large the cache. With a state database, a folder's unchanged files are taken from it
-(``state/plan.py``) and only the rest go to the workers. ``workers=1`` runs in-process (no
-pool start-up, easy to profile).
+(``state/plan.py``) and only the rest go to the workers. ``workers=1`` is one worker process
+too: no file is read by the process that must survive it (``pool.py``), whatever the mode.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from cachedoctor.layouts.interface import DatasetPlan
 from cachedoctor.layouts.samplers.census import from_shapes, gather
 from cachedoctor.progress import LIST, SCAN
 from cachedoctor.remote.interface import is_remote
+from cachedoctor.scan._memcap import FILE_MEMORY
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.folders import Collector, Record, ScanError, ScanStats
 from cachedoctor.scan.remote_walk import OBJECT, PREFIX
@@ -51,6 +52,9 @@ class ScanOptions:
     sample: Sample | None = None  # deep-read this share, chosen through the state (implies deep reads)
     deep_changed: bool = False  # read deep whatever changed since the state's record (recover)
     file_timeout: float | None = 10.0  # seconds to judge one file before it is reported (read-timeout)
+    #: Bytes a reader may allocate for one file before it is reported (unsafe-pickle,
+    #: resource-bomb); ``None``: no cap. See ``_memcap.FILE_MEMORY``.
+    file_memory: int | None = FILE_MEMORY
     world_size: int | None = None  # the training run's ranks (rank-imbalance); None: from the trainer's config
     batch_size: int | None = None  # its batch size per rank; None: from the trainer's config
     s3: S3Settings | None = None  # how to reach s3:// targets (None: the standard AWS chain)
@@ -167,15 +171,10 @@ def _scan(
     first = next(chunks, None)  # None: every file was taken from the state database (a rescan)
     if first is None:
         pass  # nothing to read: no reader is imported and no worker started
-    elif workers <= 1:
-        from cachedoctor.scan.worker import inspect_chunk
-
-        for folder_id, items, facts, digest in chain([first], chunks):
-            collector.add(folder_id, inspect_chunk(items, facts, digest, options.file_timeout))
     else:
         from cachedoctor.scan.pool import run_pool
 
-        run_pool(chain([first], chunks), workers, collector, options.file_timeout)
+        run_pool(chain([first], chunks), max(1, workers), collector, options.file_timeout, options.file_memory)
     if remote:
         from cachedoctor.scan.remote_scan import scan_remote
 

@@ -7,10 +7,13 @@ sits on storage that stalls. Two layers stop it:
   read that keeps the CPU busy, or after ``STARVED * seconds`` of one that waits (on storage,
   or on a CPU other processes hold) (:func:`file_timer`): the file is reported as
   ``read-timeout`` and the worker goes on;
-* a C call that ignores signals (a decompressor, a huge allocation) is caught by the parent: each
-  worker notes in a shared slot which file of its chunk it is on and since when, and the parent
-  kills a worker whose file has run past ``STARVED * seconds`` plus a grace period (:class:`Slots`). The
-  pool is then replaced, the file reported, and the rest of the chunks read again.
+* a C call that ignores signals (a decompressor, a huge allocation, a dict insert under a hash
+  flood) is caught by the parent: each worker notes in a shared slot which file of its chunk it
+  is on, since when, and its CPU time then; the parent reads the worker's CPU time from
+  ``/proc/<pid>/stat`` and kills a worker whose file is :func:`overdue` by the same rule plus a
+  grace period (:class:`Slots`): a busy C call is stopped ``GRACE`` seconds after the alarm
+  would have fired, a waiting one after ``STARVED * seconds + GRACE``. The pool is then
+  replaced, the file reported, and the rest of the chunks read again.
 """
 
 from __future__ import annotations
@@ -80,17 +83,38 @@ def file_timer(seconds: float | None) -> Iterator[Callable[[bool], None]]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user + system) process ``pid`` has used, from ``/proc``; ``None`` where
+    there is no such file (another OS, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 class Slots:
-    """Shared memory in which each in-flight chunk's worker records ``(pid, file index, start)``."""
+    """Shared memory in which each in-flight chunk's worker records ``(pid, file index, start)``,
+    and, in a second array, the worker's CPU time at that start."""
 
     def __init__(self, count: int, context: Any) -> None:
         self.array = context.RawArray("d", count * 3)
+        self.cpu = context.RawArray("d", count)
         self.free = list(range(count - 1, -1, -1))
 
     def take(self) -> int:
         slot = self.free.pop()
         self.array[slot * 3 : slot * 3 + 3] = [0.0, -1.0, 0.0]
+        self.cpu[slot] = 0.0
         return slot
+
+    def index(self, slot: int) -> int:
+        """The file of its chunk that the worker of ``slot`` is on (``-1``: none, or done)."""
+        return int(self.array[slot * 3 + 1])
 
     def give_back(self, slot: int) -> None:
         self.free.append(slot)
@@ -100,18 +124,24 @@ class Slots:
         pid, index, started = self.array[slot * 3 : slot * 3 + 3]
         # ``started`` is 0 between a slot's take() and its worker's first mark(): a read that
         # catches the worker between its writes must not see "on a file since boot".
-        if pid and index >= 0 and started > 0 and time.monotonic() - started > STARVED * seconds + GRACE:
-            return int(pid), int(index)
-        return None
+        if not (pid and index >= 0 and started > 0):
+            return None
+        wall = time.monotonic() - started - GRACE
+        if wall < seconds:
+            return None
+        now = cpu_seconds(int(pid))
+        cpu = now - self.cpu[slot] if now is not None and self.cpu[slot] > 0 else 0.0
+        return (int(pid), int(index)) if overdue(wall, cpu, seconds) else None
 
 
-_worker_slots: Any = None  # the shared array, in a worker process
+_worker_slots: Any = None  # the shared arrays, in a worker process
+_worker_cpu: Any = None
 
 
-def attach(array: Any) -> None:
+def attach(array: Any, cpu: Any = None) -> None:
     """In a worker: remember the shared slots (called by the pool initializer)."""
-    global _worker_slots
-    _worker_slots = array
+    global _worker_slots, _worker_cpu
+    _worker_slots, _worker_cpu = array, cpu
 
 
 def mark(slot: int | None, index: int) -> None:
@@ -119,6 +149,8 @@ def mark(slot: int | None, index: int) -> None:
     if slot is None or _worker_slots is None:
         return
     base = slot * 3
+    if _worker_cpu is not None:
+        _worker_cpu[slot] = time.process_time() or 1e-9  # 0 reads as "not written yet"
     _worker_slots[base + 2] = time.monotonic()  # the time first: the parent reads the three fields unlocked
     _worker_slots[base + 1] = index
     _worker_slots[base] = os.getpid()

@@ -7,6 +7,7 @@ checks, or an error that makes the scan incomplete (exit 2).
 from __future__ import annotations
 
 import errno
+import gc
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -17,6 +18,7 @@ from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is
 from cachedoctor.findings import Finding
 from cachedoctor.formats import FileMeta, ReadError, Tally, UnreadableFile, claims_cache, read_bytes, read_file
 from cachedoctor.lifetime import reraise_interrupt
+from cachedoctor.scan._memcap import cap_error, capped, died_error, over_cap, release
 from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.watchdog import FileTimeout, file_timer, mark
 
@@ -52,7 +54,26 @@ def inspect_file(path: str, *, deep: bool = True, unsaved: bool = False) -> Outc
         mtime = os.stat(path).st_mtime_ns
     except OSError:
         pass
-    return _inspect(path, deep, mtime, temp_ok=unsaved)
+    return _alarmed(path, lambda: _inspect(path, deep, mtime, temp_ok=unsaved))
+
+
+#: ``--file-timeout``'s default, for the reads made outside a scan's workers (repair's verify
+#: and peer reads): there the alarm alone bounds them, in the caller's main thread.
+ALONE_TIMEOUT = 10.0
+
+
+def _alarmed(path: str, read: Callable[[], Outcome]) -> Outcome:
+    """``read()`` under the per-file alarm (``watchdog.file_timer``; only in the main thread): a
+    read that burns the CPU past :data:`ALONE_TIMEOUT` is the file's ``read-timeout``. What the
+    alarm cannot reach (a C call) and memory are bounded only in a scan's workers."""
+    with file_timer(ALONE_TIMEOUT) as arm:
+        try:
+            arm(True)
+            outcome = read()
+            arm(False)
+        except FileTimeout:
+            outcome = timed_out(path, ALONE_TIMEOUT)
+    return outcome
 
 
 def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False, temp_ok: bool = False) -> Outcome:
@@ -73,16 +94,35 @@ def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False, tem
             return Outcome(path, 0, "skipped", mtime_ns=mtime or 0)
         return Outcome(path, 0, "error", error=exc.message, mtime_ns=mtime or 0, io_bytes=tally.taken)
     except ReadError as exc:
-        return _judged_error(path, exc, _size(path), mtime, tally.taken)
+        return _judged_error(path, _capped(exc), _size(path), mtime, tally.taken)
+    except MemoryError as exc:  # past the memory cap outside the readers' own handlers
+        return _judged_error(path, _capped(exc), _size(path), mtime, tally.taken)
     except Exception as exc:  # a reader bug must not stop a scan of a million files
         reraise_interrupt(exc)
         return _reader_bug(path, exc, _size(path), mtime, tally.taken)
     return _judged(path, meta, _size, mtime, digest, tally.taken)
 
 
+def _capped(exc: ReadError | MemoryError) -> ReadError:
+    """In a reader process under a memory cap (``_memcap.py``), a read that ran out of memory is
+    the fail-closed verdict on a file that cannot be shown safe within the cap; elsewhere the
+    readers' own ``too-large``."""
+    limit = capped()
+    if limit is not None and over_cap(exc):
+        release()
+        return cap_error(limit)
+    if isinstance(exc, MemoryError):
+        return ReadError("too-large", "file structure asks for more memory than is available")
+    return exc
+
+
 def inspect_bytes(path: str, data: bytes) -> Outcome:
     """:func:`inspect_file` (deep, ``unsaved``) of ``data`` as the file at ``path``: repair
     judges the bytes it is about to put in place without writing and reading them back."""
+    return _alarmed(path, lambda: _inspect_bytes(path, data))
+
+
+def _inspect_bytes(path: str, data: bytes) -> Outcome:
     try:
         meta = read_bytes(path, data, deep=True)
     except ReadError as exc:
@@ -236,6 +276,10 @@ def inspect_chunk(
                 arm(False)
             except FileTimeout:
                 outcome = timed_out(path, timeout or 0.0)
+            if deep and outcome.format is None:
+                # A deep read that failed may leave its file's mapping to a traceback's cycle
+                # (``formats._mapped``): hundreds of MB resident until the collector runs.
+                gc.collect()
             outcomes.append(outcome)
     if slot is not None:
         mark(slot, -1)
@@ -250,4 +294,12 @@ def timed_out(path: str, seconds: float) -> Outcome:
         "the file defeats the readers' bounds or its storage stalls",
         seconds=seconds,
     )
+    return replace(_judge(Inspected(path, _size(path), error=error), None, None), transient=True)
+
+
+def died(path: str, limit: int | None) -> Outcome:
+    """The outcome of a file whose reader process died on it twice, the second time alone
+    (``pool.py``): not shown safe, so ``unsafe-pickle`` (``resource-bomb``); judged by
+    circumstance, so read again by the next scan."""
+    error = died_error(limit)
     return replace(_judge(Inspected(path, _size(path), error=error), None, None), transient=True)

@@ -88,7 +88,9 @@ def test_a_cache_that_grew_since_the_record_never_shows_more_done_than_total(tmp
     scan([str(tmp_path)], ScanOptions(workers=1, state="auto"))
     peers(tmp_path / "new", 4)
     calls, progress = recorder()
-    scan([str(tmp_path)], ScanOptions(workers=1, state="auto"), progress)
+    # one file a chunk: the reads outrun the record before the walk has listed every folder
+    # (with chunks of 64, the worker process is sent the whole walk before its first answer)
+    scan([str(tmp_path)], ScanOptions(workers=1, state="auto", chunk_size=1), progress)
     assert calls[0] == ("scan", 0, 8)  # the record: 8 files
     assert any(t is None for _, _, t in calls)  # past the record, unknown until the walk ends
     assert calls[-1] == ("scan", 12, 12)
