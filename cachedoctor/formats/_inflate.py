@@ -47,15 +47,17 @@ class _Zlib:
         self.obj = zlib.decompressobj(wbits)
         self.tail = b""
         self.eof = False
+        self.full = False  # the last call filled max_out: zlib may hold more output with no input left
 
     def feed(self, data: bytes, max_out: int) -> bytes:
         out = self.obj.decompress(self.tail + data if self.tail else data, max_out)
         self.tail = self.obj.unconsumed_tail
         self.eof = self.obj.eof
+        self.full = len(out) == max_out
         return out
 
     def hungry(self) -> bool:
-        return not self.tail
+        return not self.tail and not self.full
 
 
 class _Buffered:

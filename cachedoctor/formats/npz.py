@@ -37,8 +37,9 @@ from cachedoctor.formats.npy import (
 )
 
 #: Members whose data is inflated in deep mode to count NaN/Inf (larger ones are CRC-checked in
-#: pieces, their values not counted): the most the scanner holds of one member.
-DEEP_CAP = 256 << 20
+#: pieces, their values not counted): the most the scanner holds of one member, under the
+#: reader's memory cap (``scan/_memcap.FILE_MEMORY``, 192 MiB).
+DEEP_CAP = 128 << 20
 #: The smallest ``.npy`` that can hold an object array: magic, version, length, a minimal
 #: header and a pickle; members shorter than this are never read to look for one.
 _SMALLEST_NPY = 48

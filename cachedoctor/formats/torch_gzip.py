@@ -26,8 +26,9 @@ from cachedoctor.formats.torch_tar import TorchTarReader
 #: The most a gzip file is inflated to in memory (its inner file is then read like any other).
 #: SimpleTuner's compressed caches are one latent or embedding each, megabytes at most; a gzip
 #: that inflates past this is a decompression bomb (``gzip.decompress`` would hold all of it,
-#: and the scanner cannot judge what lies past it): reading stops at the cap.
-MAX_INFLATED = 256 << 20
+#: and the scanner cannot judge what lies past it): reading stops at the cap, which leaves room
+#: under the reader's memory cap (``scan/_memcap.FILE_MEMORY``, 192 MiB) for the inner read.
+MAX_INFLATED = 128 << 20
 _INNER = (TorchLegacyReader(), TorchTarReader(), PlainPickleReader())
 
 

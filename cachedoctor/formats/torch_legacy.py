@@ -83,6 +83,8 @@ class TorchLegacyReader(FormatReader):
             raise
         except PickleBomb as exc:
             raise bomb("legacy torch file", str(exc)) from None
+        except MemoryError:
+            raise  # the reader's memory cap: the scan's verdict on it (scan/_memcap.py), not damage
         except Exception as exc:  # hostile or damaged pickles raise anything
             reraise_interrupt(exc)
             raise ReadError(

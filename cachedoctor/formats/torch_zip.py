@@ -241,6 +241,8 @@ def _unpickle(data: bytes) -> tuple[Walked | None, str | None, str | None]:
         walked = walk(unpickler.load())
     except PickleBomb as exc:
         return None, None, str(exc)
+    except MemoryError:
+        raise  # the reader's memory cap: the scan's verdict on it (scan/_memcap.py), not damage
     except Exception as exc:  # hostile or damaged pickles raise anything: catch broadly
         reraise_interrupt(exc)
         return None, f"{type(exc).__name__}: {str(exc)[:120]}", None

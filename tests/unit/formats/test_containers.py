@@ -185,3 +185,20 @@ def test_one_allocation_budget_for_all_the_pickles_of_an_archive(tmp_path: Path)
         read_file(str(one))
     except ReadError as exc:  # a lone 40 MiB bytearray is no tensor: anything but a bomb
         assert exc.problem != "resource-bomb"
+
+
+@pytest.mark.parametrize("size", [(1 << 20) + 128, (5 << 20) + 128, 3 << 20])
+def test_a_highly_compressed_member_streams_to_its_last_byte(size: int) -> None:
+    """zlib can hold output back once a call fills its output limit, with no input left: the
+    stream must ask again rather than call the member ended (a real savez_compressed of zeros
+    larger than the deep cap was a false CRC failure, 128 bytes short)."""
+    data = bytes(size)
+    src, info = _member(DEFLATED, data)
+    from cachedoctor.formats._inflate import MemberStream
+
+    start = 30 + len(info.filename.encode()) + len(info.extra)
+    stream = MemberStream(src, start, DEFLATED, info.compress_size, info.filename, size)
+    total = 0
+    while piece := stream.read(1 << 20):
+        total += len(piece)
+    assert total == size
