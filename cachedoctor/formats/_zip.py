@@ -233,7 +233,7 @@ def read_directory(src: Source, *, absolute: bool = False) -> ZipDirectory:
             raise ReadError("bad-zip", "ZIP64 end record signature missing")
         (_, _, _, _, _, _, _, n_total, cd_size, cd_offset) = struct.unpack_from("<4sQHHIIQQQQ", rec)
         end_of_cd = eocd64_pos
-    elif 0xFFFFFFFF in (cd_size, cd_offset) or n_total == 0xFFFF:
+    elif 0xFFFFFFFF in (cd_size, cd_offset) or (n_total == 0xFFFF and absolute):  # zipfile never reads the count
         raise ReadError("bad-zip", "end record needs a ZIP64 record that is missing")
     if n_total > _MAX_MEMBERS:
         raise ReadError("bad-zip", f"implausible member count {n_total}")

@@ -179,7 +179,15 @@ def _describe(
     assert walked is not None
 
     deep_src = src if deep and isinstance(src, BufferSource) else None
-    layout = _deep.Members(deep_src, directory) if deep_src is not None else None
+    try:
+        layout = _deep.Members(deep_src, directory) if deep_src is not None else None
+    except ReadError as exc:
+        if not unsafe:
+            raise
+        # damage a deep read finds elsewhere in the archive excuses nothing torch.load runs
+        return FileMeta(
+            path, fmt, src.size, foreign_globals=tuple(unsafe), unreadable_reason=exc.message, loaders=loaders
+        )
     tensors: list[TensorMeta] = []
     missing: list[str] = []
     for key, rec in walked.tensors:
