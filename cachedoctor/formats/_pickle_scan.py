@@ -67,6 +67,8 @@ from cachedoctor.formats._pickle_opcodes import (
 from cachedoctor.formats._pickle_policy import ALLOWED, DYNAMIC, EXTENSION, LIMITS, Limits, canonical
 from cachedoctor.formats._pickle_values import Blob, Box, Global
 
+_ACTS_ON = frozenset({0x61, 0x62, 0x73})  # APPEND, BUILD, SETITEM (as the C unpickler checks)
+
 
 @dataclass(frozen=True, slots=True)
 class PickleScan:
@@ -254,7 +256,8 @@ class _Walker:
                         fence = marks[-1] if marks else 0
                         continue
                     pops, pushes = _FIXED_EFFECT[op]
-                    if len(stack) - max(pops, 1) < fence:
+                    # APPEND, BUILD and SETITEM also need the object they act on above the fence
+                    if len(stack) - max(pops, 1) - (op in _ACTS_ON) < fence:
                         raise _Stop("unpickling stack underflow")
                     if op in _CALLS:
                         self.calls = True
