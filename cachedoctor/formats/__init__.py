@@ -126,7 +126,7 @@ def _claimed(src: Source) -> bool:
     return is_zip(head) or any(reader.claims(head, src) for reader in READERS)
 
 
-_READ_INTO = 8 << 20  # deep reads up to this size go into one reused buffer, larger ones are mapped
+_READ_INTO = MAPPED_FROM = 8 << 20  # deep reads up to this size go into one reused buffer, larger ones are mapped
 _buffer = bytearray()
 _base = 0  # where in _buffer a 64-byte boundary is
 
@@ -242,6 +242,7 @@ def _with_polyglots(path: str, head: bytes, src: Source, reader: FormatReader, d
 
 __all__ = [
     "CACHE_SUFFIXES",
+    "MAPPED_FROM",
     "READERS",
     "FileMeta",
     "FormatReader",

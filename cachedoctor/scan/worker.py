@@ -16,7 +16,16 @@ from functools import lru_cache
 from cachedoctor import keynames
 from cachedoctor.checks import FILE_CHECKS, Inspected, PeerEntry, PeerTensor, is_temp_name
 from cachedoctor.findings import Finding
-from cachedoctor.formats import FileMeta, ReadError, Tally, UnreadableFile, claims_cache, read_bytes, read_file
+from cachedoctor.formats import (
+    MAPPED_FROM,
+    FileMeta,
+    ReadError,
+    Tally,
+    UnreadableFile,
+    claims_cache,
+    read_bytes,
+    read_file,
+)
 from cachedoctor.lifetime import reraise_interrupt
 from cachedoctor.scan._memcap import cap_error, capped, died_error, over_cap, release
 from cachedoctor.scan.outcome import Outcome
@@ -276,9 +285,10 @@ def inspect_chunk(
                 arm(False)
             except FileTimeout:
                 outcome = timed_out(path, timeout or 0.0)
-            if deep and outcome.format is None:
+            if deep and outcome.format is None and outcome.size > MAPPED_FROM:
                 # A deep read that failed may leave its file's mapping to a traceback's cycle
-                # (``formats._mapped``): hundreds of MB resident until the collector runs.
+                # (``formats._mapped``): hundreds of MB resident until the collector runs. Only
+                # mapped (large) files: a collection costs 0.1 s in a process that holds torch.
                 gc.collect()
             outcomes.append(outcome)
     if slot is not None:
