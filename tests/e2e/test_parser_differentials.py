@@ -269,7 +269,7 @@ def test_differential_fuzz(tmp_path: Path) -> None:
     marker = tmp_path / "honesty" / PWNED_MARKER
     marker.parent.mkdir()
     plan = []
-    for i in range(int(os.environ.get("CACHEDOCTOR_FUZZ_N", "40"))):
+    for i in range(int(os.environ.get("CACHEDOCTOR_FUZZ_N", "15"))):
         loader, data = _mutant(rng, marker)
         path = tmp_path / "files" / f"m{i:04d}.bin"
         path.parent.mkdir(exist_ok=True)
