@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from exploits import REPO, Case, judge_in_subprocess, write_case
+from exploits import PROOF_RUNNER, REPO, Case, judge_in_subprocess, kinds_by_mode, write_case
 from exploits_parsers import build_cases
 from factories import PWNED_MARKER, latent, peers, pt_bytes
 
@@ -40,38 +40,7 @@ def never_pwned():
     assert not MARKER.exists(), "a payload ran"
 
 
-def kinds_by_mode(folder: Path, path: Path) -> dict[str, list[tuple[str, str | None]]]:
-    found = {}
-    for mode, deep in (("quick", False), ("deep", True)):
-        result = scan([str(folder)], ScanOptions(deep=deep, workers=1))
-        assert result.errors == [], f"{mode} scan incomplete: {result.errors}"
-        found[mode] = sorted((f.kind, f.details.get("problem")) for f in result.findings if f.path == str(path))
-    return found
-
-
-_RUNNER = r"""
-import json, os, sys, time, warnings
-warnings.simplefilter("ignore")
-sys.path.insert(0, sys.argv[3])
-from exploits import load_with
-plan, marker = json.load(open(sys.argv[1])), sys.argv[2]
-results = {}
-for item in plan:
-    if os.path.exists(marker):
-        os.remove(marker)
-    error = None
-    try:
-        load_with(item["loader"], item["path"])
-    except BaseException as exc:
-        error = f"{type(exc).__name__}: {exc}"[:200]
-    deadline = time.monotonic() + (5.0 if item["expect"] == "unsafe" else 0.05)
-    while not os.path.exists(marker) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    results[item["id"]] = {"ran": os.path.exists(marker), "error": error}
-if os.path.exists(marker):
-    os.remove(marker)
-print(json.dumps(results))
-"""
+_RUNNER = PROOF_RUNNER
 
 
 @pytest.mark.slow
