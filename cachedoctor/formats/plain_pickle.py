@@ -64,14 +64,7 @@ class PlainPickleReader(FormatReader):
         if isinstance(walked, ReadError):
             raise walked
         if walked.unsafe:
-            return FileMeta(
-                path,
-                self.name,
-                src.size,
-                foreign_globals=tuple(walked.unsafe),
-                loaders=LOADERS[self.name],
-                unreadable_reason=walked.stopped,
-            )
+            return _unsafe(path, src, walked, walked.stopped)
         if walked.ends:
             _refuse_unfolding_bomb(src.read_at(0, walked.ends[0]))
         raise ReadError(
@@ -90,13 +83,20 @@ def named_before_break(path: str, src: Source) -> FileMeta | None:
     walked = _walk(src)
     if isinstance(walked, ReadError) or not walked.unsafe:
         return None
+    return _unsafe(
+        path, src, walked, f"the pickle breaks after naming them ({walked.stopped}); a loader imports them first"
+    )
+
+
+def _unsafe(path: str, src: Source, walked: Sequence, reason: str | None) -> FileMeta:
+    """The verdict on a plain pickle whose walk met foreign globals: every loader of one runs them."""
     return FileMeta(
         path,
         PlainPickleReader.name,
         src.size,
         foreign_globals=tuple(walked.unsafe),
         loaders=LOADERS[PlainPickleReader.name],
-        unreadable_reason=f"the pickle breaks after naming them ({walked.stopped}); a loader imports them first",
+        unreadable_reason=reason,
     )
 
 

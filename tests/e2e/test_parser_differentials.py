@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import gzip
-import json
 import os
 import shutil
 import subprocess
@@ -18,7 +17,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from exploits import PROOF_RUNNER, REPO, Case, judge_in_subprocess, kinds_by_mode, write_case
+from exploits import Case, judge_in_subprocess, kinds_by_mode, prove, write_case
 from exploits_parsers import build_cases
 from factories import PWNED_MARKER, latent, peers, pt_bytes
 
@@ -40,9 +39,6 @@ def never_pwned():
     assert not MARKER.exists(), "a payload ran"
 
 
-_RUNNER = PROOF_RUNNER
-
-
 @pytest.mark.slow
 def test_differentials_really_run(tmp_path: Path) -> None:
     """Every unsafe case runs its payload under its real loader; every clean one loads without
@@ -53,17 +49,7 @@ def test_differentials_really_run(tmp_path: Path) -> None:
         {"id": c.id, "loader": c.loader, "expect": c.expect, "path": str(write_case(c, tmp_path / "files" / c.id))}
         for c in build_cases(marker)
     ]
-    (tmp_path / "plan.json").write_text(json.dumps(plan))
-    proc = subprocess.run(
-        [sys.executable, "-c", _RUNNER, str(tmp_path / "plan.json"), str(marker), str(Path(__file__).parents[1])],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path / "honesty",
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = prove(plan, marker, tmp_path)
     assert {i["id"] for i in plan if i["expect"] == "unsafe" and not results[i["id"]]["ran"]} == set()
     bad = {i["id"] for i in plan if i["expect"] == "clean" and (results[i["id"]]["ran"] or results[i["id"]]["error"])}
     assert bad == set()
@@ -244,24 +230,8 @@ def test_differential_fuzz(tmp_path: Path) -> None:
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(data)
         plan.append({"id": str(i), "loader": loader, "expect": "unsafe", "path": str(path)})
-    (tmp_path / "plan.json").write_text(json.dumps(plan))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _RUNNER.replace("5.0 if", "0.3 if"),
-            str(tmp_path / "plan.json"),
-            str(marker),
-            str(Path(__file__).parents[1]),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path / "honesty",
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ran = [item for item in plan if json.loads(proc.stdout.strip().splitlines()[-1])[item["id"]]["ran"]]
+    results = prove(plan, marker, tmp_path, timeout=600, wait=0.3)
+    ran = [item for item in plan if results[item["id"]]["ran"]]
     assert len(ran) >= len(plan) // 4, "the mutants should mostly stay loadable"
     missed = [item["id"] for item in ran if not _judged_unsafe(Path(item["path"]))]
     assert missed == [], f"mutants a loader ran but the readers did not name: {missed}"
