@@ -131,7 +131,8 @@ print(__import__("json").dumps({"problems": problems, "peak_kib": hwm, "seconds"
 )
 def test_reader_stays_small(case_id: str, tmp_path: Path) -> None:
     """The loader would spend 1 to 3.5 GB or minutes on these (or shares what a naive reader
-    copies 60,000 times); the reader stays under 100 MiB, and judges a bomb, quick and deep, within 5 s (the file timeout is 10)."""
+    copies 60,000 times); the reader stays under 100 MiB and judges a bomb as one, quick and deep
+    (how fast is bench/safety_bench.py's goal)."""
     if case_id == "shared-key-60k":  # under the node cap: judged in full, each key path cut short
         case = Case(case_id, "shared.pt", shared_key_tensors(60_000), "clean", "torch_unsafe", "60,000 tensors")
     else:
@@ -147,8 +148,7 @@ def test_reader_stays_small(case_id: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     assert out["problems"] == (["resource-bomb"] * 2 if case.expect == "bomb" else [None, None])
-    assert out["peak_kib"] < 100 * 1024, out
-    assert out["seconds"] < (5 if case.expect == "bomb" else 15), out
+    assert out["peak_kib"] < 100 * 1024, out  # (its time is bench/safety_bench.py's goal, not a test's)
 
 
 # --- the corpus is honest: each technique proven against its real loader -----------------------
