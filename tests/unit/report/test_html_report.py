@@ -160,6 +160,11 @@ def test_the_channels_against_their_peers_equal_the_json(tmp_path: Path) -> None
         assert len(rows) == f["details"]["channels"] == 4
         for c, row in enumerate(rows):
             assert [float(x) for x in row.cells[1:]] == [f["details"][col][c] for col in columns]
+    # red dots: every std channel of the unscaled latent, channel 3's std of the other VAE's
+    red = [a.get("class") == "off" for t, a in page.tags if t == "circle"]
+    assert red == [False] * 4 + [True] * 4 + [False] * 4 + [False, False, False, True]
+    assert found[1]["details"]["channel"] == 3 and found[1]["details"]["stat"] == "std"
+    for f in found:
         dots = [t for t in page.titles if t.startswith("channel ")]
         for c in range(4):  # each dot's title: the file's value and the peers' median
             mean, peer = f["details"]["means"][c], f["details"]["peer_means"][c]
