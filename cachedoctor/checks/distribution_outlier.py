@@ -25,7 +25,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 
+from cachedoctor.checks._channel_profile import ChannelProfile
 from cachedoctor.checks._peer_scores import peer_scores
 from cachedoctor.checks.interface import Check, PeerGroup
 from cachedoctor.findings import Finding, Fix, Severity
@@ -72,7 +74,7 @@ class DistributionOutlier(Check):
                 samples[(key, len(stats) // 8)].append((entry.path, stats, name))
         for (_family, channels), items in sorted(samples.items()):
             if len(items) >= MIN_PEERS and channels > 0:
-                yield from self._judge(channels, items)
+                yield from _with_channels(self._judge(channels, items), channels, items)
 
     def _judge(self, channels: int, items: list[tuple[str, bytes, str]]) -> Iterable[Finding]:
         n = len(items)
@@ -164,6 +166,21 @@ class DistributionOutlier(Check):
             deviations=round(z_c, 1),
             peers=peers,
         )
+
+
+def _with_channels(
+    findings: Iterable[Finding], channels: int, items: list[tuple[str, bytes, str]]
+) -> Iterable[Finding]:
+    """Each finding with the file's per-channel mean and std and its peers' in its details
+    (``_channel_profile.py``), worked out once for a group that has a finding."""
+    profile: ChannelProfile | None = None
+    where: dict[tuple[str, str], int] = {}
+    for finding in findings:
+        if profile is None:
+            profile = ChannelProfile(b"".join(b for _, b, _ in items), len(items), channels)
+            where = {(path, key): i for i, (path, _, key) in enumerate(items)}
+        i = where[(finding.path, finding.details["key"])]
+        yield replace(finding, details={**finding.details, **profile.details(i)})
 
 
 def _scale_off(factor: float, z: float) -> bool:

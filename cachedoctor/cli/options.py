@@ -195,7 +195,12 @@ DeepOption = Annotated[
 FailOnOption = Annotated[
     FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)
 ]
-FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Report format.", case_sensitive=False)]
+FormatOption = Annotated[
+    OutputFormat,
+    typer.Option(
+        "--format", help="Report format (html: one self-contained page with charts; use -o FILE).", case_sensitive=False
+    ),
+]
 
 # --- what repair and recover share ---
 RepairPathsArgument = Annotated[

@@ -169,7 +169,7 @@ def scan(
     if report.nothing_to_check:  # one line, exit 2, no report: there was nothing to report on
         raise PathError(*report.empty_problem())
     quiet, verbose = env.verbosity < NORMAL, env.verbosity > NORMAL
-    renderer = renderer_for(fmt, env.cwd, width=env.width, quiet=quiet, verbose=verbose)
+    renderer = renderer_for(fmt, env.cwd, width=env.width, quiet=quiet, verbose=verbose, output=output)
     if output is None:
         if report.suppressed is not None and fmt is OutputFormat.TABLE and env.verbosity >= NORMAL:
             verb = "recorded in" if report.baseline_written else "left out by"

@@ -3,7 +3,7 @@
 click and Typer (through pydantic) say "Invalid value for '--workers' / '-j': Input should be
 greater than or equal to 1" or "Value error, 'xml' is not one of ...". :func:`sentence` says
 the same thing as ``--workers: must be 1 or more, got 0`` and ``--format: 'xml' is not a
-format; choose table, json, jsonl, junit or github``, and names the help to read. It reads the
+format; choose table, json, jsonl, junit, github or html``, and names the help to read. It reads the
 facts off the exception (its parameter, its choices and bounds, the value given) rather than
 rewording messages, so a new Typer wording does not undo it; messages are parsed only as the
 fallback for what an older click keeps nowhere else.

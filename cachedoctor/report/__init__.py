@@ -11,10 +11,17 @@ from cachedoctor.report.summary import ScanSummary
 
 
 def renderer_for(
-    fmt: OutputFormat, cwd: str | None = None, *, width: int | None = None, quiet: bool = False, verbose: bool = False
+    fmt: OutputFormat,
+    cwd: str | None = None,
+    *,
+    width: int | None = None,
+    quiet: bool = False,
+    verbose: bool = False,
+    output: str | None = None,
 ) -> Renderer:
     """The renderer of ``fmt``; ``width``, ``quiet`` and ``verbose`` shape the human table only
-    (the machine formats are the same whatever the terminal)."""
+    (the machine formats are the same whatever the terminal); ``output``: the file the report
+    goes to (``-o``), which the HTML report names in a GitHub step summary."""
     if fmt is OutputFormat.JSON:
         from cachedoctor.report.json_format import JsonRenderer
 
@@ -32,6 +39,10 @@ def renderer_for(
         from cachedoctor.report.github_format import GithubRenderer
 
         return GithubRenderer(cwd)
+    if fmt is OutputFormat.HTML:
+        from cachedoctor.report.html_format import HtmlRenderer
+
+        return HtmlRenderer(cwd, output)
     from cachedoctor.report.table import TableRenderer
 
     return TableRenderer(cwd, width=width, quiet=quiet, verbose=verbose)

@@ -15,6 +15,7 @@ class OutputFormat(str, enum.Enum):
     JSONL = "jsonl"
     JUNIT = "junit"  # JUnit XML for CI test reporters (GitLab, Jenkins, GitHub actions)
     GITHUB = "github"  # GitHub Actions workflow commands (annotations) and step summary
+    HTML = "html"  # one self-contained page with charts, for people (best written with -o FILE)
 
 
 class Renderer(abc.ABC):

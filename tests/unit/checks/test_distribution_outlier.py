@@ -119,7 +119,12 @@ def test_a_rescan_through_the_state_database_gives_the_same_finding(tmp_path: Pa
     settle(folder)
     again = scan([str(folder)], ScanOptions(workers=1, state="auto", deep_changed=True))
     assert again.stats.files_reused == PEERS  # the others' statistics came from the state database
-    assert [f for f in again.findings if f.kind == KIND] == first
+    # the same finding; only the peers' medians and spreads may move with the changed peer
+    assert [_own(f) for f in again.findings if f.kind == KIND] == [_own(f) for f in first]
+
+
+def _own(f: Finding) -> tuple[str, str, dict[str, object]]:
+    return f.path, f.message, {k: v for k, v in f.details.items() if not k.startswith("peer_")}
 
 
 def test_the_repair_planner_recomputes_it(tmp_path: Path) -> None:

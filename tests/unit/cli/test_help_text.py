@@ -81,7 +81,7 @@ def test_the_scan_help_names_values_as_a_user_writes_them() -> None:
     assert "Usage: cachedoctor scan [OPTIONS] [PATH]...\n" in out
     assert "\n  PATH...  Cache folders or files to scan" in out
     for row in (
-        "--format [table|json|jsonl|junit|github]",
+        "--format [table|json|jsonl|junit|github|html]",
         "-o, --output FILE",
         "-j, --workers N",
         "--fail-on [error|warning|never]",
@@ -111,7 +111,7 @@ def test_a_required_argument_reads_as_click_writes_it() -> None:
     [
         (
             ["scan", "--format", "xml", "."],
-            "--format: 'xml' is not a format; choose table, json, jsonl, junit or github (see `cachedoctor scan --help`)",
+            "--format: 'xml' is not a format; choose table, json, jsonl, junit, github or html (see `cachedoctor scan --help`)",
         ),
         (
             ["scan", "--layout", "sdxl", "."],
@@ -141,7 +141,7 @@ def test_a_required_argument_reads_as_click_writes_it() -> None:
         (["scan", "--zzz", "."], "--zzz: no such option (see `cachedoctor scan --help`)"),
         (
             ["scan", "--format"],
-            "--format: needs a value; choose table, json, jsonl, junit or github (see `cachedoctor scan --help`)",
+            "--format: needs a value; choose table, json, jsonl, junit, github or html (see `cachedoctor scan --help`)",
         ),
         (["scan", "-j"], "--workers: needs a value (N) (see `cachedoctor scan --help`)"),
         (["scan", "--deep=yes", "."], "--deep: takes no value; it is on when given (see `cachedoctor scan --help`)"),
