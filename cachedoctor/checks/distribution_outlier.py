@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from cachedoctor.checks._channel_profile import ChannelProfile
 from cachedoctor.checks._peer_scores import peer_scores
-from cachedoctor.checks.interface import Check, PeerGroup
+from cachedoctor.checks.interface import Check, PeerEntry, PeerGroup
 from cachedoctor.findings import Finding, Fix, Severity
 
 MIN_PEERS = 20  # latents of one key and channel count in a folder, at least, to judge any of them
@@ -66,13 +66,12 @@ class DistributionOutlier(Check):
     deep_only = True
 
     def check_peers(self, group: PeerGroup) -> Iterable[Finding]:
-        samples: dict[tuple[str, int], list[tuple[str, bytes, str]]] = defaultdict(list)
-        for entry in group.entries:
-            for key, stats in entry.stats:
-                # a key family's peers (keynames): the message names the key this file holds
-                name = next((t.label for t in entry.tensors if t.key == key), key or "<root>")
-                samples[(key, len(stats) // 8)].append((entry.path, stats, name))
-        for (_family, channels), items in sorted(samples.items()):
+        return self.outliers(group.entries)
+
+    def outliers(self, entries: Iterable[PeerEntry]) -> Iterator[Finding]:
+        """The findings among ``entries`` (one folder's files of one structure): the one rule
+        the scan and repair's write-time check (``repair/peer_scale.py``) both judge by."""
+        for (_family, channels), items in sorted(samples_of(entries).items()):
             if len(items) >= MIN_PEERS and channels > 0:
                 yield from _with_channels(self._judge(channels, items), channels, items)
 
@@ -181,6 +180,27 @@ def _with_channels(
             where = {(path, key): i for i, (path, _, key) in enumerate(items)}
         i = where[(finding.path, finding.details["key"])]
         yield replace(finding, details={**finding.details, **profile.details(i)})
+
+
+def samples_of(entries: Iterable[PeerEntry]) -> dict[tuple[str, int], list[tuple[str, bytes, str]]]:
+    """``(key family, channels) -> [(path, stats, key as the file names it)]``: the latents
+    judged together (a key family's peers, keynames; the message names the key a file holds)."""
+    samples: dict[tuple[str, int], list[tuple[str, bytes, str]]] = defaultdict(list)
+    for entry in entries:
+        for key, stats in entry.stats:
+            name = next((t.label for t in entry.tensors if t.key == key), key or "<root>")
+            samples[(key, len(stats) // 8)].append((entry.path, stats, name))
+    return samples
+
+
+def typical_std(stats: bytes) -> float:
+    """One file's typical standard deviation: the median over its channels (what a refusal
+    shows next to its peers')."""
+    from cachedoctor.formats._channel_stats import decode_stats
+
+    stds = sorted(x if math.isfinite(x) else 0.0 for x in decode_stats(stats)[1])
+    mid = len(stds) // 2
+    return 0.0 if not stds else stds[mid] if len(stds) % 2 else (stds[mid - 1] + stds[mid]) / 2
 
 
 def _scale_off(factor: float, z: float) -> bool:

@@ -40,6 +40,10 @@ class TemplateFinder:
     ``_zi.safetensors`` and a text embed ``_zi_te.safetensors`` side by side, of several
     architectures), and a latent must never be made in the shape of a text embed."""
 
+    #: Healthy peers picked per template (a finder whose verification cannot list the folder
+    #: itself, a bucket's, asks for enough to judge a recompute's scale: ``repair/peer_scale.py``).
+    peers = _PEERS
+
     def __init__(self, bad: set[str]) -> None:
         self.bad = bad
         self.cache: dict[tuple[str, str], Template | None] = {}
@@ -74,8 +78,9 @@ class TemplateFinder:
         kind_of: KindOf,
         load: Callable[[str], tuple[str, FileMeta] | None],
     ) -> Template | None:
-        """The template from ``(name, key)`` entries in name order: up to ``_PEERS`` that ``load``
-        finds healthy (as ``(local path, meta)``), after at most ``_TEMPLATE_TRIES`` candidates.
+        """The template from ``(name, key)`` entries in name order: up to :attr:`peers` that ``load``
+        finds healthy (as ``(local path, meta)``), after at most ``_TEMPLATE_TRIES`` candidates
+        (more by as many as :attr:`peers` exceeds ``_PEERS``).
         A folder on disk and a prefix in a bucket differ only in their entries and ``load``."""
         tries = 0
         healthy: list[tuple[str, FileMeta]] = []
@@ -86,9 +91,9 @@ class TemplateFinder:
             found = load(key)
             if found is not None:
                 healthy.append(found)
-                if len(healthy) >= _PEERS:
+                if len(healthy) >= self.peers:
                     break
-            if tries >= _TEMPLATE_TRIES:
+            if tries >= _TEMPLATE_TRIES + self.peers - _PEERS:
                 break
         if not healthy:
             return None

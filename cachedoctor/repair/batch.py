@@ -37,6 +37,7 @@ from cachedoctor.repair.locks import held
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
 from cachedoctor.repair.quarantine import Quarantine
 from cachedoctor.repair.replace import crash_point, failed
+from cachedoctor.repair.verify import unfit_line
 
 #: Files per batch: the crash window of step 4 and the locks held at once stay small, the
 #: folder fsyncs (two per batch) a rounding error.
@@ -216,7 +217,7 @@ def _prepare(
         temp = _write_temp(path, data, st.st_mode & 0o7777)
         problem = judge(action, temp, data)
         if problem:
-            return ItemResult(path, action.kind, ItemState.FAILED, f"not written: the new file {problem}")
+            return ItemResult(path, action.kind, ItemState.FAILED, unfit_line(problem))
         crash_point("before-keep")
         kept = quarantine.keep(path, action.reasons, action.kind.value, sync=False)
         written, temp = _Written(action, temp, len(data), kept), None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from cachedoctor.errors import PathError
 from cachedoctor.lifetime import die_with_parent, reraise_interrupt
 from cachedoctor.repair.model import Action, ItemResult, ItemState, RepairError
+from cachedoctor.repair.peer_scale import EncoderUsed
 from cachedoctor.repair.posterior import Models
 from cachedoctor.repair.sink import LocalSink
 
@@ -116,6 +117,7 @@ def _work(batches: list[Batch], models: Models, device: str, sink: Sink, on_resu
     from cachedoctor.encoders import load_encoder
 
     encoders = {}
+    given: dict[str, EncoderUsed] = {}  # role -> the --encoder as written, and its factors (a refusal names it)
     for spec in models.encoders:
         encoder = load_encoder(spec)
         try:
@@ -129,12 +131,13 @@ def _work(batches: list[Batch], models: Models, device: str, sink: Sink, on_resu
                 f"cannot load it on {device} ({type(exc).__name__}: {exc}); "
                 "nothing was recomputed. Check the model and the device, then run again",
             ) from None
-        encoders["latent" if encoder.modality.value == "image" else "text"] = encoder
+        role = "latent" if encoder.modality.value == "image" else "text"
+        encoders[role], given[role] = encoder, EncoderUsed.of(spec, encoder.scaling)
     image = encoders.get("latent")
     texts_first = [b for b in batches if b[0].recompute.role == "text"]
     images = [b for b in batches if b[0].recompute.role == "latent"]
     for batch in texts_first:
-        _run_text(batch, encoders["text"], sink, on_result)
+        _run_text(batch, encoders["text"], sink, on_result, given["text"])
     if not images:
         return
     if image is None:  # the planner blocks latent items without an image encoder
@@ -148,7 +151,7 @@ def _work(batches: list[Batch], models: Models, device: str, sink: Sink, on_resu
             for future in [f for f in pending if f.done()]:
                 future.result()
             pending = [f for f in pending if not f.done()]
-            _encode_batch(batch, prepared, image, models, sink, on_result, writer, pending)
+            _encode_batch(batch, prepared, (image, given["latent"]), models, sink, on_result, writer, pending)
         for future in pending:
             future.result()
 
@@ -156,7 +159,7 @@ def _work(batches: list[Batch], models: Models, device: str, sink: Sink, on_resu
 def _encode_batch(
     batch: Batch,
     prepared: list[Ready],
-    image: Encoder,
+    encoder: tuple[Encoder, EncoderUsed],
     models: Models,
     sink: Sink,
     on_result: OnResult,
@@ -168,6 +171,7 @@ def _encode_batch(
     from cachedoctor.layouts.prepare import Prepared
     from cachedoctor.repair.recompute import build_file
 
+    image, given = encoder  # the loaded encoder, and its --encoder as given
     ok = [(a, p) for a, p in zip(batch, prepared, strict=False) if isinstance(p, Prepared)]  # latent items only
     for action, problem in zip(batch, prepared, strict=False):
         if isinstance(problem, Exception):
@@ -188,7 +192,7 @@ def _encode_batch(
             return build_file(a.recompute, latent=latent, flipped=flip, prepared=prep, encoder=image.name)
 
         def write(action: Action = action, make: Callable[[Action], bytes] = make) -> None:
-            on_result(sink.write(action, make))
+            on_result(sink.write(action, make, given))
 
         pending.append(writer.submit(write))
 
@@ -210,7 +214,7 @@ def _latent(out: dict[str, Any], i: int, image: Encoder, models: Models, action:
     return image.scaling.apply(latent)
 
 
-def _run_text(batch: Batch, encoder: Encoder, sink: Sink, on_result: OnResult) -> None:
+def _run_text(batch: Batch, encoder: Encoder, sink: Sink, on_result: OnResult, given: EncoderUsed) -> None:
     from cachedoctor.repair.recompute import build_file
 
     outputs = encoder.encode([a.recompute.text for a in batch])
@@ -220,7 +224,7 @@ def _run_text(batch: Batch, encoder: Encoder, sink: Sink, on_result: OnResult) -
         def make(a: Action, item: dict[str, torch.Tensor] = item) -> bytes:
             return build_file(a.recompute, texts=item, encoder=encoder.name)
 
-        on_result(sink.write(action, make))
+        on_result(sink.write(action, make, given))
 
 
 def _worker_main(

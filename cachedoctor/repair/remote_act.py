@@ -40,6 +40,7 @@ from cachedoctor.remote.interface import (
     TransientError,
 )
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, NotRewritable, RepairError
+from cachedoctor.repair.peer_scale import UNNAMED, EncoderUsed
 from cachedoctor.repair.remote_quarantine import CopyUnverified, RemoteQuarantine
 from cachedoctor.repair.replace import crash_point
 
@@ -68,11 +69,14 @@ def new_bytes(action: Action, raw: bytes) -> bytes:
     return lossless_bytes(action, raw, action.path)
 
 
-def judge(action: Action, data: bytes) -> str | None:
-    """What the scan would find wrong with ``data`` at ``action.path`` (``None``: nothing)."""
+def judge(
+    action: Action, data: bytes, encoder: EncoderUsed = UNNAMED, notes: list[str] | None = None, *, scale: bool = True
+) -> str | None:
+    """What the scan would find wrong with ``data`` at ``action.path`` (``None``: nothing); a
+    recompute judged against its peers' scale too unless ``scale=False`` (``verify.problems_of``)."""
     from cachedoctor.repair.verify import problems_of
 
-    return problems_of(action, "", data)
+    return problems_of(action, "", data, encoder=encoder, notes=notes, scale=scale)
 
 
 #: Runs a run's recompute actions through ``actor.put_made`` (``remote_recompute.recomputer``).
@@ -155,14 +159,18 @@ class RemoteActor:
 
         return self.guarded(action, do)
 
-    def put_made(self, action: Action, make: Callable[[Action], bytes]) -> ItemResult:
-        """Steps 2-4 for a recompute's ``make(action)`` bytes, judged first (the sink's write)."""
+    def put_made(self, action: Action, make: Callable[[Action], bytes], encoder: EncoderUsed = UNNAMED) -> ItemResult:
+        """Steps 2-4 for a recompute's ``make(action)`` bytes, judged first (the sink's write;
+        ``encoder``: the ``--encoder`` that made them, named in a refusal)."""
+        from cachedoctor.repair.verify import unfit_line, with_notes
+
+        notes: list[str] = []
 
         def do() -> ItemResult:
             data = make(action)
-            problem = judge(action, data)
+            problem = judge(action, data, encoder, notes)
             if problem:
-                return ItemResult(action.path, action.kind, ItemState.FAILED, f"not written: the new object {problem}")
+                return ItemResult(action.path, action.kind, ItemState.FAILED, unfit_line(problem, "object"))
             if action.before is not None:
                 return self.replace_with(action, info_of(action), data)
             crash_point("remote-before-put")
@@ -172,7 +180,7 @@ class RemoteActor:
             crash_point("remote-after-put")
             return ItemResult(action.path, action.kind, ItemState.VERIFIED, "written and checked", None, 0, len(data))
 
-        return self.guarded(action, do)
+        return with_notes(self.guarded(action, do), notes)
 
     def guarded(self, action: Action, do: Callable[[], ItemResult]) -> ItemResult:
         """``do()``, its object's faults turned into the item's result."""
@@ -198,7 +206,9 @@ class RemoteActor:
         data = new_bytes(action, raw)
         problem = judge(action, data)
         if problem:
-            return ItemResult(action.path, action.kind, ItemState.FAILED, f"not written: the new object {problem}")
+            from cachedoctor.repair.verify import unfit_line
+
+            return ItemResult(action.path, action.kind, ItemState.FAILED, unfit_line(problem, "object"))
         return self.replace_with(action, info, data)
 
     def replace_with(self, action: Action, info: ObjectInfo, data: bytes) -> ItemResult:

@@ -37,12 +37,16 @@ if TYPE_CHECKING:
     from cachedoctor.layouts.interface import RecomputeSpec
     from cachedoctor.layouts.prepare import Prepared
     from cachedoctor.repair.model import Action, ItemResult
+    from cachedoctor.repair.peer_scale import EncoderUsed
     from cachedoctor.repair.remote_act import Recompute, RemoteActor
     from cachedoctor.repair.run import RepairOptions
     from cachedoctor.repair.sink import Make
 
 #: A source image larger than this is not read (a training image is a few MB).
 SOURCE_LIMIT = 512 << 20
+#: Healthy peers copied per folder: ``distribution-outlier``'s ``MIN_PEERS`` (20) and a few more
+#: for the ones the deep read finds wanting.
+SCALE_PEERS = 24
 #: A template or peer larger than this is not copied here to be one.
 _TEMPLATE_LIMIT = 64 << 20
 
@@ -78,8 +82,8 @@ class RemoteSink:
                 raise ObjectGone(f"{url} is gone") from None
             return store.read_whole(now, SOURCE_LIMIT)
 
-    def write(self, action: Action, make: Make) -> ItemResult:
-        return self.actor.put_made(action, make)
+    def write(self, action: Action, make: Make, encoder: EncoderUsed) -> ItemResult:
+        return self.actor.put_made(action, make, encoder)
 
 
 def recomputer(
@@ -101,7 +105,11 @@ def recomputer(
 
 class RemoteTemplates(TemplateFinder):
     """Templates for the entries of remote cache folders, from the listing of their prefix:
-    up to ``_PEERS`` healthy objects per folder, each copied once into ``home``."""
+    up to :attr:`peers` healthy objects per folder, each copied once into ``home``: enough for
+    the write-time check to judge a recompute's scale by (``peer_scale.py``), which cannot list
+    a bucket's folder as it lists a local one."""
+
+    peers = SCALE_PEERS
 
     def __init__(
         self, bad: set[str], infos: Mapping[str, ObjectInfo], store_of: Callable[[str], ObjectStore], home: str

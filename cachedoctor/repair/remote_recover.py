@@ -91,7 +91,7 @@ def _was_missing(actor: RemoteActor, action: Action) -> ItemResult | None:
     now = actor.store.head(action.path)
     if now is None:
         return None
-    problem = judge(action, actor.store.read_whole(now, now.size))
+    problem = judge(action, actor.store.read_whole(now, now.size), scale=False)  # maybe the trainer's
     if problem:
         return ItemResult(action.path, action.kind, ItemState.SKIPPED, f"another version is there, and it {problem}")
     return ItemResult(
@@ -104,7 +104,7 @@ def _written_before_kill(
 ) -> ItemResult:
     """The PUT went through and the kill came before the journal heard of it: read it back."""
     data = store.read_whole(now, now.size)
-    problem = judge(action, data)
+    problem = judge(action, data, scale=False)  # judged before its PUT
     quarantine.note(dest, planned, action.reasons, action.kind.value, replaced_by=now.etag)
     if problem:
         return ItemResult(action.path, action.kind, ItemState.FAILED, f"another version is there, and it {problem}")

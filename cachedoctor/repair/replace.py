@@ -5,7 +5,8 @@ The order of every replacement is what makes a crash harmless at any instant:
 1. the new bytes go to a temp file beside the target and are fsynced;
 2. the temp file is read back with the safe reader and judged by every check the next scan
    will run on it (``verify.py``: CRCs, NaN/Inf, its peers' channels and dtypes, the bucket's
-   size); if any fails, the temp file is removed and nothing else happens;
+   size; a recompute, its peers' scale); if any fails, the temp file is removed and nothing
+   else happens;
 3. the old file is hard-linked into the quarantine (it is still in place too);
 4. the temp file is renamed over the target, and the folder fsynced.
 
@@ -25,6 +26,7 @@ from cachedoctor.lifetime import kill_due, kill_self, reraise_interrupt
 from cachedoctor.repair.locks import file_lock
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, NotRewritable, RepairError, Stat
 from cachedoctor.repair.quarantine import Quarantine
+from cachedoctor.repair.verify import unfit_line
 
 
 def crash_point(name: str) -> None:
@@ -121,7 +123,7 @@ def run_action(
         except RepairError:
             raise
         except Unfit as exc:
-            return ItemResult(path, action.kind, ItemState.FAILED, f"not written: the new file {exc}")
+            return ItemResult(path, action.kind, ItemState.FAILED, unfit_line(str(exc)))
         except Exception as exc:  # one bad file must not stop the run
             return failed(path, action, exc)
         return ItemResult(path, action.kind, ItemState.VERIFIED, "written and checked", dest, action.bytes, len(data))

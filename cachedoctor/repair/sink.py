@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from cachedoctor.layouts.interface import RecomputeSpec
     from cachedoctor.layouts.prepare import Prepared
     from cachedoctor.repair.model import Action, ItemResult
+    from cachedoctor.repair.peer_scale import EncoderUsed
 
 Make = Callable[["Action"], bytes]
 
@@ -25,9 +26,10 @@ class Sink(Protocol):
     def prepare(self, spec: RecomputeSpec, downscale: int) -> Prepared:
         """The source of ``spec`` read and prepared (``layouts.prepare.prepare_image``)."""
 
-    def write(self, action: Action, make: Make) -> ItemResult:
+    def write(self, action: Action, make: Make, encoder: EncoderUsed) -> ItemResult:
         """``make(action)``'s bytes judged and put in place of ``action.path``; one item's
-        failure is its result, a fault that must stop the run raises ``RepairError``."""
+        failure is its result, a fault that must stop the run raises ``RepairError``.
+        ``encoder``: the ``--encoder`` that made them, as given (a refusal names it), and its scaling."""
 
 
 class LocalSink:
@@ -41,12 +43,17 @@ class LocalSink:
 
         return prepare_image(spec, downscale)
 
-    def write(self, action: Action, make: Make) -> ItemResult:
+    def write(self, action: Action, make: Make, encoder: EncoderUsed) -> ItemResult:
         from cachedoctor.repair.quarantine import Quarantine
         from cachedoctor.repair.replace import run_action
-        from cachedoctor.repair.verify import problems_of
+        from cachedoctor.repair.verify import problems_of, with_notes
 
-        return run_action(action, Quarantine(action.root, self.run_id), make, problems_of)
+        notes: list[str] = []
+
+        def verify(a: Action, temp: str) -> str | None:
+            return problems_of(a, temp, encoder=encoder, notes=notes)
+
+        return with_notes(run_action(action, Quarantine(action.root, self.run_id), make, verify), notes)
 
 
 __all__ = ["LocalSink", "Make", "Sink"]

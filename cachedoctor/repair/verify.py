@@ -6,7 +6,9 @@ wrote, in memory) and judged by every rule: the file checks (CRCs,
 NaN/Inf, device tags, leaks), the peer checks among the entry's healthy neighbours (rank,
 channels, dtype: what catches an encoder whose latents have 3 channels where the cache has 4),
 and the dataset checks against what the layout expects of the entry (the bucket's size). Any
-finding and the rename does not happen: the old file (or the gap) stays as it was.
+finding and the rename does not happen: the old file (or the gap) stays as it was. A recompute
+is judged against its peers' distribution too (``peer_scale.py``: the wrong VAE or scaling is
+refused before it replaces anything, with one line naming the encoder).
 
 Peers are read quick, once per worker and file version (``lru_cache`` on path, size, mtime).
 """
@@ -17,7 +19,8 @@ import os
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from cachedoctor.repair.model import Action
+from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState
+from cachedoctor.repair.peer_scale import REFUSED, UNNAMED, EncoderUsed, judge_scale
 
 if TYPE_CHECKING:
     from cachedoctor.checks import PeerEntry
@@ -25,10 +28,23 @@ if TYPE_CHECKING:
     from cachedoctor.scan.outcome import Outcome
 
 
-def problems_of(action: Action, temp: str, data: bytes | None = None) -> str | None:
+def problems_of(
+    action: Action,
+    temp: str,
+    data: bytes | None = None,
+    *,
+    encoder: EncoderUsed = UNNAMED,
+    notes: list[str] | None = None,
+    scale: bool = True,
+) -> str | None:
     """What the scan would find wrong with ``temp`` once it is ``action.path`` (``None``: nothing).
     With ``data``, the bytes just written to ``temp``, they are judged in memory as the file at
-    ``action.path`` (:func:`cachedoctor.scan.inspect_bytes`) instead of reading ``temp`` back."""
+    ``action.path`` (:func:`cachedoctor.scan.inspect_bytes`) instead of reading ``temp`` back.
+    A recompute is also judged against its peers' scale (``peer_scale.py``; ``encoder``: the
+    ``--encoder`` it was made with, and its scaling): an outlier's answer starts with
+    :data:`REFUSED` and is the item's whole line; what could not be judged (too few peers) is
+    appended to ``notes``. ``scale=False``: not that (``recover`` reading back a version
+    already in place, maybe the trainer's: the final scan judges it)."""
     if data is not None:
         from cachedoctor.scan import inspect_bytes
 
@@ -51,9 +67,28 @@ def problems_of(action: Action, temp: str, data: bytes | None = None) -> str | N
         if hw is not None and (shape is None or tuple(shape[-2:]) != tuple(hw)):
             got = list(shape) if shape is not None else "nothing"
             return f"holds {spec.key or '<root>'} {got}, where the layout expects [..., {hw[0]}, {hw[1]}]"
+    if not found and scale and action.kind is ActionKind.RECOMPUTE:
+        verdict = judge_scale(outcome, action, encoder)
+        if verdict.note and notes is not None:
+            notes.append(verdict.note)
+        return verdict.refusal
     if not found:
         return None
     return "would be reported: " + "; ".join(f"{f.kind}: {f.message}" for f in found)
+
+
+def unfit_line(problem: str, what: str = "file") -> str:
+    """The outcome of an item whose new content was not put in place: a refusal is its own line."""
+    return problem if problem.startswith(REFUSED) else f"not written: the new {what} {problem}"
+
+
+def with_notes(result: ItemResult, notes: list[str]) -> ItemResult:
+    """A written item's result with what could not be judged (``problems_of``'s ``notes``)."""
+    if result.state is not ItemState.VERIFIED or not notes:
+        return result
+    from dataclasses import replace
+
+    return replace(result, message=f"{result.message}; {notes[0]}")
 
 
 def _among_peers(outcome: Outcome, path: str, peers: tuple[str, ...]) -> list[Finding]:

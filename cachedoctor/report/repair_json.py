@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from cachedoctor import __version__
+from cachedoctor.report import write_check
 from cachedoctor.report.repair_plan_text import NEEDS_PERSON
 from cachedoctor.report.repair_text import RepairReport
 
@@ -96,6 +97,8 @@ def result_document(report: RepairReport) -> dict[str, Any]:
         "quarantine": report.quarantine_dirs(),
         "undo": report.undo(),
         "before_after": None if changes is None else {k: _pair(*v) for k, v in changes.items()},
+        "refused": [{"path": p, "message": m} for p, m in write_check.refused(outcome)],
+        "not_judged": [{"path": p, "message": m} for p, m in write_check.unjudged(outcome)],
         "worse": {k: _pair(*v) for k, v in report.worse.items()},
         "changed_by_others": sorted(report.others),
         "still_broken": [

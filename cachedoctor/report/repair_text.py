@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cachedoctor.exit_status import ExitStatus
+from cachedoctor.report import write_check
 from cachedoctor.report.repair_lines import LIMIT, Lines, whole
 from cachedoctor.report.repair_plan_text import NEEDS_PERSON, print_plan, run_level
 from cachedoctor.report.repair_survey_text import print_survey
@@ -111,7 +112,8 @@ class RepairReport:
     @property
     def worse(self) -> dict[str, tuple[int, int]]:
         """Finding kinds with more files after the repair than before: ``kind -> (before, after)``.
-        Never expected (each write is judged first); reported, and not clean, if it happens."""
+        Never expected (each write is judged first; ``write_check.py`` says when it can be);
+        reported, and not clean, if it happens."""
         if self.outcome is None or self.outcome.after is None or self.dry_run:
             return {}
         # A file the plan quarantined in place of a recompute is missing now by design (the plan
@@ -248,8 +250,13 @@ def print_result(report: RepairReport, env: Environment) -> ExitStatus:
     if changes is not None:
         text = ", ".join(whole(f"{k} {was} -> {now}") for k, (was, now) in changes.items())
         lines.say("before -> after: " + (text or "clean"), indent="                 ")
+    unjudged = write_check.unjudged(outcome)
+    if unjudged:
+        path, why = unjudged[0]
+        more = f" (and {len(unjudged) - 1} more)" if len(unjudged) > 1 else ""
+        lines.say(f"not judged: {lines.rel(path)}{more} against its peers' scale: {why.split(': ', 1)[-1]}")
     for kind, (was, now) in report.worse.items():
-        lines.say(f"worse: {kind} in {now} file(s), {was} before the repair; please report this")
+        lines.say(f"worse: {kind} in {now} file(s), {was} before the repair{write_check.worse_why(kind, unjudged)}")
     if report.others:
         lines.say(f"changed by another writer during the repair (not by this one): {len(report.others)} object(s)")
     if report.clean and not report.worse:

@@ -200,6 +200,8 @@ SHAPE: dict[str, Any] = {
             "quarantine": [STR],
             "undo": (STR, NULL),
             "before_after": (MapOf(PAIR), NULL),
+            "refused": [{"path": STR, "message": STR}],
+            "not_judged": [{"path": STR, "message": STR}],
             "worse": MapOf(PAIR),
             "changed_by_others": [STR],
             "still_broken": [{"path": STR, "kinds": [STR], "state": STR, "message": STR}],

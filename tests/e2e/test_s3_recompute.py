@@ -136,6 +136,30 @@ def test_a_missing_and_a_nan_latent_recomputed_in_the_bucket_the_old_one_restora
     assert bucket.get(bucket.url(nan_name)) == nan_bytes
 
 
+@pytest.mark.slow  # two real diffusers VAEs, 22 latents in the bucket
+def test_a_wrong_vae_is_refused_before_its_put_as_on_disk(s3_server: Any, bucket: Bucket, tmp_path: Path) -> None:
+    """The write-time check is the local one (``verify.problems_of``, ``peer_scale.py``): a
+    recompute through another VAE, off its peers' scale, is refused with the one line naming the
+    encoder, and nothing in the bucket changes."""
+    right = f"diffusers-vae:{build_tiny_vae(tmp_path / 'vae')}"
+    wrong = f"diffusers-vae:{build_tiny_vae(tmp_path / 'other-vae', seed=1, scaling_factor=1.0)}"
+    ds = simpletuner(tmp_path / "st", 22, encoder=right)
+    victim = ds.images[0]
+    config = upload(ds, bucket, s3_server, skip=(victim,))
+    before = {key: bucket.get(bucket.url(key)) for key in bucket.keys("")}
+
+    code, out, err = cli("repair", "--config", str(config), "--encoder", wrong, "--yes", columns=400)
+    assert (code, err) == (1, ""), out
+    assert "done: 0 verified, 0 skipped, 0 blocked, 1 failed" in out
+    assert (
+        f"  failed: refused: recomputed latent for {victim.name} is off its peers' scale (std " in out
+        and f"the encoder {wrong} may be the wrong VAE or scaling for this cache; nothing replaced" in out
+    )
+    assert {
+        key: bucket.get(bucket.url(key)) for key in bucket.keys("") if not key.startswith(".cachedoctor/")
+    } == before
+
+
 def test_without_a_dataset_a_recompute_is_blocked_as_on_disk(bucket: Bucket, tmp_path: Path) -> None:
     """``repair s3://prefix --encoder``: no dataset names the entry's image, so, as a local
     repair of a folder, the recompute is blocked with one line and nothing changes."""
