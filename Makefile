@@ -9,7 +9,7 @@ DEMO   ?= fixtures/caches
 TORCH_INDEX ?=
 TORCH_FLAGS := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple,)
 
-.PHONY: all install demo test bench fixtures clean
+.PHONY: all install demo test bench fixtures clean dist
 
 all: test
 
@@ -103,10 +103,27 @@ FUZZ_OUT  ?= bench/out/fuzz-failures
 fuzz: $(STAMP) bytecode
 	$(PY) tests/differential.py --n $(FUZZ_N) --seed $(FUZZ_SEED) --out $(FUZZ_OUT)
 
+# The sdist and the wheel, into dist/ (emptied first): `python -m build` when the venv has it (the
+# [lint] extra), which builds the wheel from the sdist, so a file the sdist lacks fails the build;
+# otherwise the same two steps through setuptools' own PEP 517 hooks and pip. No build isolation:
+# the venv's setuptools builds, and nothing is fetched. Only needs the venv to exist (`| $(STAMP)`).
+dist: | $(STAMP)
+	@rm -rf dist build
+	@if $(PY) -c "import build" 2>/dev/null; then \
+	  $(PY) -m build --no-isolation --outdir dist . ; \
+	else \
+	  $(PY) -c "from setuptools import build_meta as b; b.build_sdist('dist')" >/dev/null && \
+	  tmp=$$(mktemp -d) && tar -xzf dist/cachedoctor-*.tar.gz -C $$tmp && \
+	  $(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist $$tmp/cachedoctor-* ; \
+	  code=$$?; rm -rf $$tmp; exit $$code; \
+	fi
+	@rm -rf build
+	@ls dist
+
 # Rebuild the shipped fixtures (deterministic); commit the result.
 fixtures: $(STAMP)
 	$(PY) fixtures/make_fixtures.py
 	$(PY) fixtures/make_datasets.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info

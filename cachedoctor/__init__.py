@@ -4,4 +4,4 @@ The quick path (``cachedoctor scan``) imports neither torch nor numpy: cache fil
 bytes and their pickles through a restricted unpickler that only records names.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -4,11 +4,17 @@ It does everything that decides the verdict: the layout, the scan, the ``severit
 the baseline and ``fail-on``. The CLI's ``scan`` only parses, resolves the settings and renders
 what this returns, so a library caller gets the same findings and the same exit code::
 
-    from cachedoctor.api import audit
-    from cachedoctor.settings import load
+    import sys
+    from cachedoctor.api import audit, load_settings
 
-    report = audit(["cache"], load(deep=True), baseline="cachedoctor-baseline.json")
+    report = audit(["cache"], load_settings(deep=True), baseline="cachedoctor-baseline.json")
     sys.exit(report.exit_code)
+
+``__all__`` below is the stable surface (docs/api.md documents every name in it, and a test
+holds the two equal): the function, the settings loader, and the types it returns or raises,
+re-exported here so a caller imports from one module. Other modules of the package may change
+between minor versions. The package ships a ``py.typed`` marker: these signatures are checked
+by a caller's type checker.
 
 Problems that stop the audit (a missing target, a broken config or baseline) raise
 :class:`~cachedoctor.errors.PathError`; settings that contradict each other raise
@@ -26,13 +32,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from cachedoctor.errors import PathError, UsageError
+from cachedoctor.exit_status import ExitStatus
+from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.report import FailOn, ScanReport, ScanSummary
+from cachedoctor.report.summary import Counts, DatasetSummary, Problem
+from cachedoctor.settings import Settings
+from cachedoctor.settings import load as load_settings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cachedoctor.findings import Finding
     from cachedoctor.layouts.interface import Expected
     from cachedoctor.progress import Progress
-    from cachedoctor.report import ScanReport
-    from cachedoctor.settings import Settings
 
 MISSING = "no such file or folder; check the path (and that its disk is mounted)"
 
@@ -59,8 +68,6 @@ def apply_severity(findings: list[Finding], overrides: Mapping[str, str]) -> lis
     """``findings`` with the configured severity per kind (``[tool.cachedoctor.severity]``)."""
     if not overrides:
         return findings
-    from cachedoctor.findings import Finding, Severity
-
     return sorted(
         (replace(f, severity=Severity(overrides[f.kind])) if f.kind in overrides else f for f in findings),
         key=Finding.sort_key,
@@ -79,7 +86,7 @@ def audit(
 ) -> ScanReport:
     """Scan ``targets`` (default: the settings' ``paths``) as ``cachedoctor scan`` does.
 
-    ``settings`` default to :func:`cachedoctor.settings.load` (the environment and the config file
+    ``settings`` default to :func:`load_settings` (the environment and the config file
     of the current folder). ``write_baseline`` records today's findings there and then reports
     none of them, as ``--write-baseline`` does; ``baseline`` leaves out those recorded in it.
     ``progress(stage, done, total)`` is told how far the scan has got (:mod:`cachedoctor.progress`).
@@ -88,11 +95,9 @@ def audit(
     from cachedoctor.layouts import plan_for
     from cachedoctor.options import layout_name, layout_options, scan_options
     from cachedoctor.repair.preview import preview
-    from cachedoctor.report import FailOn, ScanReport, ScanSummary
     from cachedoctor.scan import scan
-    from cachedoctor.settings import load
 
-    settings = settings if settings is not None else load()
+    settings = settings if settings is not None else load_settings()
     given = list(settings.paths.value if targets is None else targets)
     if not given and not settings.config.value and not settings.kohya_config.value and not settings.manifest.value:
         raise UsageError("nothing to scan: name a cache folder, or set config, kohya-config or manifest")
@@ -180,4 +185,23 @@ def _expected_again(
     return plan.by_path(paths) if plan is not None else {}
 
 
-__all__ = ["MISSING", "apply_severity", "audit", "require_existing"]
+__all__ = [
+    "MISSING",
+    "Counts",
+    "DatasetSummary",
+    "ExitStatus",
+    "FailOn",
+    "Finding",
+    "Fix",
+    "PathError",
+    "Problem",
+    "ScanReport",
+    "ScanSummary",
+    "Settings",
+    "Severity",
+    "UsageError",
+    "apply_severity",
+    "audit",
+    "load_settings",
+    "require_existing",
+]

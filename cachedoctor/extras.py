@@ -1,11 +1,13 @@
-"""What ``pip install "cachedoctor[repair]"`` adds, and the check that a command needing it makes.
+"""What the ``[repair]`` and ``[encoders]`` extras add, and the checks that a command needing them makes.
 
 A plain ``pip install cachedoctor`` leaves torch out on purpose: scan (quick and deep), the CI
 gate, manifests, quarantine and ``recover``'s survey read files as bytes (numpy for the deep
 NaN/Inf count), and installing a torch beside a trainer's own can replace it. Only writing a
 tensor needs torch: a lossless rewrite (``torch.load(weights_only=True)``, then ``torch.save``)
-and a recompute (an encoder, plus diffusers/transformers for the built-in adapters and OpenCV
-for kohya's resize). The ``[repair]`` extra carries those; this module says so, in one line,
+needs torch and safetensors, the ``[repair]`` extra, and nothing more. A recompute runs an
+encoder: the built-in adapters need diffusers or transformers, and kohya's and musubi-tuner's
+resize OpenCV; the ``[encoders]`` extra adds those to ``[repair]``, so a lossless repair never
+pulls (or imports) the model libraries. This module says which extra is missing, in one line,
 before anything is changed.
 
 The check never imports torch: :func:`importlib.util.find_spec` finds it and the installed
@@ -18,13 +20,18 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import re
+from typing import Any
 
 from cachedoctor.errors import UsageError
 
-#: The extra that adds torch and the encoder libraries (``encoders`` is kept as an alias).
+#: The extra that adds torch and safetensors: what a lossless repair needs.
 REPAIR_EXTRA = "repair"
 #: How to get it, as a user would type it.
 INSTALL_REPAIR = f'pip install "cachedoctor[{REPAIR_EXTRA}]"'
+#: The extra that adds, to ``[repair]``, what a recompute runs: diffusers, transformers, OpenCV.
+ENCODERS_EXTRA = "encoders"
+#: How to get it, as a user would type it.
+INSTALL_ENCODERS = f'pip install "cachedoctor[{ENCODERS_EXTRA}]"'
 #: The same in an environment of its own: what to do when the trainer's torch is too old, since
 #: upgrading it there would change the trainer's environment.
 INSTALL_REPAIR_APART = f'pipx install "cachedoctor[{REPAIR_EXTRA}]"'
@@ -34,7 +41,7 @@ TORCH_FLOOR = (2, 6)
 
 
 class MissingExtra(UsageError):
-    """A command needs a package of the ``[repair]`` extra that is not installed, or is too old.
+    """A command needs a package of the ``[repair]`` or ``[encoders]`` extra that is not installed, or is too old.
     The message names what needs it and the command that installs it; the CLI prints it as one
     line and exits 2."""
 
@@ -79,6 +86,19 @@ def require_torch(needed_by: str, module: str = "torch") -> None:
     )
 
 
+def import_cv2(needed_by: str) -> Any:
+    """OpenCV's ``cv2`` module, for ``needed_by`` (a trainer's resize that a recompute copies).
+
+    A missing one raises :class:`MissingExtra` naming the ``[encoders]`` extra: the item that
+    needed it fails with that line, instead of ``No module named 'cv2'``.
+    """
+    try:
+        import cv2  # opencv-python-headless: the [encoders] extra
+    except ImportError as e:
+        raise MissingExtra(f"{needed_by} needs OpenCV (cv2); install it with: {INSTALL_ENCODERS}") from e
+    return cv2
+
+
 def _release(version: str) -> tuple[int, int] | None:
     """``"2.13.0+cpu"`` -> ``(2, 13)``; ``None`` for a version string that is not ``N.N...``."""
     match = re.match(r"(\d+)\.(\d+)", version)
@@ -86,11 +106,14 @@ def _release(version: str) -> tuple[int, int] | None:
 
 
 __all__ = [
+    "ENCODERS_EXTRA",
+    "INSTALL_ENCODERS",
     "INSTALL_REPAIR",
     "INSTALL_REPAIR_APART",
     "REPAIR_EXTRA",
     "TORCH_FLOOR",
     "MissingExtra",
+    "import_cv2",
     "require_torch",
     "torch_floor",
     "torch_problem",

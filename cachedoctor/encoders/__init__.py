@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from cachedoctor.encoders.interface import API_VERSION, Encoder, EncoderError, EncoderFactory, Modality, Scaling
-from cachedoctor.extras import INSTALL_REPAIR
+from cachedoctor.extras import INSTALL_ENCODERS
 from cachedoctor.lifetime import reraise_interrupt
 
 #: The entry-point group adapters register in; its version changes only when the interface breaks.
@@ -31,7 +31,9 @@ BUILTINS: dict[str, str] = {
     "transformers-text": "cachedoctor.encoders.transformers_text:factory",
 }
 
-INSTALL_HINT = f"install it with: {INSTALL_REPAIR}"
+#: What a built-in adapter missing torch, diffusers or transformers says: the [encoders] extra
+#: holds all three (a lossless repair needs only [repair], which has none of the model libraries).
+INSTALL_HINT = f"install it with: {INSTALL_ENCODERS}"
 
 
 def available() -> dict[str, str]:

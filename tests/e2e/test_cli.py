@@ -10,6 +10,7 @@ import pytest
 import torch
 from factories import latent, peers, pt_bytes, save_pt, saved_on
 
+from cachedoctor import __version__
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
 
@@ -160,7 +161,7 @@ def test_state_folder_is_not_scanned(tmp_path: Path) -> None:
 
 
 def test_version_and_bare_invocation() -> None:
-    assert cli("--version")[:2] == (0, "cachedoctor 0.1.0\n")
+    assert cli("--version")[:2] == (0, f"cachedoctor {__version__}\n")
     code, out, _ = cli()
     assert code == 0 and "scan" in out
 

@@ -1,6 +1,7 @@
 """``pip install cachedoctor`` as a user runs it: without torch, and never replacing theirs.
 
-The wheel is built once from a copy of the sources. Environments are fresh venvs; what they hold
+The sdist and the wheel are built once by ``make dist``, in a copy of the sources, with this
+test environment's Python (no package fetched). Environments are fresh venvs; what they hold
 besides the wheel is linked from this test environment's own site-packages, only the
 distributions a requirement set pulls in (walked through their metadata), never torch. pip
 runs offline with no configuration (``--no-index``; the only ``--find-links`` are the built
@@ -15,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from importlib.metadata import Distribution, PackageNotFoundError, distribution
 from pathlib import Path
@@ -102,18 +104,26 @@ def _fake_torch_wheel(folder: Path) -> Path:
     return folder
 
 
+#: What ``make dist`` needs from a checkout to build the sdist and the wheel.
+DIST_SOURCES = ("pyproject.toml", "README.md", "CHANGELOG.md", "MANIFEST.in", "Makefile", "constraints-dev.txt")
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with the cachedoctor wheel, built from a copy of the sources (the checkout stays
-    clean)."""
+    """``make dist`` in a copy of the sources (the checkout stays clean): dist/ holds the sdist
+    and the wheel. The venv is this test environment's, already installed (``-o`` its stamp)."""
     src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
+    for name in DIST_SOURCES:
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "cachedoctor", src / "cachedoctor", ignore=shutil.ignore_patterns("__pycache__"))
-    out = tmp_path_factory.mktemp("wheels")
-    done = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", out, src)
+    venv = Path(sys.prefix)
+    done = _run("make", "-s", "-o", f"{venv}/.installed-stamp", f"VENV={venv}", "dist", cwd=src)
     assert done.returncode == 0, done.stderr
-    return out
+    assert sorted(p.name for p in (src / "dist").iterdir()) == [
+        f"cachedoctor-{__version__}-py3-none-any.whl",
+        f"cachedoctor-{__version__}.tar.gz",
+    ]
+    return src / "dist"
 
 
 def _wheel(wheels: Path) -> Path:
@@ -204,8 +214,9 @@ def test_repair_without_torch_says_how_to_get_it(plain: Path, caches: Path) -> N
 @pytest.fixture(scope="module")
 def with_torch(wheels: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Venvs holding an installed torch (its record) at the floor and below it, and every other
-    distribution of ``cachedoctor[repair]``, so the resolver decides about torch alone."""
-    deps = _closure(_requirements(wheels), {"repair"})
+    distribution of ``cachedoctor[repair]`` and ``cachedoctor[encoders]``, so the resolver decides
+    about torch alone."""
+    deps = _closure(_requirements(wheels), {"repair", "encoders"})
     out = {}
     for version in (f"{torch_floor()}.0", "2.0.1"):
         out[version] = _venv(tmp_path_factory.mktemp(f"torch-{version}") / "venv", deps)
@@ -220,11 +231,13 @@ def _would_install(venv: Path, wheels: Path, extra: str, report: Path) -> dict[s
     return {i["metadata"]["name"]: i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
 
 
+@pytest.mark.parametrize("extra", ["[repair]", "[encoders]"])
 def test_the_repair_extra_leaves_a_torch_at_the_floor_alone(
-    with_torch: dict[str, Path], wheels: Path, tmp_path: Path
+    with_torch: dict[str, Path], wheels: Path, tmp_path: Path, extra: str
 ) -> None:
+    """A trainer's venv with an older torch that still meets the floor: only cachedoctor is added."""
     venv = with_torch[f"{torch_floor()}.0"]
-    assert _would_install(venv, wheels, "[repair]", tmp_path / "report.json") == {"cachedoctor": __version__}
+    assert _would_install(venv, wheels, extra, tmp_path / "report.json") == {"cachedoctor": __version__}
 
 
 def test_the_plain_install_leaves_an_older_torch_alone(
@@ -240,3 +253,59 @@ def test_the_repair_extra_upgrades_only_a_torch_below_the_floor(
     """What the test above would see if the plain install wanted torch: the older one replaced."""
     would = _would_install(with_torch["2.0.1"], wheels, extra, tmp_path / "report.json")
     assert would == {"cachedoctor": __version__, "torch": NEWER_TORCH}
+
+
+def test_the_installed_wheel_says_its_version(plain: Path) -> None:
+    done = _run(plain / "bin" / "cachedoctor", "--version")
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"cachedoctor {__version__}\n", "")
+
+
+def _names(archive: Path) -> set[str]:
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as whl:
+            return set(whl.namelist())
+    with tarfile.open(archive) as sdist:
+        top = f"cachedoctor-{__version__}/"
+        return {m.name.removeprefix(top) for m in sdist.getmembers() if m.isfile()}
+
+
+def test_the_sdist_holds_what_a_build_needs_and_the_wheel_ships_the_package_only(wheels: Path) -> None:
+    """The wheel was built from the sdist (make dist), so the sdist was enough to build it; both
+    carry every module, the py.typed marker (docs/api.md) and the encoder walk-through; the wheel
+    carries no tests or fixtures."""
+    package = {
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "cachedoctor").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix in (".py", ".md", ".typed")
+    }
+    assert "cachedoctor/py.typed" in package and "cachedoctor/encoders/EXAMPLE.md" in package
+    sdist = _names(next(wheels.glob("*.tar.gz")))
+    wheel = _names(_wheel(wheels))
+    assert package | {"pyproject.toml", "README.md", "CHANGELOG.md"} <= sdist
+    assert {n for n in wheel if not n.startswith(f"cachedoctor-{__version__}.dist-info/")} == package
+
+
+def _extra_requirements(wheels: Path, extra: str) -> dict[str, str]:
+    """What ``cachedoctor[extra]`` adds to the plain install, by name (``str(requirement)``)."""
+    added = {}
+    for text in _requirements(wheels):
+        req = Requirement(text)
+        if req.marker is not None and req.marker.evaluate({"extra": extra}) and not req.marker.evaluate({"extra": ""}):
+            added[canonicalize_name(req.name)] = f"{req.name}{''.join(f'[{e}]' for e in sorted(req.extras))}"
+    return added
+
+
+def test_the_repair_extra_pulls_torch_and_safetensors_only(wheels: Path) -> None:
+    assert sorted(_extra_requirements(wheels, "repair")) == ["safetensors", "torch"]
+
+
+def test_the_encoders_extra_adds_the_model_libraries_to_repair(wheels: Path) -> None:
+    added = _extra_requirements(wheels, "encoders")
+    assert sorted(added) == ["cachedoctor", "diffusers", "opencv-python-headless", "transformers"]
+    assert added["cachedoctor"] == "cachedoctor[repair]"
+
+
+def test_the_plain_install_pulls_no_model_library(wheels: Path) -> None:
+    core = {canonicalize_name(Requirement(t).name) for t in _requirements(wheels) if Requirement(t).marker is None}
+    assert core.isdisjoint({"torch", "safetensors", "diffusers", "transformers", "opencv-python-headless"})
+    assert "typer" in core

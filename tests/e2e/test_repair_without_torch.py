@@ -64,3 +64,16 @@ def test_a_quarantine_only_repair_runs_without_torch(tmp_path: Path, marker: Pat
     assert (code, err) == (0, "")
     assert not (tmp_path / "evil.pt").exists()
     assert [p.name for p in (tmp_path / ".cachedoctor" / "quarantine").rglob("evil.pt")] == ["evil.pt"]
+
+
+def test_a_lossless_repair_needs_none_of_the_encoders_extra(tmp_path: Path) -> None:
+    """``[repair]`` is torch and safetensors only: a lossless fix runs with diffusers,
+    transformers and OpenCV unimportable (the ``[encoders]`` extra not installed)."""
+    leak = _leaky_cache(tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        for library in ("diffusers", "transformers", "cv2"):
+            patch.setitem(sys.modules, library, None)
+        code, out, err = cli("repair", str(tmp_path), "--yes", "--no-state")
+    assert (code, err) == (0, "")
+    assert "clone-storage" in out and "done: 1 verified, 0 skipped, 0 blocked, 0 failed" in out
+    assert leak.exists()

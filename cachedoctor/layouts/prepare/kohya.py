@@ -45,7 +45,9 @@ def resize(array: Any, size: tuple[int, int], interpolation: str | None) -> Any:
         return np.asarray(Image.fromarray(array).resize(size, resample=resample))
     if interpolation not in _CV2:
         raise ValueError(f"unknown resize_interpolation {interpolation!r}")
-    import cv2  # opencv-python-headless: imported only when a kohya entry is recomputed
+    from cachedoctor.extras import import_cv2
+
+    cv2 = import_cv2("kohya's resize")  # the [encoders] extra: imported only when a kohya entry is recomputed
 
     return cv2.resize(array, size, interpolation=getattr(cv2, _CV2[interpolation]))
 

@@ -46,7 +46,9 @@ def bucket_array(image: Any, bucket: tuple[int, int]) -> Any:
 
         array = np.array(image.resize(plan.resized, Image.Resampling.LANCZOS))
     else:
-        import cv2  # opencv-python-headless: imported only when a musubi entry is recomputed
+        from cachedoctor.extras import import_cv2
+
+        cv2 = import_cv2("musubi-tuner's resize")  # the [encoders] extra: only when a musubi entry is recomputed
 
         array = cv2.resize(np.array(image), plan.resized, interpolation=cv2.INTER_AREA)
     left, top = plan.crop

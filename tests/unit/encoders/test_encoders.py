@@ -470,12 +470,18 @@ def test_bad_specs_say_what_to_do(toy_module: str, tmp_path: Path, spec: str, sa
     assert info.value.path == spec and says in info.value.message
 
 
-def test_builtin_without_its_library_says_how_to_install(monkeypatch: pytest.MonkeyPatch, vae_dir: Path) -> None:
-    monkeypatch.setitem(sys.modules, "diffusers", None)  # Python's own way to make an import fail
-    with pytest.raises(
-        EncoderError, match=r"'diffusers' is not installed; install it with: pip install \"cachedoctor\[repair\]\"$"
-    ):
-        load_encoder(f"diffusers-vae:{vae_dir}")
+@pytest.mark.parametrize(
+    ("adapter", "library"),
+    [("diffusers-vae", "diffusers"), ("transformers-text", "transformers"), ("diffusers-vae", "torch")],
+)
+def test_builtin_without_its_library_names_the_encoders_extra(
+    monkeypatch: pytest.MonkeyPatch, vae_dir: Path, adapter: str, library: str
+) -> None:
+    """The [repair] extra has no model library: a built-in adapter points to [encoders]."""
+    monkeypatch.setitem(sys.modules, library, None)  # Python's own way to make an import fail
+    with pytest.raises(EncoderError) as info:
+        load_encoder(f"{adapter}:{vae_dir}")
+    assert info.value.message == f"'{library}' is not installed; install it with: pip install \"cachedoctor[encoders]\""
 
 
 def test_the_documented_example_adapter_runs_and_is_shown_verbatim() -> None:

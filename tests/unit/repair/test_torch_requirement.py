@@ -8,12 +8,16 @@ missing, or against a small stand-in package (a module and its ``.dist-info``) p
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from cachedoctor.errors import UsageError
 from cachedoctor.extras import TORCH_FLOOR, MissingExtra, require_torch, torch_floor
+from cachedoctor.layouts.prepare import kohya, musubi
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,3 +75,33 @@ def test_a_torch_without_metadata_is_trusted(tmp_path: Path, monkeypatch: pytest
     (tmp_path / f"{STAND_IN}.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     require_torch("repair", module=STAND_IN)
+
+
+@pytest.mark.parametrize(
+    ("resize", "needed_by"),
+    [
+        (lambda: kohya.resize(np.zeros((8, 8, 3), np.uint8), (4, 4), "area"), "kohya's resize"),
+        (lambda: musubi.bucket_array(Image.new("RGB", (8, 8)), (4, 4)), "musubi-tuner's resize"),
+    ],
+    ids=["kohya", "musubi"],
+)
+def test_a_recompute_without_opencv_names_the_encoders_extra(
+    monkeypatch: pytest.MonkeyPatch, resize: Callable[[], object], needed_by: str
+) -> None:
+    """kohya's and musubi-tuner's INTER_AREA resize need cv2, which [repair] lacks: the item fails
+    with the install line of [encoders], not with ``No module named 'cv2'``."""
+    monkeypatch.setitem(sys.modules, "cv2", None)
+    with pytest.raises(MissingExtra) as info:
+        resize()
+    assert str(info.value) == f'{needed_by} needs OpenCV (cv2); install it with: pip install "cachedoctor[encoders]"'
+
+
+def test_the_repair_extra_is_torch_and_safetensors_and_encoders_adds_the_model_libraries() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    assert extras["repair"] == [f"torch>={torch_floor()}", "safetensors>=0.4"]
+    assert [r.split(">=")[0] for r in extras["encoders"]] == [
+        "cachedoctor[repair]",
+        "opencv-python-headless",
+        "diffusers",
+        "transformers",
+    ]

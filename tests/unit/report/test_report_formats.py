@@ -17,6 +17,7 @@ import torch
 import xmlschema
 from factories import latent, peers, save_pt, saved_on
 
+from cachedoctor import __version__
 from cachedoctor.checks import CHECKS
 from cachedoctor.cli import run
 from cachedoctor.cli.environment import Environment
@@ -111,7 +112,7 @@ def test_junit_one_case_per_kind_and_the_leak_fails(cache: Path, tmp_path: Path)
     )
     assert all(len(by_name[k]) == 0 for k in KINDS if k not in ("batch-leak", "device-tagged"))
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
-    assert props["cachedoctor.version"] == "0.1.0" and props["cachedoctor.fail_on"] == "error"
+    assert props["cachedoctor.version"] == __version__ and props["cachedoctor.fail_on"] == "error"
     assert props["cachedoctor.layout"].startswith("layout: none")
     assert datetime.datetime.fromisoformat(suite.get("timestamp")).tzinfo is not None
     assert suite.find("system-out").text.startswith("1 error(s), 1 warning(s) in 2 file(s).")
