@@ -126,7 +126,7 @@ class TableRenderer(Renderer):
             f"{counts['error']} error(s), {counts['warning']} warning(s){info} in "
             f"{len({f.path for f in report.findings})} file(s)."
             if report.findings
-            else "No findings."
+            else report.clean_verdict()
         )
         hint = "" if self.quiet else report.next_step(self._rel)
         line(f"{verdict} {hint}".strip(), "bold")
