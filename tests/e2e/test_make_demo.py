@@ -42,7 +42,9 @@ def test_demo_on_a_users_cache_plans_the_repair_and_copies_nothing(tmp_path: Pat
     )
     assert done.returncode == 0, done.stdout + done.stderr
     text = " ".join(done.stdout.split())
-    assert f"{cache} is your cache: it is scanned and its repair planned (--dry-run); nothing is copied or changed" in text
+    assert (
+        f"{cache} is your cache: it is scanned and its repair planned (--dry-run); nothing is copied or changed" in text
+    )
     assert "batch-leak" in text and "dry run" in text.lower()
     assert _files(cache) == before
     assert list(temp.iterdir()) == []  # no copy in TMPDIR
