@@ -176,7 +176,7 @@ def repair(
                 *nothing_to_check(
                     before.targets,
                     dataset=before.dataset is not None,
-                    others=before.stats.files_skipped,
+                    others=before.stats.files_skipped + before.stats.files_dataset,
                     excluded=bool(options.scan.exclude),
                 )
             )

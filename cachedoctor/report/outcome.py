@@ -84,7 +84,7 @@ class ScanReport:
         return nothing_to_check(
             self.scan.targets,
             dataset=self.scan.dataset is not None,
-            others=self.scan.counts.files_skipped,
+            others=self.scan.counts.files_skipped + self.scan.counts.files_dataset,
             special=self.scan.special,
             excluded=self.scan.excluded,
         )
@@ -149,6 +149,7 @@ class ScanReport:
             "files_seen": stats.files_seen,
             "files_read": stats.files_read,
             "files_skipped": stats.files_skipped,
+            "files_dataset": stats.files_dataset,
             "bytes_read": stats.bytes_read,
             "folders": stats.folders,
             "formats": dict(sorted(stats.formats.items())),

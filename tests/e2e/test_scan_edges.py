@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -386,3 +387,22 @@ def test_a_folder_given_before_the_folder_that_holds_it_is_merged_into_it(tmp_pa
     assert report["summary"]["notes"] == [
         f"{tmp_path / 'link'}: same files as {tmp_path / 'dir' / 'sub'}, scanned once"
     ]
+
+
+def test_a_kohya_folders_images_and_captions_are_dataset_files_not_skipped(tmp_path: Path) -> None:
+    """kohya keeps its latents beside the images and their captions: those are the dataset, not
+    cache files the scan left unread, so they are counted apart; "skipped" keeps its meaning."""
+    data = tmp_path / "kohya"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "datasets" / "kohya", data)
+    folder = data / "train" / "10_subject"
+    images = [p for p in folder.iterdir() if p.suffix in (".png", ".jpg")]
+    captions = {image.with_suffix(".txt") for image in images}
+    for caption in captions:
+        caption.write_text("a photo")
+    (folder / "notes.dat").write_bytes(b"not a cache, not the dataset")  # foreign: skipped
+    report = json.loads(cli("scan", str(data / "train"), "--no-state", "--format", "json")[1])["summary"]
+    dataset = len(images) + len(captions)
+    assert (report["files_dataset"], report["files_skipped"]) == (dataset, 1)
+    assert report["files_seen"] == report["files_read"] + report["files_skipped"] + report["files_dataset"]
+    code, out, _ = cli("scan", str(data / "train"), "--no-state")
+    assert f"1 skipped, {dataset} dataset files (images, captions), " in " ".join(out.split())
