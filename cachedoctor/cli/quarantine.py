@@ -54,9 +54,19 @@ KohyaConfigOption = Annotated[
 RunArg = Annotated[
     str,
     typer.Argument(
-        metavar="RUN", help="A repair run's id, as `cachedoctor quarantine list` and repair's undo line show it."
+        metavar="RUN",
+        help="A repair run's id (as `cachedoctor quarantine list` and repair's undo line show it), a unique "
+        "prefix of it (2026-11-28), or latest.",
     ),
 ]
+AllOption = Annotated[
+    bool, typer.Option("--all", "--verbose", "-v", help="One line per quarantined file, for every run.")
+]
+#: what ``list`` prints under its summary, so the files are one command away
+MORE = (
+    "One line per file: `cachedoctor quarantine list RUN` (RUN: a run's id, a prefix of it, or latest), "
+    "or --all for every run."
+)
 
 
 def _search(
@@ -142,16 +152,23 @@ def quarantine_list(
     s3_endpoint_url: S3EndpointUrlOption = None,
     s3_profile: S3ProfileOption = None,
     s3_region: S3RegionOption = None,
+    every: AllOption = False,
 ) -> int:
-    """Every repair run's quarantine at or below PATH...: files, sizes, why."""
+    """Every repair run's quarantine at or below PATH...: per run its time, files, size and why
+    (counts by finding kind). `list RUN [PATH...]` or --all: one line per file."""
+    run_arg, paths = _run_first(paths)
     if url := _remote(paths):
         from cachedoctor.cli.quarantine_remote import remote_list
 
-        return remote_list(url, _s3(ctx, s3_endpoint_url, s3_profile, s3_region))
+        return remote_list(url, _s3(ctx, s3_endpoint_url, s3_profile, s3_region), run_arg, every)
     env = current()
     out = env.stdout
     search = _search(paths, config, kohya_config, manifest, model_family, output_dir)
     found = search.runs()
+    if run_arg is not None:  # one run, file by file
+        run_id = search.resolve(run_arg, _where(search))
+        found = [(root, chosen) for root, runs in found if (chosen := [r for r in runs if r.run_id == run_id])]
+        every = True
     if not found:
         print(f"no quarantine at or below {_where(search)}", file=out)
         return ExitStatus.CLEAN
@@ -160,8 +177,37 @@ def quarantine_list(
         if not alone:
             print(f"{root}:", file=out)
         for run in runs:
-            print_run(run, "" if alone else "  ", env)
+            (print_run if every else print_summary)(run, "" if alone else "  ", env)
+    if not every:
+        print(env.wrap(MORE), file=out)
     return ExitStatus.CLEAN
+
+
+def _run_first(paths: list[str] | None) -> tuple[str | None, list[str] | None]:
+    """``list RUN [PATH...]``: a first argument that is no path (nothing of that name here, no
+    slash in it, not an s3:// URL) names a run, as ``restore RUN`` takes one."""
+    from cachedoctor.remote.interface import is_remote
+
+    if paths and os.sep not in paths[0] and not is_remote(paths[0]) and not os.path.lexists(paths[0]):
+        return paths[0], paths[1:] or None
+    return None, paths
+
+
+def print_summary(run: QuarantineRun, indent: str, env: Environment) -> None:
+    """Two lines a run, however many files it holds: id, time, files, size; counts by reason."""
+    from collections import Counter
+
+    from cachedoctor.repair.run_ids import run_time
+
+    when = run_time(run.run_id)
+    print(
+        f"{indent}{run.run_id}{f' ({when})' if when else ''}: {len(run.files)} file(s), {human_size(run.size)}",
+        file=env.stdout,
+    )
+    counts = Counter(reason for item in run.files for reason in item.reasons or ("no record",))
+    if counts:
+        why = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        print(env.wrap(f"{indent}  why: {why}"), file=env.stdout)
 
 
 def print_run(run: QuarantineRun, indent: str, env: Environment) -> None:
@@ -176,13 +222,15 @@ def print_run(run: QuarantineRun, indent: str, env: Environment) -> None:
             print(f"{line}\n{indent}      {tag}", file=env.stdout)
 
 
-def _found(search: Search, run_id: str, verb: str) -> list[tuple[str, QuarantineRun]]:
+def _found(search: Search, given: str, verb: str) -> tuple[str, list[tuple[str, QuarantineRun]]]:
+    """The run id ``given`` names (an id, a unique prefix, ``latest``) and where it is."""
+    run_id = search.resolve(given, _where(search))
     found = search.find(run_id, verb)
     if not found:
         raise PathError(
             _where(search), f"no quarantine run {run_id!r} here or below; see `cachedoctor quarantine list`"
         )
-    return found
+    return run_id, found
 
 
 @quarantine_app.command("restore")
@@ -215,7 +263,7 @@ def quarantine_restore(
     from cachedoctor.repair.journal import new_run_id
     from cachedoctor.repair.quarantine import Quarantine, restore
 
-    found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "restore")
+    run_id, found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "restore")
     aside = f"restore-{new_run_id()}"
     done = [path for base, run in found for path in restore(base, run, aside)]
     replaced = any(os.path.isdir(Quarantine(base, aside).folder) for base, _ in found)
@@ -251,7 +299,7 @@ def quarantine_purge(
     from cachedoctor.repair.quarantine import purge
 
     env = current()
-    found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "purge")
+    run_id, found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "purge")
     files, size = sum(len(run.files) for _, run in found), sum(run.size for _, run in found)
     if not yes and not (env.stdin_isatty and env.ask(f"Delete {files} file(s), {human_size(size)}, for good? [y/N] ")):
         raise PathError(found[0][1].folder, "not purged; pass --yes to delete it without asking")

@@ -199,7 +199,7 @@ def test_repair_quarantines_the_link_itself_and_restore_puts_it_back(tmp_path: P
     assert os.readlink(run_dir / "broken.pt") == str(target)  # the link, moved as it was
     assert os.readlink(run_dir / "loop.pt") == "loop.pt"
     assert not (tmp_path / "moved-away").exists()
-    code, out, _ = cli("quarantine", "list", str(cache))
+    code, out, _ = cli("quarantine", "list", "--all", str(cache))
     assert code == 0 and "broken.pt  [quarantine: broken-link]" in out
     code, _, err = cli("quarantine", "restore", run_dir.name, str(cache))
     assert (code, err) == (0, "")
