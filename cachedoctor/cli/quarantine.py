@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cachedoctor.cli.environment import Environment, current
+from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     ConfigOption,
     ManifestOption,
@@ -62,11 +62,6 @@ RunArg = Annotated[
 AllOption = Annotated[
     bool, typer.Option("--all", "--verbose", "-v", help="One line per quarantined file, for every run.")
 ]
-#: what ``list`` prints under its summary, so the files are one command away
-MORE = (
-    "One line per file: `cachedoctor quarantine list RUN` (RUN: a run's id, a prefix of it, or latest), "
-    "or --all for every run."
-)
 
 
 def _search(
@@ -157,6 +152,8 @@ def quarantine_list(
     """Every repair run's quarantine at or below PATH...: per run its time, files, size and why
     (counts by finding kind). `list RUN [PATH...]` or --all: one line per file."""
     run_arg, paths = _run_first(paths)
+    from cachedoctor.report.quarantine_text import MORE, write_runs
+
     if url := _remote(paths):
         from cachedoctor.cli.quarantine_remote import remote_list
 
@@ -176,8 +173,7 @@ def quarantine_list(
     for root, runs in found:
         if not alone:
             print(f"{root}:", file=out)
-        for run in runs:
-            (print_run if every else print_summary)(run, "" if alone else "  ", env)
+        write_runs(runs, "" if alone else "  ", every, env.width, out)
     if not every:
         print(env.wrap(MORE), file=out)
     return ExitStatus.CLEAN
@@ -191,35 +187,6 @@ def _run_first(paths: list[str] | None) -> tuple[str | None, list[str] | None]:
     if paths and os.sep not in paths[0] and not is_remote(paths[0]) and not os.path.lexists(paths[0]):
         return paths[0], paths[1:] or None
     return None, paths
-
-
-def print_summary(run: QuarantineRun, indent: str, env: Environment) -> None:
-    """Two lines a run, however many files it holds: id, time, files, size; counts by reason."""
-    from collections import Counter
-
-    from cachedoctor.repair.run_ids import run_time
-
-    when = run_time(run.run_id)
-    print(
-        f"{indent}{run.run_id}{f' ({when})' if when else ''}: {len(run.files)} file(s), {human_size(run.size)}",
-        file=env.stdout,
-    )
-    counts = Counter(reason for item in run.files for reason in item.reasons or ("no record",))
-    if counts:
-        why = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-        print(env.wrap(f"{indent}  why: {why}"), file=env.stdout)
-
-
-def print_run(run: QuarantineRun, indent: str, env: Environment) -> None:
-    """One line per file; at the terminal's width the ``[action: why]`` goes under its path."""
-    print(f"{indent}{run.run_id}: {len(run.files)} file(s), {human_size(run.size)}", file=env.stdout)
-    for item in run.files:
-        why = ",".join(item.reasons) or "no record"
-        line, tag = f"{indent}  {item.relpath}", f"[{item.action}: {why}]"
-        if len(line) + 2 + len(tag) <= env.width:
-            print(f"{line}  {tag}", file=env.stdout)
-        else:  # the path whole on its line (it is what gets copied), the reason under it
-            print(f"{line}\n{indent}      {tag}", file=env.stdout)
 
 
 def _found(search: Search, given: str, verb: str) -> tuple[str, list[tuple[str, QuarantineRun]]]:

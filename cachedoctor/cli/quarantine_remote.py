@@ -22,8 +22,8 @@ def _open(url: str, s3: S3Settings) -> tuple[ObjectStore, Location]:
 
 def remote_list(url: str, s3: S3Settings, run: str | None = None, every: bool = False) -> int:
     """A summary per run, or with ``run`` (an id, a unique prefix, ``latest``) or ``every`` one line per file."""
-    from cachedoctor.cli.quarantine import MORE, print_run, print_summary
     from cachedoctor.repair.remote_quarantine import list_remote_runs
+    from cachedoctor.report.quarantine_text import MORE, write_runs
 
     env = current()
     store, location = _open(url, s3)
@@ -34,8 +34,7 @@ def remote_list(url: str, s3: S3Settings, run: str | None = None, every: bool = 
     if not runs:
         print(f"no quarantine at or below {location.url}", file=env.stdout)
         return ExitStatus.CLEAN
-    for found in runs:
-        (print_run if every else print_summary)(found.run, "", env)
+    write_runs([found.run for found in runs], "", every, env.width, env.stdout)
     if not every:
         print(env.wrap(MORE), file=env.stdout)
     return ExitStatus.CLEAN

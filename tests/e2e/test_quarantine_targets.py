@@ -235,3 +235,12 @@ def test_restore_and_purge_take_latest_and_a_unique_prefix(tmp_path: Path) -> No
     code, out, err = cli("quarantine", "restore", "latest", str(tmp_path))
     assert (code, out) == (2, "")
     assert err == f"cachedoctor: error: {tmp_path}: no quarantine run here or below, so none is the latest\n"
+
+
+def test_a_file_without_a_record_is_counted_as_such_in_the_summary(tmp_path: Path) -> None:
+    """A run from before records were written first (or copied by hand): its files still count."""
+    _moved(tmp_path, "a.pt")
+    (tmp_path / ".cachedoctor" / "quarantine" / RUN / "b.pt").write_bytes(b"old")
+    code, out, _ = cli("quarantine", "list", str(tmp_path))
+    assert code == 0 and out.splitlines()[1] == "  why: no record 1, orphan-entry 1"
+    assert "  b.pt  [unknown: no record]" in cli("quarantine", "list", RUN, str(tmp_path))[1]
