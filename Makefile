@@ -27,9 +27,13 @@ install: $(STAMP)
 # The main job on the shipped fixtures: a deep scan of the caches, a SimpleTuner cache compared
 # with its dataset through its multidatabackend.json, and a repair of a copy of the caches (exit 1
 # is expected each time: defects are planted). git keeps no file times, so touch.py first sets
-# the recorded ones.
+# the recorded ones. `make demo DEMO=/path` is a user's cache: it is deep-scanned and its repair
+# planned (--dry-run), never copied (it may be hundreds of GB) and never changed (--no-state: not
+# even the state database is written into it).
+DEMO_FIXTURES := fixtures/caches
 demo: $(STAMP) bytecode
-	@$(VENV)/bin/cachedoctor scan --deep $(DEMO); code=$$?; \
+ifeq ($(DEMO),$(DEMO_FIXTURES))
+	@$(VENV)/bin/cachedoctor scan --deep "$(DEMO)"; code=$$?; \
 	  echo; echo "cachedoctor exited with $$code (0 clean, 1 findings at or above --fail-on, 2 could not run)"; \
 	  test $$code -le 1
 	@echo; $(PY) fixtures/touch.py >/dev/null
@@ -40,6 +44,16 @@ demo: $(STAMP) bytecode
 	@echo; demo=$$(mktemp -d); cp -r $(DEMO) $$demo/caches; \
 	  $(VENV)/bin/cachedoctor repair --deep $$demo/caches --yes; code=$$?; \
 	  echo; echo "cachedoctor repair exited with $$code; the repaired copy is in $$demo/caches"; test $$code -le 1
+else
+	@echo "$(DEMO) is your cache: it is scanned and its repair planned (--dry-run); nothing is copied or changed."
+	@echo "(The repair of a copy is for the shipped fixtures: \`make demo\` without DEMO.)"; echo
+	@$(VENV)/bin/cachedoctor scan --deep --no-state "$(DEMO)"; code=$$?; \
+	  echo; echo "cachedoctor exited with $$code (0 clean, 1 findings at or above --fail-on, 2 could not run)"; \
+	  test $$code -le 1
+	@echo; $(VENV)/bin/cachedoctor repair --deep --no-state --dry-run "$(DEMO)"; code=$$?; \
+	  echo; echo "cachedoctor repair --dry-run exited with $$code; nothing was changed. To carry the plan out:"; \
+	  echo "  $(VENV)/bin/cachedoctor repair --deep \"$(DEMO)\""; test $$code -le 1
+endif
 
 # Compiled bytecode for the package and the tests' helpers, written explicitly: where
 # PYTHONDONTWRITEBYTECODE is set (as on this project's machines) Python never caches it, and each

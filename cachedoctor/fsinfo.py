@@ -60,3 +60,17 @@ def is_network(path: str, mounts: str = MOUNTS) -> bool:
 
 
 __all__ = ["NETWORK_TYPES", "filesystem_type", "is_network"]
+
+
+def not_writable(folder: str) -> str | None:
+    """Why nothing can be written in ``folder`` (``is on a read-only file system``, ``is not
+    writable by this user``), or ``None``. A read-only mount stops root too; a permission only
+    stops others (``os.access`` answers for the real user, as the write would)."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return "is on a read-only file system"
+    except OSError:
+        return None  # it cannot be looked at: the write itself will say why
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "is not writable by this user"
+    return None

@@ -14,6 +14,7 @@ folder as black and ruff do; whichever is nearer wins. Paths in it are relative 
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,14 @@ FAIL_ON_VALUES = ("error", "warning", "never")
 SEVERITY_VALUES = ("error", "warning", "info")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def _unknown(what: str, name: str, known: list[str]) -> str:
+    """``unknown key; did you mean 'workers'?`` (difflib, as ``explain`` suggests kinds), or the list of known names."""
+    close = difflib.get_close_matches(name.replace("_", "-"), known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown {what}; did you mean {close[0]!r}?"
+    return f"unknown {what} (known: {', '.join(known)})"
 
 
 class ConfigError(PathError):
@@ -273,7 +282,7 @@ def _severity(value: Any) -> dict[str, str]:
     out = {}
     for kind, severity in value.items():
         if kind not in KINDS:
-            raise ValueError(f"unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+            raise ValueError(_unknown(f"kind {kind!r}", kind, list(KINDS)))
         if not isinstance(severity, str) or severity.lower() not in SEVERITY_VALUES:
             raise ValueError(f"{kind}: expected one of {', '.join(SEVERITY_VALUES)}")
         out[kind] = severity.lower()
@@ -372,7 +381,7 @@ def _from_file(file: ConfigFile) -> dict[str, Any]:
     for key, raw in file.values.items():
         name = by_key.get(key)
         if name is None:
-            raise ConfigError(file.path, f"{prefix}{key}: unknown key (keys: {', '.join(by_key)})")
+            raise ConfigError(file.path, f"{prefix}{key}: {_unknown('key', key, list(by_key))}")
         try:
             value = _KEYS[name][1](raw)
         except ValueError as exc:

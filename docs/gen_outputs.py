@@ -76,6 +76,7 @@ _VOLATILE = [
     (re.compile(r'"elapsed_s": [0-9.e-]+'), '"elapsed_s": <T>'),
     (re.compile(r'\b(time|timestamp)="[^"]*"'), r'\1="<T>"'),  # junit
     (re.compile(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b"), "<RUN>"),  # repair run ids
+    (re.compile(r"\(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\)"), "(<WHEN>)"),  # a quarantine run's time (list)
     (re.compile(r'("version": |cachedoctor\.version" value=)"[^"]*"'), r'\1"<V>"'),
     (re.compile(r"cachedoctor \d+\.\d+\.\d+\S*"), "cachedoctor <V>"),  # --version
 ]

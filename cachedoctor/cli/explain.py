@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from cachedoctor.cli.completion import complete_kind
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import ColorChoice, ColorOption
 from cachedoctor.errors import UsageError
@@ -20,7 +21,10 @@ def explain(
     kind: Annotated[
         str | None,
         typer.Argument(
-            help="A finding kind (batch-leak or batch_leak); none lists them all.", show_default=False, metavar="KIND"
+            help="A finding kind (batch-leak or batch_leak); none lists them all.",
+            show_default=False,
+            metavar="KIND",
+            autocompletion=complete_kind,
         ),
     ] = None,
     color: ColorOption = ColorChoice.AUTO,

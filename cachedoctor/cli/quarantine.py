@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cachedoctor.cli.environment import Environment, current
+from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     ConfigOption,
     ManifestOption,
@@ -54,8 +54,13 @@ KohyaConfigOption = Annotated[
 RunArg = Annotated[
     str,
     typer.Argument(
-        metavar="RUN", help="A repair run's id, as `cachedoctor quarantine list` and repair's undo line show it."
+        metavar="RUN",
+        help="A repair run's id (as `cachedoctor quarantine list` and repair's undo line show it), a unique "
+        "prefix of it (2026-11-28), or latest.",
     ),
+]
+AllOption = Annotated[
+    bool, typer.Option("--all", "--verbose", "-v", help="One line per quarantined file, for every run.")
 ]
 
 
@@ -142,16 +147,25 @@ def quarantine_list(
     s3_endpoint_url: S3EndpointUrlOption = None,
     s3_profile: S3ProfileOption = None,
     s3_region: S3RegionOption = None,
+    every: AllOption = False,
 ) -> int:
-    """Every repair run's quarantine at or below PATH...: files, sizes, why."""
+    """Every repair run's quarantine at or below PATH...: per run its time, files, size and why
+    (counts by finding kind). `list RUN [PATH...]` or --all: one line per file."""
+    run_arg, paths = _run_first(paths)
+    from cachedoctor.report.quarantine_text import MORE, write_runs
+
     if url := _remote(paths):
         from cachedoctor.cli.quarantine_remote import remote_list
 
-        return remote_list(url, _s3(ctx, s3_endpoint_url, s3_profile, s3_region))
+        return remote_list(url, _s3(ctx, s3_endpoint_url, s3_profile, s3_region), run_arg, every)
     env = current()
     out = env.stdout
     search = _search(paths, config, kohya_config, manifest, model_family, output_dir)
     found = search.runs()
+    if run_arg is not None:  # one run, file by file
+        run_id = search.resolve(run_arg, _where(search))
+        found = [(root, chosen) for root, runs in found if (chosen := [r for r in runs if r.run_id == run_id])]
+        every = True
     if not found:
         print(f"no quarantine at or below {_where(search)}", file=out)
         return ExitStatus.CLEAN
@@ -159,30 +173,31 @@ def quarantine_list(
     for root, runs in found:
         if not alone:
             print(f"{root}:", file=out)
-        for run in runs:
-            print_run(run, "" if alone else "  ", env)
+        write_runs(runs, "" if alone else "  ", every, env.width, out)
+    if not every:
+        print(env.wrap(MORE), file=out)
     return ExitStatus.CLEAN
 
 
-def print_run(run: QuarantineRun, indent: str, env: Environment) -> None:
-    """One line per file; at the terminal's width the ``[action: why]`` goes under its path."""
-    print(f"{indent}{run.run_id}: {len(run.files)} file(s), {human_size(run.size)}", file=env.stdout)
-    for item in run.files:
-        why = ",".join(item.reasons) or "no record"
-        line, tag = f"{indent}  {item.relpath}", f"[{item.action}: {why}]"
-        if len(line) + 2 + len(tag) <= env.width:
-            print(f"{line}  {tag}", file=env.stdout)
-        else:  # the path whole on its line (it is what gets copied), the reason under it
-            print(f"{line}\n{indent}      {tag}", file=env.stdout)
+def _run_first(paths: list[str] | None) -> tuple[str | None, list[str] | None]:
+    """``list RUN [PATH...]``: a first argument that is no path (nothing of that name here, no
+    slash in it, not an s3:// URL) names a run, as ``restore RUN`` takes one."""
+    from cachedoctor.remote.interface import is_remote
+
+    if paths and os.sep not in paths[0] and not is_remote(paths[0]) and not os.path.lexists(paths[0]):
+        return paths[0], paths[1:] or None
+    return None, paths
 
 
-def _found(search: Search, run_id: str, verb: str) -> list[tuple[str, QuarantineRun]]:
+def _found(search: Search, given: str, verb: str) -> tuple[str, list[tuple[str, QuarantineRun]]]:
+    """The run id ``given`` names (an id, a unique prefix, ``latest``) and where it is."""
+    run_id = search.resolve(given, _where(search))
     found = search.find(run_id, verb)
     if not found:
         raise PathError(
             _where(search), f"no quarantine run {run_id!r} here or below; see `cachedoctor quarantine list`"
         )
-    return found
+    return run_id, found
 
 
 @quarantine_app.command("restore")
@@ -215,7 +230,7 @@ def quarantine_restore(
     from cachedoctor.repair.journal import new_run_id
     from cachedoctor.repair.quarantine import Quarantine, restore
 
-    found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "restore")
+    run_id, found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "restore")
     aside = f"restore-{new_run_id()}"
     done = [path for base, run in found for path in restore(base, run, aside)]
     replaced = any(os.path.isdir(Quarantine(base, aside).folder) for base, _ in found)
@@ -251,7 +266,7 @@ def quarantine_purge(
     from cachedoctor.repair.quarantine import purge
 
     env = current()
-    found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "purge")
+    run_id, found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "purge")
     files, size = sum(len(run.files) for _, run in found), sum(run.size for _, run in found)
     if not yes and not (env.stdin_isatty and env.ask(f"Delete {files} file(s), {human_size(size)}, for good? [y/N] ")):
         raise PathError(found[0][1].folder, "not purged; pass --yes to delete it without asking")

@@ -8,6 +8,7 @@ from cachedoctor.errors import PathError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.remote.interface import Location, ObjectStore
 from cachedoctor.remote.s3 import S3Settings
+from cachedoctor.repair.run_ids import resolve_run
 from cachedoctor.report.text import human_size
 
 
@@ -19,24 +20,33 @@ def _open(url: str, s3: S3Settings) -> tuple[ObjectStore, Location]:
     return store, where(store, url)[0]
 
 
-def remote_list(url: str, s3: S3Settings) -> int:
-    from cachedoctor.cli.quarantine import print_run
+def remote_list(url: str, s3: S3Settings, run: str | None = None, every: bool = False) -> int:
+    """A summary per run, or with ``run`` (an id, a unique prefix, ``latest``) or ``every`` one line per file."""
     from cachedoctor.repair.remote_quarantine import list_remote_runs
+    from cachedoctor.report.quarantine_text import MORE, write_runs
 
     env = current()
     store, location = _open(url, s3)
     runs = list_remote_runs(store, location)
+    if run is not None:
+        run_id = resolve_run(run, (r.run.run_id for r in runs), location.url)
+        runs, every = [r for r in runs if r.run.run_id == run_id], True
     if not runs:
         print(f"no quarantine at or below {location.url}", file=env.stdout)
-    for found in runs:
-        print_run(found.run, "", env)
+        return ExitStatus.CLEAN
+    write_runs([found.run for found in runs], "", every, env.width, env.stdout)
+    if not every:
+        print(env.wrap(MORE), file=env.stdout)
     return ExitStatus.CLEAN
 
 
-def _found(store: ObjectStore, location: Location, run_id: str):  # type: ignore[no-untyped-def]
+def _found(store: ObjectStore, location: Location, given: str):  # type: ignore[no-untyped-def]
+    """The run ``given`` names (an id, a unique prefix, ``latest``: ``run_ids.py``, as locally)."""
     from cachedoctor.repair.remote_quarantine import list_remote_runs
 
-    found = next((r for r in list_remote_runs(store, location) if r.run.run_id == run_id), None)
+    runs = list_remote_runs(store, location)
+    run_id = resolve_run(given, (r.run.run_id for r in runs), location.url)
+    found = next((r for r in runs if r.run.run_id == run_id), None)
     if found is None:
         raise PathError(location.url, f"no quarantine run {run_id!r} here; see `cachedoctor quarantine list`")
     return found
@@ -49,7 +59,9 @@ def remote_restore(url: str, run_id: str, force: bool, s3: S3Settings) -> int:
     env = current()
     store, location = _open(url, s3)
     aside = f"restore-{new_run_id()}"
-    done, replaced = restore_remote(store, location, _found(store, location, run_id), aside, force)
+    found = _found(store, location, run_id)
+    run_id = found.run.run_id  # the id a prefix or `latest` named
+    done, replaced = restore_remote(store, location, found, aside, force)
     line = f"restored {len(done)} file(s) from {run_id} in {location.url}"
     if replaced:
         line += f"; the objects they replaced are in quarantine run {aside}"
@@ -63,6 +75,7 @@ def remote_purge(url: str, run_id: str, yes: bool, s3: S3Settings) -> int:
     env = current()
     store, location = _open(url, s3)
     found = _found(store, location, run_id)
+    run_id = found.run.run_id  # the id a prefix or `latest` named
     files, size = len(found.run.files), found.run.size
     if not yes and not (env.stdin_isatty and env.ask(f"Delete {files} file(s), {human_size(size)}, for good? [y/N] ")):
         raise PathError(found.run.folder, "not purged; pass --yes to delete it without asking")

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cachedoctor.cli.completion import complete_kind_list
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     NO_PATH,
@@ -95,7 +96,12 @@ def repair(
     batch_size: Annotated[int, typer.Option("--batch-size", metavar="N", min=1, help="Items per encoder batch.")] = 8,
     only: Annotated[
         str | None,
-        typer.Option("--only", metavar="KINDS", help="Repair only findings of these kinds (comma-separated)."),
+        typer.Option(
+            "--only",
+            metavar="KINDS",
+            help="Repair only findings of these kinds (comma-separated).",
+            autocompletion=complete_kind_list,
+        ),
     ] = None,
     yes: YesOption = False,
     resume: Annotated[

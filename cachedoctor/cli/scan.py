@@ -172,8 +172,12 @@ def scan(
     renderer = renderer_for(fmt, env.cwd, width=env.width, quiet=quiet, verbose=verbose, output=output)
     if output is None:
         if report.suppressed is not None and fmt is OutputFormat.TABLE and env.verbosity >= NORMAL:
-            verb = "recorded in" if report.baseline_written else "left out by"
-            print(env.wrap(f"{report.suppressed} finding(s) {verb} the baseline {report.baseline}"), file=env.stdout)
+            done = (
+                f"recorded in {report.baseline}; later scans with --baseline {report.baseline} hide them"
+                if report.baseline_written
+                else f"left out by {report.baseline}"
+            )
+            print(env.wrap(f"baseline: {report.suppressed} finding(s) {done}"), file=env.stdout)
         renderer.render(report, env.stdout, color=env.color(env.stdout_isatty))
     else:
         error = write_report(output, lambda out: renderer.render(report, out, color=False))

@@ -2,8 +2,9 @@
 
 ``<cache root>/.cachedoctor/quarantine/<run id>/<path relative to the root>``, plus
 ``.records.jsonl`` in the run folder saying, per file, where it came from and why. The folder
-tree is the truth (a run killed between a move and its record still restores); records are
-the explanation. The scan never enters ``.cachedoctor/``.
+tree is the truth (what restores); records are the explanation, written before the file is
+moved or linked in, so a run killed at any instant leaves every quarantined file's reason on
+record (a record whose file never arrived is ignored). The scan never enters ``.cachedoctor/``.
 
 Files are kept by hard link when the original stays in place until the replacement is renamed
 over it (no bytes copied, and the link exists before the original name changes), and by rename
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from cachedoctor.atomic import TEMP_SUFFIX, is_own_temp, temp_prefix_for, temp_target, transfer
 from cachedoctor.errors import PathError
+from cachedoctor.lifetime import kill_due, kill_self
 from cachedoctor.statedir import quarantine_root
 
 RECORDS = ".records.jsonl"
@@ -61,7 +63,7 @@ class Quarantine:
         self.run_id = run_id
         self.folder = os.path.join(quarantine_root(root), run_id)
         self._made: set[str] = set()  # folders this object created or found (no mkdir per file)
-        self._records: list[str] = []  # records of ``keep(sync=False)``, until ``write_records``
+        self._unsynced = False  # records of ``keep(sync=False)`` written, not yet fsynced (``write_records``)
 
     def destination(self, path: str) -> str:
         rel = os.path.relpath(path, self.root)
@@ -82,16 +84,21 @@ class Quarantine:
             if _same(dest, path):
                 return dest  # a resumed run already linked it
             dest = _free_name(dest)
+        self._record(dest, path, reasons, action, sync=sync)  # first: a kill after the link keeps the reason
         transfer(path, dest, keep_source=True, sync=sync)
-        self._record(dest, path, reasons, action, now=sync)
+        _landed()
         return dest
 
     def write_records(self) -> None:
-        """Append the records that ``keep(sync=False)`` held back, in one write."""
-        if self._records:
-            lines, self._records = "".join(self._records), []
-            with open(os.path.join(self.folder, RECORDS), "a", encoding="utf-8") as out:
-                out.write(lines)
+        """Make the records that ``keep(sync=False)`` wrote durable (one fsync for a batch),
+        before the batch's files are replaced."""
+        if self._unsynced:
+            fd = os.open(os.path.join(self.folder, RECORDS), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._unsynced = False
 
     def move(self, path: str, reasons: tuple[str, ...], action: str) -> str:
         """Move ``path`` out of the cache into the quarantine."""
@@ -99,8 +106,9 @@ class Quarantine:
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         if os.path.lexists(dest):
             dest = _free_name(dest)
+        self._record(dest, path, reasons, action)  # first: a kill after the move keeps the reason
         transfer(path, dest)
-        self._record(dest, path, reasons, action)
+        _landed()
         return dest
 
     def clean_temps(self) -> int:
@@ -114,24 +122,32 @@ class Quarantine:
                     n += 1
         return n
 
-    def _record(self, dest: str, original: str, reasons: tuple[str, ...], action: str, now: bool = True) -> None:
-        """Explain a quarantined file; ``now=False`` holds it for :meth:`write_records` (records are
-        advisory: the folder tree is the truth, so one held back by a kill loses nothing)."""
+    def _record(self, dest: str, original: str, reasons: tuple[str, ...], action: str, sync: bool = True) -> None:
+        """Explain a file about to go to ``dest``, before it goes: written at once (a SIGKILL
+        after the move loses nothing), and fsynced now, or with ``sync=False`` by
+        :meth:`write_records` before the batch's files are replaced (one fsync per batch)."""
         record = {
             "path": os.path.relpath(dest, self.folder),
             "original": original,
             "reasons": list(reasons),
             "action": action,
-            "size": os.lstat(dest).st_size,  # a broken symlink is kept as the link
+            "size": os.lstat(original).st_size,  # what goes in: a broken symlink is kept as the link
             "time": time.time(),
         }
-        line = json.dumps(record, sort_keys=True) + "\n"
-        if not now:
-            self._records.append(line)
-            return
         with open(os.path.join(self.folder, RECORDS), "a", encoding="utf-8") as out:
-            out.write(line)  # advisory: the folder tree is the truth,
-            out.flush()  # so no fsync here (the file itself was made durable before this)
+            out.write(json.dumps(record, sort_keys=True) + "\n")
+            out.flush()
+            if sync:
+                os.fsync(out.fileno())
+            else:
+                self._unsynced = True
+
+
+def _landed() -> None:
+    """Crash tests only: ``CACHEDOCTOR_TEST_KILL_AT_QUARANTINE=N`` SIGKILLs the process right after
+    its N-th file lands in a quarantine (a point of its own: the ``KILL_AT`` sweeps count theirs)."""
+    if kill_due("CACHEDOCTOR_TEST_KILL_AT_QUARANTINE"):
+        kill_self()
 
 
 def _free_name(dest: str) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from cachedoctor.errors import PathError
 from cachedoctor.repair.quarantine import QuarantineRun, find_run, list_runs
+from cachedoctor.repair.run_ids import resolve_run
 from cachedoctor.statedir import STATE_DIR, quarantine_root
 
 MISSING = "no such file or folder; check the path (and that its disk is mounted)"
@@ -76,6 +77,12 @@ class Search:
     def runs(self) -> list[tuple[str, list[QuarantineRun]]]:
         return [(root, runs) for root in self.roots() if (runs := list_runs(root))]
 
+    def resolve(self, given: str, where: str) -> str:
+        """The run id that ``given`` names here or below: itself, ``latest`` or a unique prefix
+        (``run_ids.py``, as the s3:// commands resolve it); :class:`PathError` on ``where``."""
+        ids = {name for root in self.roots() for name in _run_folders(root)}
+        return resolve_run(given, ids, where)
+
     def find(self, run_id: str, verb: str = "restore") -> list[tuple[str, QuarantineRun]]:
         """``(root, run)`` for each root holding ``run_id``: one repair of several cache roots
         is one run id in each of them. The same run copied along with its cache is another
@@ -93,6 +100,15 @@ class Search:
 class AmbiguousRun(PathError):
     """One run id in several cache roots that are not one repair's (a cache copied with its
     quarantine): which one to restore or purge is the user's to say."""
+
+
+def _run_folders(root: str) -> list[str]:
+    """The run ids of a root's quarantine (its folders' names; nothing read inside them)."""
+    base = quarantine_root(root)
+    try:
+        return [e.name for e in os.scandir(base) if e.is_dir()]
+    except OSError:
+        return []
 
 
 def _holds_quarantine(folder: str) -> bool:

@@ -138,7 +138,8 @@ def survey(
     if result.empty and out.empty and not allow_empty:
         from cachedoctor.report.outcome import nothing_to_check
 
-        raise PathError(*nothing_to_check(result.targets, dataset=plan is not None, others=result.stats.files_skipped))
+        others = result.stats.files_skipped + result.stats.files_dataset
+        raise PathError(*nothing_to_check(result.targets, dataset=plan is not None, others=others))
     return out
 
 

@@ -176,7 +176,7 @@ def repair(
                 *nothing_to_check(
                     before.targets,
                     dataset=before.dataset is not None,
-                    others=before.stats.files_skipped,
+                    others=before.stats.files_skipped + before.stats.files_dataset,
                     excluded=bool(options.scan.exclude),
                 )
             )
@@ -210,6 +210,7 @@ def repair(
         distributed.finish(rank)
         outcome.after = before if not plan.runnable() else None
         return outcome
+    _require_writable(roots_acted)  # before asking: "run the same repair again" cannot help there
     distributed.barrier(rank)  # every rank has scanned before any rank changes a file
     go, outcome.run_id = distributed.agree(rank, (confirm(outcome) if rank.leader else None, outcome.run_id))
     if not go:
@@ -286,6 +287,23 @@ def repair(
     if rank.leader:
         outcome.after = _scan(targets, layout, layout_options, options, stages.renamed(RESCAN))[0]
     return outcome
+
+
+def _require_writable(roots: list[str]) -> None:
+    """A read-only cache (a read-only mount, a folder of another user) cannot be repaired in
+    place: one line naming it and what to do, before anything is written (``repair`` and
+    ``recover --apply`` alike)."""
+    from cachedoctor.fsinfo import not_writable
+
+    for root in roots:
+        why = not_writable(root)
+        if why is not None:
+            fix = "remount it read-write" if "read-only" in why else "fix its permissions, or run as its owner"
+            raise RepairError(
+                root,
+                f"the cache folder {why}, so nothing can be repaired in place and nothing was changed; make it "
+                f"writable ({fix}), or copy the cache to a writable disk and run the same command on the copy",
+            )
 
 
 def _interrupted(roots: list[str], rank: int | None, options: RepairOptions, notes: list[str]) -> Interrupted | None:

@@ -133,6 +133,6 @@ def _verdict(report: ScanReport, show: Callable[[str], str]) -> str:
     head = (
         f"{sev['error']} error(s), {sev['warning']} warning(s){info} in {files} file(s)."
         if report.findings
-        else "No findings."
+        else report.clean_verdict()
     )
     return f"{head} {report.next_step(show)}".strip()

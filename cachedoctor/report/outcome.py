@@ -84,7 +84,7 @@ class ScanReport:
         return nothing_to_check(
             self.scan.targets,
             dataset=self.scan.dataset is not None,
-            others=self.scan.counts.files_skipped,
+            others=self.scan.counts.files_skipped + self.scan.counts.files_dataset,
             special=self.scan.special,
             excluded=self.scan.excluded,
         )
@@ -110,6 +110,12 @@ class ScanReport:
             files.setdefault(f.fix.value, set()).add(f.path)
         return {fix: len(paths) for fix, paths in sorted(files.items())}
 
+    def clean_verdict(self) -> str:
+        """The closing sentence when no finding is left; never "No findings" when a baseline hid some."""
+        if self.suppressed:
+            return f"No new findings: the {self.suppressed} recorded in the baseline are hidden."
+        return "No findings."
+
     def next_step(self, show: Callable[[str], str] = str) -> str:
         """One sentence on what to run next; ``show`` renders paths (relative in the table)."""
         targets = " ".join(_quote(show(t)) for t in self.scan.targets)
@@ -121,8 +127,8 @@ class ScanReport:
         if self.scan.empty:
             return "There was no cache file to check."
         if not self.findings:
-            if self.scan.deep:
-                return "The cache is healthy."
+            if self.scan.deep:  # findings the baseline hides are still there: not "healthy"
+                return "" if self.suppressed else "The cache is healthy."
             return deep_hint
         if self.repair is not None:
             hint = self.repair.sentence()
@@ -143,6 +149,7 @@ class ScanReport:
             "files_seen": stats.files_seen,
             "files_read": stats.files_read,
             "files_skipped": stats.files_skipped,
+            "files_dataset": stats.files_dataset,
             "bytes_read": stats.bytes_read,
             "folders": stats.folders,
             "formats": dict(sorted(stats.formats.items())),

@@ -35,6 +35,7 @@ class Counts:
     files_deep: int = 0  # read deep by this scan
     io_bytes: int = 0  # what the readers took from the files (headers when quick, whole files when deep)
     reused_skipped: int = 0  # of ``files_reused``, foreign files (not cache files)
+    files_dataset: int = 0  # the dataset's own files beside the cache (images, captions), not read
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,7 @@ class ScanSummary:
             stats.files_deep,
             stats.io_bytes,
             stats.reused_skipped,
+            stats.files_dataset,
         )
         dataset = (
             DatasetSummary(

@@ -59,10 +59,12 @@ class TableRenderer(Renderer):
                 f"{_n(stats.files_read, 'file')} in {_n(stats.folders, 'folder')} ({unchanged} unchanged "
                 f"since the last scan, {stats.files_read - unchanged} read)"
             )
+        # the dataset's own files beside the cache (kohya's images and captions) are not "skipped"
+        dataset = f"{_n(stats.files_dataset, 'dataset file')} (images, captions), " if stats.files_dataset else ""
         if not self.quiet:
             line(
                 f"cachedoctor scan ({report.scan.mode}): {files}, {human_size(stats.bytes_read)}, "
-                f"{stats.files_skipped} skipped, {report.scan.elapsed:.2f}s",
+                f"{stats.files_skipped} skipped, {dataset}{report.scan.elapsed:.2f}s",
                 "bold",
             )
             if report.layout_line:
@@ -126,7 +128,7 @@ class TableRenderer(Renderer):
             f"{counts['error']} error(s), {counts['warning']} warning(s){info} in "
             f"{len({f.path for f in report.findings})} file(s)."
             if report.findings
-            else "No findings."
+            else report.clean_verdict()
         )
         hint = "" if self.quiet else report.next_step(self._rel)
         line(f"{verdict} {hint}".strip(), "bold")

@@ -30,7 +30,7 @@ from cachedoctor.scan.folders import Collector, Record, ScanError, ScanStats
 from cachedoctor.scan.remote_walk import OBJECT, PREFIX
 from cachedoctor.scan.state.plan import StateSet, plan_folder
 from cachedoctor.scan.state.sample import Sample, choose
-from cachedoctor.scan.walk import Folder, WalkError, check_targets, drop_excluded, walk
+from cachedoctor.scan.walk import Folder, WalkError, alias_notes, check_targets, drop_excluded, merge_aliases, walk
 
 if TYPE_CHECKING:
     from cachedoctor.progress import Progress
@@ -110,7 +110,9 @@ def scan(
     """
     options = options if options is not None else ScanOptions()
     started = time.perf_counter()
-    roots = check_targets([t for t in targets if not is_remote(t)])
+    roots, merged = merge_aliases(check_targets([t for t in targets if not is_remote(t)]))
+    if merged:  # a merged target is watched under the name its files are scanned by
+        watch = [w if is_remote(w) else merged.get(os.path.abspath(w), w) for w in watch or []]
     remote: list[RemoteTarget] = []
     if any(is_remote(t) for t in targets):
         if options.sample is not None:
@@ -127,7 +129,7 @@ def scan(
     for store in states.stores:
         if store.created and store.cache_files == 0:
             store.discard()  # no cache file under it: leave no .cachedoctor/ among someone's images
-    result.notes[:0] = states.notes
+    result.notes[:0] = states.notes + alias_notes(merged)
     result.elapsed = time.perf_counter() - started
     return result
 

@@ -38,6 +38,7 @@ class ScanStats:
     files_deep: int = 0  # read deep (or tried to: a torn file counts) by this scan
     io_bytes: int = 0  # what the readers took from the files (headers when quick, whole files when deep)
     reused_skipped: int = 0  # of ``files_reused``, foreign files (not cache files)
+    files_dataset: int = 0  # the dataset's own files beside the cache (images, captions): not cache files
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,12 +254,14 @@ class Collector:
 
     def kept(self, files: list[str], keep: Callable[[str], bool] | None) -> list[str]:
         """A folder's files less those ``keep`` rejects (a dataset's own images and captions),
-        which count as seen and skipped: local and remote folders alike."""
+        which count as seen and as dataset files, not as skipped: "skipped" is for what might be
+        a cache file and was not read (kohya keeps 78 images and captions beside its latents, and
+        "78 skipped" read as 78 latents left unchecked). Local and remote folders alike."""
         if keep is None:
             return files
         kept = [f for f in files if keep(f)]
         self.stats.files_seen += len(files) - len(kept)
-        self.stats.files_skipped += len(files) - len(kept)
+        self.stats.files_dataset += len(files) - len(kept)
         return kept
 
     def close_empty(self, path: str) -> None:

@@ -69,6 +69,39 @@ def check_targets(targets: list[str]) -> list[str]:
     return out
 
 
+def merge_aliases(roots: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``roots`` less those that lead (through symlinks) to files another root already covers,
+    and for each one left out the path it is scanned as (under a kept root).
+
+    The walk never reads a folder twice (it stops at one it has seen), so without this a target
+    such as a symlink to a subfolder of another target would be found empty: "no cache files
+    here", exit 2, although its files were scanned. A root is kept unless another one holds it
+    (or, the same place twice, an earlier one is it).
+    """
+    real = [os.path.realpath(r) for r in roots]
+
+    def holds(i: int, j: int) -> bool:  # does root i cover root j?
+        return i != j and (is_under(real[j], real[i]) or (real[i] == real[j] and i < j))
+
+    kept = [j for j in range(len(roots)) if not any(holds(i, j) for i in range(len(roots)))]
+    merged: dict[str, str] = {}
+    for j, root in enumerate(roots):
+        if j not in kept:
+            i = next(i for i in kept if holds(i, j) or real[i] == real[j])
+            merged[root] = roots[i] if real[i] == real[j] else os.path.join(roots[i], os.path.relpath(real[j], real[i]))
+    return [roots[j] for j in kept], merged
+
+
+def alias_notes(merged: dict[str, str]) -> list[str]:
+    """``LINK: same files as DIR/sub, scanned once`` for each target another one covered under
+    another name (a nested folder or the same path given twice needs no note)."""
+    return [
+        f"{root}: same {'files' if os.path.isdir(root) else 'file'} as {same}, scanned once"
+        for root, same in merged.items()
+        if same != root
+    ]
+
+
 def excluded(relative: str, patterns: tuple[str, ...]) -> bool:
     """Whether a path (relative to its scan target, ``/``-separated) or its base name matches a glob."""
     name = relative.rsplit("/", 1)[-1]

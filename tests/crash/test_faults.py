@@ -346,7 +346,7 @@ def test_kills_during_cross_device_copies(tmp_path: Path) -> None:
         killed = cli("repair", str(cache), "--keep-blocked", "--yes", CACHEDOCTOR_TEST_KILL_IN_COPY="2")
         assert killed.returncode == -signal.SIGKILL, killed.stderr
         assert lost(before, cache) == []
-        listing = cli("quarantine", "list", str(cache))
+        listing = cli("quarantine", "list", "--all", str(cache))
         assert listing.returncode == 0 and "unknown" not in listing.stdout and ".tmp" not in listing.stdout, (
             listing.stdout
         )

@@ -167,7 +167,7 @@ def test_restore_and_purge(tmp_path: Path) -> None:
     assert cli("repair", str(tmp_path), "--yes")[0] == 0
     repaired = (tmp_path / "gpu.pt").read_bytes()
     run = run_id(tmp_path)
-    code, out, _ = cli("quarantine", "list", str(tmp_path))
+    code, out, _ = cli("quarantine", "list", "--all", str(tmp_path))
     assert code == 0 and f"{run}: 1 file(s)" in out and "gpu.pt  [rewrite-cpu: device-tagged]" in out
     code, out, _ = cli("quarantine", "restore", run, str(tmp_path))
     assert code == 0 and (tmp_path / "gpu.pt").read_bytes() == old

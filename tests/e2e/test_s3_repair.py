@@ -51,15 +51,27 @@ def test_repair_quarantine_list_and_restore_of_a_prefix(s3_server: Any, bucket: 
     assert bucket.get(bucket.url("b.pt")) == healthy
     assert cli("scan", "--deep", bucket.url())[0] == 0
 
-    code, out, err = cli("quarantine", "list", "--s3-endpoint-url", s3_server.url, bucket.url(), columns=400)
+    code, out, err = cli("quarantine", "list", "--all", "--s3-endpoint-url", s3_server.url, bucket.url(), columns=400)
     assert (code, err) == (0, "")
     assert out.splitlines() == [
         f"{run}: 2 file(s), {out.split(', ')[1].splitlines()[0]}",
         "  a.pt  [rewrite-cpu: device-tagged]",
         "  t.pt  [quarantine: corrupt-archive]",
     ]
+    code, summary, err = cli("quarantine", "list", bucket.url(), columns=400)  # a summary per run
+    assert (code, err) == (0, "")
+    assert summary.splitlines()[0].startswith(f"{run} (") and summary.splitlines()[1:2] == [
+        "  why: corrupt-archive 1, device-tagged 1"
+    ]
+    assert cli("quarantine", "list", run[:8], bucket.url(), columns=400)[1] == out  # one run by a prefix
+    code, out, err = cli("quarantine", "restore", "1999", bucket.url())
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"cachedoctor: error: {bucket.url()}: no quarantine run '1999' here or below; see `cachedoctor quarantine list`\n"
+    )
 
-    code, out, err = cli("quarantine", "restore", run, bucket.url(), columns=400)
+    code, out, err = cli("quarantine", "restore", "latest", bucket.url(), columns=400)
     assert (code, err) == (0, "")
     assert out.startswith(f"restored 2 file(s) from {run} in {bucket.url()}; the objects they replaced")
     assert (bucket.get(bucket.url("a.pt")), bucket.get(bucket.url("t.pt"))) == (tagged, torn)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -198,7 +199,7 @@ def test_repair_quarantines_the_link_itself_and_restore_puts_it_back(tmp_path: P
     assert os.readlink(run_dir / "broken.pt") == str(target)  # the link, moved as it was
     assert os.readlink(run_dir / "loop.pt") == "loop.pt"
     assert not (tmp_path / "moved-away").exists()
-    code, out, _ = cli("quarantine", "list", str(cache))
+    code, out, _ = cli("quarantine", "list", "--all", str(cache))
     assert code == 0 and "broken.pt  [quarantine: broken-link]" in out
     code, _, err = cli("quarantine", "restore", run_dir.name, str(cache))
     assert (code, err) == (0, "")
@@ -349,3 +350,59 @@ def test_github_notice_says_nothing_was_checked(tmp_path: Path) -> None:
     code, out, err = cli("scan", str(tmp_path), "--allow-empty", "--format", "github")
     assert (code, err) == (0, "")
     assert "::notice title=cachedoctor::no findings; nothing was checked in the targets (no cache file)" in out
+
+
+def test_a_symlink_to_a_folder_already_given_is_scanned_once_with_a_note(tmp_path: Path) -> None:
+    """``scan DIR LINK`` where LINK leads to DIR/sub: its files were scanned through DIR, so the
+    run is judged by its findings (not "no cache files here", exit 2) and says why LINK added none."""
+    peers(tmp_path / "dir" / "sub")
+    (tmp_path / "dir" / "sub" / "tmpAbCdEfGh").write_bytes(b"half a latent")  # partial-write: exit 1
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "dir" / "sub")
+    code, out, err = cli("scan", str(tmp_path / "dir"), str(link), cwd=tmp_path)
+    assert (code, err) == (1, "")
+    assert "note: " in out and "same files as" in out and "scanned once" in out  # (wrapped paths: JSON below)
+    report = json.loads(cli("scan", str(tmp_path / "dir"), str(link), "--format", "json", cwd=tmp_path)[1])
+    assert report["summary"]["files_seen"] == 5 and report["summary"]["unchecked"] == []
+    assert report["summary"]["notes"] == [f"{link}: same files as {tmp_path / 'dir' / 'sub'}, scanned once"]
+
+
+def test_a_file_through_a_symlinked_folder_already_given_is_read_once(tmp_path: Path) -> None:
+    peers(tmp_path / "dir")
+    (tmp_path / "link").symlink_to(tmp_path / "dir")
+    report = json.loads(
+        cli("scan", str(tmp_path / "dir"), str(tmp_path / "link" / "peer0.pt"), "--format", "json", cwd=tmp_path)[1]
+    )
+    assert report["summary"]["files_seen"] == 4
+    link, real = tmp_path / "link" / "peer0.pt", tmp_path / "dir" / "peer0.pt"
+    assert report["summary"]["notes"] == [f"{link}: same file as {real}, scanned once"]
+
+
+def test_a_folder_given_before_the_folder_that_holds_it_is_merged_into_it(tmp_path: Path) -> None:
+    peers(tmp_path / "dir" / "sub")
+    (tmp_path / "link").symlink_to(tmp_path / "dir" / "sub")
+    code, out, err = cli("scan", str(tmp_path / "link"), str(tmp_path / "dir"), "--format", "json", cwd=tmp_path)
+    report = json.loads(out)
+    assert (code, err) == (0, "") and report["summary"]["files_seen"] == 4
+    assert report["summary"]["notes"] == [
+        f"{tmp_path / 'link'}: same files as {tmp_path / 'dir' / 'sub'}, scanned once"
+    ]
+
+
+def test_a_kohya_folders_images_and_captions_are_dataset_files_not_skipped(tmp_path: Path) -> None:
+    """kohya keeps its latents beside the images and their captions: those are the dataset, not
+    cache files the scan left unread, so they are counted apart; "skipped" keeps its meaning."""
+    data = tmp_path / "kohya"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "datasets" / "kohya", data)
+    folder = data / "train" / "10_subject"
+    images = [p for p in folder.iterdir() if p.suffix in (".png", ".jpg")]
+    captions = {image.with_suffix(".txt") for image in images}
+    for caption in captions:
+        caption.write_text("a photo")
+    (folder / "notes.dat").write_bytes(b"not a cache, not the dataset")  # foreign: skipped
+    report = json.loads(cli("scan", str(data / "train"), "--no-state", "--format", "json")[1])["summary"]
+    dataset = len(images) + len(captions)
+    assert (report["files_dataset"], report["files_skipped"]) == (dataset, 1)
+    assert report["files_seen"] == report["files_read"] + report["files_skipped"] + report["files_dataset"]
+    code, out, _ = cli("scan", str(data / "train"), "--no-state")
+    assert f"1 skipped, {dataset} dataset files (images, captions), " in " ".join(out.split())

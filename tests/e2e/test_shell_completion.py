@@ -33,6 +33,38 @@ def test_commands_options_and_choices_complete(monkeypatch: pytest.MonkeyPatch) 
     assert complete("cachedoctor scan --layout ko", monkeypatch) == (0, ["kohya"])
 
 
+def test_finding_kinds_complete(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert complete("cachedoctor explain device", monkeypatch) == (0, ["device-tagged"])
+    assert complete("cachedoctor repair --only non", monkeypatch) == (0, ["non-finite"])
+    # --only takes a comma-separated list: the last name completes, the ones before stay
+    assert complete("cachedoctor repair --only batch-leak,st", monkeypatch) == (0, ["batch-leak,stale-entry"])
+    assert complete("cachedoctor scan --fail-on w", monkeypatch) == (0, ["warning"])  # a severity, not a kind
+
+
+def test_the_kind_completer_offers_every_kind_with_its_summary() -> None:
+    from cachedoctor.cli.completion import complete_kind
+    from cachedoctor.explain import kinds
+
+    offered = complete_kind("")
+    assert [name for name, _ in offered] == sorted(kinds())
+    assert all(help_text for _, help_text in offered)
+    assert complete_kind("zzz") == []
+
+
+@pytest.mark.slow
+def test_kinds_complete_through_the_installed_command() -> None:
+    """The real console script, as bash runs it: the variables set, the words on COMP_WORDS."""
+    env = {
+        **os.environ,
+        "_CACHEDOCTOR_COMPLETE": "complete_bash",
+        "COMP_WORDS": "cachedoctor explain unsafe",
+        "COMP_CWORD": "2",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    done = subprocess.run([sys.executable, "-m", "cachedoctor"], capture_output=True, text=True, env=env, timeout=60)
+    assert (done.returncode, done.stdout.split(), done.stderr) == (0, ["unsafe-pickle"], "")
+
+
 @pytest.mark.slow
 def test_show_and_install_completion_for_bash(tmp_path: Path) -> None:
     """Through a real bash (Typer finds the shell from the parent process), HOME in ``tmp_path``."""

@@ -36,13 +36,19 @@ def test_round_trip(tmp_path: Path) -> None:
     code, out, err = cli(*scan, "--write-baseline", str(base), cwd=tmp_path)
     doc = json.loads(base.read_text())
     assert (code, err) == (0, "")
-    assert " ".join(out.split()).startswith(f"1 finding(s) recorded in the baseline {base} ")
+    assert " ".join(out.split()).startswith(
+        f"baseline: 1 finding(s) recorded in {base}; later scans with --baseline {base} hide them "
+    )
+    assert "No findings" not in out  # they were recorded, not absent
+    assert "No new findings: the 1 recorded in the baseline are hidden." in " ".join(out.split())
     assert doc["schema"] == SCHEMA and len(doc["ids"]) == 1 and len(doc["ids"][0]) == 64
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left
 
     code, out, err = cli(*scan, "--baseline", str(base), cwd=tmp_path)
     assert (code, err) == (0, "")
-    assert " ".join(out.split()).startswith(f"1 finding(s) left out by the baseline {base} ") and "No findings." in out
+    assert " ".join(out.split()).startswith(f"baseline: 1 finding(s) left out by {base} ")
+    assert "No findings" not in out
+    assert "No new findings: the 1 recorded in the baseline are hidden." in " ".join(out.split())
 
     leak(cache / "new.pt")
     code, out, _ = cli(*scan, "--baseline", str(base), "--format", "json", cwd=tmp_path)

@@ -140,11 +140,17 @@ def test_environment_beats_file_and_command_line_beats_environment(project: Path
     ("name", "text", "expected"),
     [
         ("pyproject.toml", "[tool.cachedoctor\nworkers = 1\n", "not valid TOML"),
-        ("pyproject.toml", "[tool.cachedoctor]\nworker = 1\n", "tool.cachedoctor.worker: unknown key"),
+        (
+            "pyproject.toml",
+            "[tool.cachedoctor]\nworker = 1\n",
+            "tool.cachedoctor.worker: unknown key; did you mean 'workers'?",
+        ),
+        ("cachedoctor.toml", "fail_on = 'error'\n", "fail_on: unknown key; did you mean 'fail-on'?"),
+        ("cachedoctor.toml", "colour = 1\n", "colour: unknown key (known: "),
         (
             "pyproject.toml",
             '[tool.cachedoctor.severity]\ndevice-taged = "error"\n',
-            "tool.cachedoctor.severity: unknown kind 'device-taged'",
+            "tool.cachedoctor.severity: unknown kind 'device-taged'; did you mean 'device-tagged'?",
         ),
         (
             "pyproject.toml",
