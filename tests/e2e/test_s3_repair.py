@@ -59,7 +59,7 @@ def test_repair_quarantine_list_and_restore_of_a_prefix(s3_server: Any, bucket: 
         "  t.pt  [quarantine: corrupt-archive]",
     ]
 
-    code, out, err = cli("quarantine", "restore", run, bucket.url(), columns=400)
+    code, out, err = cli("quarantine", "restore", run, bucket.url(), "--yes", columns=400)
     assert (code, err) == (0, "")
     assert out.startswith(f"restored 2 file(s) from {run} in {bucket.url()}; the objects they replaced")
     assert (bucket.get(bucket.url("a.pt")), bucket.get(bucket.url("t.pt"))) == (tagged, torn)
