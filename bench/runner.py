@@ -246,7 +246,10 @@ def time_method(m: Method) -> tuple[float, dict]:
     state = m.prepare() if m.prepare else None
     gc.collect()
     if m.command is not None:
-        env = m.env  # the whole environment of the process (None: this one's)
+        env = dict(m.env if m.env is not None else os.environ)  # the whole environment of the process
+        # stderr is a pipe here, where --progress auto writes lines (and a first scan lists its
+        # files for their total): the benches time the work, as on a terminal with -q
+        env.setdefault("CACHEDOCTOR_PROGRESS", "none")
         t0 = time.perf_counter()
         proc = subprocess.run(m.command, capture_output=True, text=True, env=env, cwd=m.cwd)
         dt = time.perf_counter() - t0

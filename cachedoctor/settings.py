@@ -31,6 +31,8 @@ TABLE = "tool.cachedoctor"
 ENV_PREFIX = "CACHEDOCTOR_"
 
 FAIL_ON_VALUES = ("error", "warning", "never")
+#: ``--progress``: a bar on a terminal and plain lines in a log (``auto``), or one of them always, or none.
+PROGRESS_VALUES = ("auto", "bar", "lines", "none")
 SEVERITY_VALUES = ("error", "warning", "info")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -98,6 +100,8 @@ class Settings:
     s3_endpoint_url: Setting  # S3-compatible endpoint (MinIO, R2, Ceph); None: AWS_ENDPOINT_URL or AWS
     s3_profile: Setting  # AWS profile for s3:// targets; None: the standard chain
     s3_region: Setting
+    progress: Setting  # auto | bar | lines | none (cli/progress.py draws it)
+    progress_interval: Setting  # seconds between two progress lines of a stage in a log
     file: str | None = None  # the config file used, if any
 
     NAMES = (
@@ -119,6 +123,8 @@ class Settings:
         "world_size",
         "batch_size",
         *S3_SETTINGS,
+        "progress",
+        "progress_interval",
     )
 
     def items(self) -> list[tuple[str, Setting]]:
@@ -309,6 +315,18 @@ def _seconds(value: Any) -> float:
     return float(value)
 
 
+def _interval(value: Any) -> float:
+    """Seconds between progress lines: 0 (every update) up to a day."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueError("expected a number of seconds from 0 up to 86400") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 86400:
+        raise ValueError("expected a number of seconds from 0 up to 86400")
+    return float(value)
+
+
 def _sample(value: Any) -> str:
     from cachedoctor.scan.state.sample import Sample
 
@@ -350,6 +368,8 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "s3_endpoint_url": ("s3-endpoint-url", lambda v: _endpoint(v), "S3_ENDPOINT_URL"),
     "s3_profile": ("s3-profile", _str, "S3_PROFILE"),
     "s3_region": ("s3-region", _str, "S3_REGION"),
+    "progress": ("progress", _choice(PROGRESS_VALUES), "PROGRESS"),
+    "progress_interval": ("progress-interval", _interval, "PROGRESS_INTERVAL"),
 }
 _DEFAULTS: dict[str, Any] = {
     "paths": (),
@@ -370,6 +390,8 @@ _DEFAULTS: dict[str, Any] = {
     "world_size": None,
     "batch_size": None,
     **dict.fromkeys(S3_SETTINGS),
+    "progress": "auto",
+    "progress_interval": 30.0,
 }
 _RELATIVE = ("config", "kohya_config", "manifest", "state")  # file paths, relative to the config file's folder
 
@@ -432,6 +454,7 @@ _CLI_CHECKS: dict[str, Callable[[Any], Any]] = {
     "s3_endpoint_url": _endpoint,
     "file_timeout": _seconds,
     "resolution": _resolution,
+    "progress_interval": _interval,
 }
 
 

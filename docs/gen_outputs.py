@@ -12,8 +12,9 @@ Every sample output sits under a marker naming the command that prints it::
 The command runs with bash in a fresh copy of ``fixtures/`` (``fixtures/touch.py`` applied, so
 the dataset comparisons see the recorded file times), with ``cachedoctor`` on ``PATH`` meaning
 ``python -m cachedoctor`` of this interpreter, a 100-column terminal, no colour and no
-``CACHEDOCTOR_*`` variables; stdout and stderr together make the block. The copy's folder is
-shown as ``/home/you/cachedoctor``.
+``CACHEDOCTOR_*`` variables; stdout and stderr together make the block, less the progress lines
+a log gets (``--progress auto`` writes them to a pipe; on the terminal the samples stand for, the
+bar is erased and leaves nothing). The copy's folder is shown as ``/home/you/cachedoctor``.
 
     python docs/gen_outputs.py           # run every command and rewrite the blocks
     python docs/gen_outputs.py --check   # exit 1 when a block differs (what tests/e2e/test_docs.py does)
@@ -39,6 +40,10 @@ SHOWN_ROOT = "/home/you/cachedoctor"
 WIDTH = "100"
 TIMEOUT_S = 300
 
+#: A progress line (``cachedoctor/cli/progress_lines.py``), as a log gets it.
+PROGRESS_LINE = re.compile(
+    r"^cachedoctor: (?:scan|repair|recover): (?:list|scan|plan|lossless|recompute|rescan) \d+.*\n", re.M
+)
 MARKER = re.compile(r"^<!-- output: (?P<cmd>.+?) -->\n```[a-z]*\n(?P<body>.*?)^```$", re.M | re.S)
 
 
@@ -138,7 +143,7 @@ def run(command: str) -> str:
             stderr=subprocess.STDOUT,
             timeout=TIMEOUT_S,
         )
-        out = proc.stdout.decode("utf-8", "replace")
+        out = PROGRESS_LINE.sub("", proc.stdout.decode("utf-8", "replace"))
         for root in {str(box.resolve()), str(box)}:
             out = out.replace(root, SHOWN_ROOT)
         return "\n".join(line.rstrip() for line in f"$ {command}\n{out}".splitlines()).strip("\n") + "\n"

@@ -30,6 +30,10 @@ class Environment:
     stdout_isatty: bool | None = None
     stderr_isatty: bool | None = None
     stdin_isatty: bool | None = None  # repair asks before changing anything only on a terminal
+    #: Whether stderr, when it is not a terminal, is a log that ``--progress auto`` writes plain
+    #: lines to: a real file or pipe (a SLURM or nohup job's log, ``2>file``), not an in-memory
+    #: stream that a program calling ``run()`` hands in (it gets none unless it asks).
+    stderr_is_log: bool | None = None
     cwd: str = field(default_factory=os.getcwd)
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     #: The variables ``CACHEDOCTOR_*`` settings are read from (tests pass their own).
@@ -40,6 +44,8 @@ class Environment:
     color_mode: str = "auto"
     #: ``-q`` (:data:`QUIET`: findings and errors only, no progress), :data:`NORMAL`, ``-v`` (:data:`VERBOSE`: every file).
     verbosity: int = NORMAL
+    #: ``-q`` was given: no progress at all, whatever ``--progress`` says.
+    quiet_asked: bool = False
     #: The terminal's width in columns (``None``: ask the terminal, or ``$COLUMNS``, when needed).
     columns: int | None = None
 
@@ -50,6 +56,8 @@ class Environment:
             self.stderr_isatty = _isatty(self.stderr)
         if self.stdin_isatty is None:
             self.stdin_isatty = _isatty(self.stdin)
+        if self.stderr_is_log is None:
+            self.stderr_is_log = not self.stderr_isatty and _has_descriptor(self.stderr)
 
     def configure(self, *, color: str | None = None, quiet: bool = False, verbose: bool = False) -> None:
         """Apply the terminal options every command shares (``--color``, ``-q``, ``-v``)."""
@@ -60,6 +68,7 @@ class Environment:
 
             raise UsageError("pass -q/--quiet or -v/--verbose, not both")
         self.verbosity = QUIET if quiet else VERBOSE if verbose else NORMAL
+        self.quiet_asked = quiet
 
     def color(self, stream_isatty: bool | None) -> bool:
         """Whether output to a stream that is (or is not) a terminal gets colour and styles.
@@ -139,6 +148,14 @@ class Environment:
         """``question`` on stdout, a yes from stdin (anything else, or end of input, is no)."""
         print(question, end="", file=self.stdout, flush=True)
         return self.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _has_descriptor(stream: TextIO) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, ValueError, OSError):  # io.StringIO: io.UnsupportedOperation (an OSError)
+        return False
+    return True
 
 
 def _isatty(stream: TextIO) -> bool:

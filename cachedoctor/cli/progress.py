@@ -1,23 +1,29 @@
-"""Draw the core's ``progress(stage, done, total)`` calls as one rich line on stderr.
+"""Draw the core's ``progress(stage, done, total)`` calls on stderr: ``--progress`` decides how.
 
-Only when :attr:`Environment.show_progress` holds (stderr is a terminal and no ``-q``), so
-machine formats, pipes and CI logs never get it; stdout is never touched. The line shows the
-stage, a bar, ``done/total`` files, the rate and the time left; while the total is not known
+``auto`` (the default): a rich line on a terminal (:class:`ProgressLine`), plain lines every
+``--progress-interval`` seconds in a log, a file or pipe (``cli/progress_lines.py``), and nothing
+with ``-q`` or beside a machine format on stdout. ``bar`` draws the line even when stderr is no
+terminal (cursor codes and all: for a wrapper that renders them), ``lines`` writes lines even on
+a terminal, ``none`` shows nothing; ``-q`` beats them all. stdout is never touched. The line
+shows the stage, a bar, ``done/total`` files, the rate and the time left; while the total is not known
 (a first scan still listing its cache) the bar pulses and only the count grows.
 
 ``pause()`` erases the line before anything else is written to the terminal (repair's plan, its
-"Go ahead?"); the next call draws it again. Commands import this module (and so rich) inside
-themselves, when they run, so that ``--version`` and ``explain`` do not pay for it; rich's
-progress module itself (about 40 ms) is imported only when a line is first drawn, so a scan in a
-pipe or a CI job never loads it.
+"Go ahead?"); the next call draws it again. This module imports no rich (the commands import it
+for ``--progress``, and ``--version`` and ``explain`` must not pay for rich); rich's progress
+module itself (about 40 ms) is imported only when a line is first drawn, so a scan in a pipe or a
+CI job never loads it.
 """
 
 from __future__ import annotations
 
+import enum
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any
 
-from cachedoctor.cli.environment import Environment
+import typer
+
+from cachedoctor.cli.environment import QUIET, Environment
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -39,15 +45,16 @@ class ProgressLine:
     """A context manager; ``with ProgressLine(env) as progress:`` gives the callable for the core,
     or ``None`` when nothing is to be shown (then the core skips its listing for the total)."""
 
-    def __init__(self, env: Environment) -> None:
+    def __init__(self, env: Environment, *, force: bool = False) -> None:
         self.env = env
+        self.force = force  # ``--progress bar``: drawn even when stderr is not a terminal
         self.bar: Progress | None = None
         self.task: TaskID | None = None
         self.stage: str | None = None
         self._lock = threading.Lock()  # repair reports recomputes from its writer thread
 
     def __enter__(self) -> ProgressLine | None:
-        return self if self.env.show_progress else None
+        return self if self.force or self.env.show_progress else None
 
     def __exit__(self, *exc: object) -> None:
         self.pause()
@@ -79,9 +86,83 @@ class ProgressLine:
     def _start(self) -> Progress:
         from cachedoctor.cli.progress_bar import new_bar
 
-        bar = new_bar(self.env.console(self.env.stderr, live=True))
+        bar = new_bar(self.env.console(self.env.stderr, isatty=self.force or None, live=True))
         bar.start()
         return bar
 
 
-__all__ = ["LABELS", "ProgressLine"]
+class ProgressChoice(str, enum.Enum):
+    """``--progress``: ``settings.PROGRESS_VALUES`` (settings show and the config file take them too)."""
+
+    AUTO = "auto"
+    BAR = "bar"
+    LINES = "lines"
+    NONE = "none"
+
+
+ProgressOption = Annotated[
+    ProgressChoice | None,
+    typer.Option(
+        "--progress",
+        help="auto (a bar on a terminal, plain lines in a log file or pipe), bar, lines or none "
+        "[default: auto]. -q shows none.",
+        case_sensitive=False,
+        show_default=False,
+    ),
+]
+ProgressIntervalOption = Annotated[
+    float | None,
+    typer.Option(
+        "--progress-interval",
+        metavar="SECONDS",
+        help="Lines mode: seconds between two lines of a stage (each stage's start and end have "
+        "their own) [default: 30].",
+        show_default=False,
+    ),
+]
+
+
+class NoProgress:
+    """Nothing shown: ``with NoProgress() as progress`` gives ``None`` (the core lists nothing twice)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def pause(self) -> None:
+        pass
+
+
+def progress_display(env: Environment, settings: Any, command: str) -> Any:
+    """What shows ``command``'s progress, as ``settings.progress`` and the streams decide: a
+    :class:`ProgressLine`, a ``ProgressLines`` or :class:`NoProgress` (each a context manager
+    giving the core's callable, with ``pause()``)."""
+    mode = str(settings.progress.value)
+    if env.quiet_asked or mode == ProgressChoice.NONE:
+        return NoProgress()
+    if mode == ProgressChoice.AUTO:
+        if env.verbosity <= QUIET:  # a machine format on stdout: its document alone
+            return NoProgress()
+        if env.stderr_isatty:
+            return ProgressLine(env)
+        mode = ProgressChoice.LINES if env.stderr_is_log else ProgressChoice.NONE
+    if mode == ProgressChoice.BAR:  # asked for: drawn whatever stderr is
+        return ProgressLine(env, force=True)
+    if mode == ProgressChoice.LINES:
+        from cachedoctor.cli.progress_lines import ProgressLines
+
+        return ProgressLines(env, command, float(settings.progress_interval.value))
+    return NoProgress()
+
+
+__all__ = [
+    "LABELS",
+    "NoProgress",
+    "ProgressChoice",
+    "ProgressIntervalOption",
+    "ProgressLine",
+    "ProgressOption",
+    "progress_display",
+]

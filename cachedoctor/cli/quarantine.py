@@ -216,6 +216,7 @@ def quarantine_restore(
             "--force", help="s3:// caches: restore objects that changed since the repair too (they are kept first)."
         ),
     ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
     s3_endpoint_url: S3EndpointUrlOption = None,
     s3_profile: S3ProfileOption = None,
     s3_region: S3RegionOption = None,
@@ -226,15 +227,21 @@ def quarantine_restore(
     if url := _remote(paths):
         from cachedoctor.cli.quarantine_remote import remote_restore
 
-        return remote_restore(url, run_id, force, _s3(ctx, s3_endpoint_url, s3_profile, s3_region))
+        return remote_restore(url, run_id, force, yes, _s3(ctx, s3_endpoint_url, s3_profile, s3_region))
+    from cachedoctor.cli.consent import agreed, require_someone_to_ask
     from cachedoctor.repair.journal import new_run_id
     from cachedoctor.repair.quarantine import Quarantine, restore
 
+    env = current()
     run_id, found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "restore")
+    where = " ".join(base for base, _ in found)
+    require_someone_to_ask(env, yes, "restoring", f"{run_id} in {where}", "add --yes to restore")
+    files = sum(len(run.files) for _, run in found)
+    if not agreed(env, yes, f"Put {files} file(s) back (what is there now is quarantined first)? [y/N] "):
+        raise PathError(where, "not restored; pass --yes to restore without asking")
     aside = f"restore-{new_run_id()}"
     done = [path for base, run in found for path in restore(base, run, aside)]
     replaced = any(os.path.isdir(Quarantine(base, aside).folder) for base, _ in found)
-    env = current()
     line = f"restored {len(done)} file(s) from {run_id} in {len(found)} cache root(s)"
     if replaced:  # only then is there a run to name: nothing stood where the files went back
         line += f"; the files they replaced are in quarantine run {aside}"
@@ -263,12 +270,15 @@ def quarantine_purge(
         from cachedoctor.cli.quarantine_remote import remote_purge
 
         return remote_purge(url, run_id, yes, _s3(ctx, s3_endpoint_url, s3_profile, s3_region))
+    from cachedoctor.cli.consent import agreed, require_someone_to_ask
     from cachedoctor.repair.quarantine import purge
 
     env = current()
     run_id, found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "purge")
+    where = " ".join(base for base, _ in found)
+    require_someone_to_ask(env, yes, "purging", f"{run_id} in {where}", "add --yes to delete it for good")
     files, size = sum(len(run.files) for _, run in found), sum(run.size for _, run in found)
-    if not yes and not (env.stdin_isatty and env.ask(f"Delete {files} file(s), {human_size(size)}, for good? [y/N] ")):
+    if not agreed(env, yes, f"Delete {files} file(s), {human_size(size)}, for good? [y/N] "):
         raise PathError(found[0][1].folder, "not purged; pass --yes to delete it without asking")
     freed = sum(purge(run) for _, run in found)
     print(f"purged {run_id}: {human_size(freed)} freed", file=env.stdout)

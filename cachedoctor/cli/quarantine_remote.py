@@ -52,15 +52,20 @@ def _found(store: ObjectStore, location: Location, given: str):  # type: ignore[
     return found
 
 
-def remote_restore(url: str, run_id: str, force: bool, s3: S3Settings) -> int:
+def remote_restore(url: str, run_id: str, force: bool, yes: bool, s3: S3Settings) -> int:
+    from cachedoctor.cli.consent import agreed, require_someone_to_ask
     from cachedoctor.repair.journal import new_run_id
     from cachedoctor.repair.remote_restore import restore_remote
 
     env = current()
     store, location = _open(url, s3)
-    aside = f"restore-{new_run_id()}"
     found = _found(store, location, run_id)
     run_id = found.run.run_id  # the id a prefix or `latest` named
+    require_someone_to_ask(env, yes, "restoring", f"{run_id} in {location.url}", "add --yes to restore")
+    question = f"Put {len(found.run.files)} file(s) back (what is there now is quarantined first)? [y/N] "
+    if not agreed(env, yes, question):
+        raise PathError(location.url, "not restored; pass --yes to restore without asking")
+    aside = f"restore-{new_run_id()}"
     done, replaced = restore_remote(store, location, found, aside, force)
     line = f"restored {len(done)} file(s) from {run_id} in {location.url}"
     if replaced:
@@ -70,14 +75,16 @@ def remote_restore(url: str, run_id: str, force: bool, s3: S3Settings) -> int:
 
 
 def remote_purge(url: str, run_id: str, yes: bool, s3: S3Settings) -> int:
+    from cachedoctor.cli.consent import agreed, require_someone_to_ask
     from cachedoctor.repair.remote_restore import purge_remote
 
     env = current()
     store, location = _open(url, s3)
     found = _found(store, location, run_id)
     run_id = found.run.run_id  # the id a prefix or `latest` named
+    require_someone_to_ask(env, yes, "purging", f"{run_id} in {location.url}", "add --yes to delete it for good")
     files, size = len(found.run.files), found.run.size
-    if not yes and not (env.stdin_isatty and env.ask(f"Delete {files} file(s), {human_size(size)}, for good? [y/N] ")):
+    if not agreed(env, yes, f"Delete {files} file(s), {human_size(size)}, for good? [y/N] "):
         raise PathError(found.run.folder, "not purged; pass --yes to delete it without asking")
     freed = purge_remote(store, location, found)
     print(f"purged {run_id}: {human_size(freed)} freed", file=env.stdout)

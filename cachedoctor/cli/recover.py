@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from cachedoctor.cli.consent import described, require_someone_to_ask
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     AllowEmptyOption,
@@ -37,6 +38,7 @@ from cachedoctor.cli.options import (
     VerboseOption,
     YesOption,
 )
+from cachedoctor.cli.progress import ProgressIntervalOption, ProgressOption
 from cachedoctor.cli.repair import resolve_targets, run_repair
 from cachedoctor.cli.repair_output import RepairFormat, RepairFormatOption, RepairOutputOption, emit, output_mode
 from cachedoctor.errors import PathError
@@ -74,6 +76,8 @@ def recover(
     color: ColorOption = ColorChoice.AUTO,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
+    progress: ProgressOption = None,
+    progress_interval: ProgressIntervalOption = None,
     allow_empty: AllowEmptyOption = None,
     s3_endpoint_url: S3EndpointUrlOption = None,
     s3_profile: S3ProfileOption = None,
@@ -82,7 +86,7 @@ def recover(
     """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
     from dataclasses import replace
 
-    from cachedoctor.cli.progress import ProgressLine
+    from cachedoctor.cli.progress import progress_display
     from cachedoctor.options import layout_name, layout_options, scan_options
     from cachedoctor.repair.recover import resumed_only, survey
     from cachedoctor.repair.run import RepairOptions, still_broken
@@ -114,16 +118,26 @@ def recover(
         state=state,
         no_state=no_state,
         allow_empty=allow_empty,
+        progress=progress and progress.value,
+        progress_interval=progress_interval,
     )
+    if apply:
+        require_someone_to_ask(
+            env,
+            yes,
+            "recovering",
+            described(settings, targets),
+            "add --yes to apply, or leave out --apply for the survey",
+        )
     scanning = scan_options(settings, sample=False, default_state=False)
-    with ProgressLine(env) as progress:  # erased before the survey is printed
+    with progress_display(env, settings, "recover") as shown:  # a bar is erased before the survey
         found = survey(
             targets,
             layout_name(settings),
             layout_options(settings, model_family, output_dir),
             scanning,
             allow_empty=bool(settings.allow_empty.value),
-            progress=progress,
+            progress=shown,
         )
     if human:
         print_survey(found, env)
@@ -152,7 +166,7 @@ def recover(
     )
     if human:
         lines.say()
-    outcome = run_repair(settings, targets, options, yes, model_family, output_dir, human=human)
+    outcome = run_repair(settings, targets, options, yes, model_family, output_dir, human=human, command="recover")
     if isinstance(outcome, RepairReport):  # declined
         return outcome.exit_code
     report = RepairReport(outcome, tuple(still_broken(outcome)), survey=found)

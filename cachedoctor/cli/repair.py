@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from cachedoctor.cli.completion import complete_kind_list
+from cachedoctor.cli.consent import described, require_someone_to_ask
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
     NO_PATH,
@@ -50,6 +51,7 @@ from cachedoctor.cli.options import (
     VerboseOption,
     YesOption,
 )
+from cachedoctor.cli.progress import ProgressIntervalOption, ProgressOption
 from cachedoctor.cli.repair_output import RepairFormat, RepairFormatOption, RepairOutputOption, emit, output_mode
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
@@ -160,6 +162,8 @@ def repair(
     color: ColorOption = ColorChoice.AUTO,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
+    progress: ProgressOption = None,
+    progress_interval: ProgressIntervalOption = None,
     allow_empty: AllowEmptyOption = None,
     s3_endpoint_url: S3EndpointUrlOption = None,
     s3_profile: S3ProfileOption = None,
@@ -197,6 +201,8 @@ def repair(
         state=state,
         no_state=no_state,
         allow_empty=allow_empty,
+        progress=progress and progress.value,
+        progress_interval=progress_interval,
     )
     if quick and deep:
         raise UsageError("--quick and --deep contradict each other; repair reads deep unless --quick")
@@ -205,6 +211,10 @@ def repair(
     if kinds and kinds - known:
         raise UsageError(
             f"--only: unknown kind(s) {', '.join(sorted(kinds - known))}; choose from {', '.join(sorted(known))}"
+        )
+    if not dry_run:
+        require_someone_to_ask(
+            env, yes, "repairing", described(settings, targets), "add --yes to repair, or --dry-run for the plan"
         )
     options = RepairOptions(
         # a dry run reads scan's state database without writing it: it plans what repair would,
@@ -267,17 +277,19 @@ def run_repair(
     output_dir: str | None = None,
     *,
     human: bool = True,
+    command: str = "repair",
 ) -> Any:
     """Run the repair machinery with the plan printed (``human``: the text for people) and the
     question asked: the outcome, or a declined :class:`RepairReport` when the user said no."""
-    from cachedoctor.cli.progress import ProgressLine
+    from cachedoctor.cli.consent import agreed
+    from cachedoctor.cli.progress import progress_display
     from cachedoctor.options import layout_name, layout_options
     from cachedoctor.repair.model import Declined
     from cachedoctor.repair.run import repair as core_repair
     from cachedoctor.report.repair_text import RepairReport, print_plan
 
     env = current()
-    line = ProgressLine(env)
+    line = progress_display(env, settings, command)
 
     def show_plan(outcome: Any) -> None:
         line.pause()  # the plan and the question go to the terminal without the progress line
@@ -286,7 +298,7 @@ def run_repair(
 
     def confirm(outcome: Any) -> bool:
         line.pause()
-        go = yes or not env.stdin_isatty or env.ask("Go ahead? [y/N] ")
+        go = agreed(env, yes, "Go ahead? [y/N] ")  # no terminal and no --yes stopped before the scan
         if go:  # from here on Ctrl-C leaves a journal the next run finishes
             env.interrupted = (
                 "interrupted; run the same command again to finish (the journal resumes it; nothing is lost)"

@@ -47,6 +47,7 @@ from cachedoctor.cli.options import (
     WorkersOption,
     WorldSizeOption,
 )
+from cachedoctor.cli.progress import ProgressIntervalOption, ProgressOption
 from cachedoctor.cli.report_file import check_writable, write_report
 from cachedoctor.cli.settings import resolve
 from cachedoctor.errors import PathError, UsageError
@@ -97,6 +98,8 @@ def scan(
     color: ColorOption = ColorChoice.AUTO,
     quiet: QuietOption = False,
     verbose: VerboseOption = False,
+    progress: ProgressOption = None,
+    progress_interval: ProgressIntervalOption = None,
     allow_empty: AllowEmptyOption = None,
     world_size: WorldSizeOption = None,
     batch_size: BatchSizeOption = None,
@@ -106,7 +109,7 @@ def scan(
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit
-    from cachedoctor.cli.progress import ProgressLine
+    from cachedoctor.cli.progress import progress_display
     from cachedoctor.report import renderer_for
 
     env = current()
@@ -138,6 +141,8 @@ def scan(
         allow_empty=allow_empty,
         world_size=world_size,
         batch_size=batch_size,
+        progress=progress and progress.value,
+        progress_interval=progress_interval,
     )
     if settings.sample.value and settings.state.value is False:
         raise UsageError(
@@ -156,7 +161,7 @@ def scan(
         raise UsageError(unwritable)
     if fmt is not OutputFormat.TABLE and output is None:  # a machine format is the whole run's output:
         env.verbosity = min(env.verbosity, QUIET)  # no progress beside it, as repair --format json
-    with ProgressLine(env) as progress:
+    with progress_display(env, settings, "scan") as shown:
         report = audit(
             None,
             settings,
@@ -164,7 +169,7 @@ def scan(
             output_dir=output_dir,
             baseline=baseline,
             write_baseline=write_baseline,
-            progress=progress,
+            progress=shown,
         )
     if report.nothing_to_check:  # one line, exit 2, no report: there was nothing to report on
         raise PathError(*report.empty_problem())

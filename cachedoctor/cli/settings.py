@@ -41,6 +41,7 @@ from cachedoctor.cli.options import (
     WorkersOption,
     WorldSizeOption,
 )
+from cachedoctor.cli.progress import ProgressIntervalOption, ProgressOption
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.outcome import FailOn
@@ -111,6 +112,8 @@ def settings_show(
     s3_endpoint_url: S3EndpointUrlOption = None,
     s3_profile: S3ProfileOption = None,
     s3_region: S3RegionOption = None,
+    progress: ProgressOption = None,
+    progress_interval: ProgressIntervalOption = None,
 ) -> int:
     """Print each setting, its value and where it came from (the same options as scan)."""
     from cachedoctor.settings import show_value
@@ -143,6 +146,8 @@ def settings_show(
         allow_empty=allow_empty,
         world_size=world_size,
         batch_size=batch_size,
+        progress=progress and progress.value,
+        progress_interval=progress_interval,
     )
     print(f"config file: {settings.file or '(none found)'}", file=env.stdout)
     rows = [(name.replace("_", "-"), _shown(name, s.value, show_value), s.source) for name, s in settings.items()]

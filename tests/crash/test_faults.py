@@ -43,7 +43,7 @@ def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``python -m cachedoctor ARGS``: forked when nothing needs a fresh interpreter, a new one
     when ``PYTHONPATH`` brings the injecting ``sitecustomize`` (loaded at start-up only)."""
     child = {k: v for k, v in os.environ.items() if not k.startswith("CACHEDOCTOR_")}
-    child.update(env, PYTHONDONTWRITEBYTECODE="1")
+    child.update(env, PYTHONDONTWRITEBYTECODE="1", CACHEDOCTOR_PROGRESS="none")  # stderr is judged line by line
     if _ZYGOTE is not None and "PYTHONPATH" not in env:
         return _ZYGOTE.run([sys.executable, "-m", "cachedoctor", *args], Path.cwd(), child, TIMEOUT_S)
     return subprocess.run(
@@ -169,12 +169,12 @@ def test_restore_on_a_nearly_full_disk_stops_in_one_line_or_finishes(tmp_path: P
             shutil.rmtree(cache, ignore_errors=True)
             shutil.copytree(pristine, cache, symlinks=True)
             filler = fill(fs, kb)
-            proc = cli("quarantine", "restore", run_id, str(cache))
+            proc = cli("quarantine", "restore", run_id, str(cache), "--yes")
             filler.unlink()
             label = f"restore with {kb} KiB free"
             if proc.returncode == 2:
                 problems += [f"{label}: {p}" for p in judge_stop(proc, cache)]
-                proc = cli("quarantine", "restore", run_id, str(cache))
+                proc = cli("quarantine", "restore", run_id, str(cache), "--yes")
             if proc.returncode != 0 or "restored" not in proc.stdout:
                 problems.append(f"{label}: exit {proc.returncode} {proc.stdout[-500:]!r} {proc.stderr[-1500:]!r}")
             now, kept = tree(cache), quarantined(cache)
@@ -224,7 +224,7 @@ def test_a_write_error_at_every_call_site(tmp_path: Path, command: str) -> None:
     args = {
         "scan": ("scan", str(cache), "--format", "json"),
         "repair": ("repair", str(cache), "--keep-blocked", "--yes"),
-        "restore": ("quarantine", "restore", run_id, str(cache)),
+        "restore": ("quarantine", "restore", run_id, str(cache), "--yes"),
     }[command]
     expected = findings(cli("scan", str(cache), "--no-state", "--format", "json"))
     sites = _sites(tmp_path, cache, args)
@@ -328,7 +328,7 @@ def test_repair_and_restore_across_file_systems(tmp_path: Path) -> None:
         assert repaired.returncode == 1 and "done: 3 verified" in repaired.stdout, repaired.stdout + repaired.stderr
         assert not list(other.glob("tmpStray*")) and lost(before, cache) == []
         (run_id,) = os.listdir(cache / ".cachedoctor" / "quarantine")
-        restored = cli("quarantine", "restore", run_id, str(cache))
+        restored = cli("quarantine", "restore", run_id, str(cache), "--yes")
         assert restored.returncode == 0 and "restored 3 file(s)" in restored.stdout, restored.stderr
         assert tree(cache) == before and temps(cache) == []
 
@@ -356,7 +356,7 @@ def test_kills_during_cross_device_copies(tmp_path: Path) -> None:
         (run_id,) = os.listdir(cache / ".cachedoctor" / "quarantine")
 
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cachedoctor", "quarantine", "restore", run_id, str(cache)],
+            [sys.executable, "-m", "cachedoctor", "quarantine", "restore", run_id, str(cache), "--yes"],
             env={**os.environ, "CACHEDOCTOR_TEST_KILL_IN_COPY": "2"},
             start_new_session=True,
             stdout=subprocess.PIPE,
@@ -367,6 +367,6 @@ def test_kills_during_cross_device_copies(tmp_path: Path) -> None:
         assert proc.returncode == -signal.SIGKILL
         assert live_group(proc.pid) == []
         assert lost(before, cache) == []
-        finished = cli("quarantine", "restore", run_id, str(cache))
+        finished = cli("quarantine", "restore", run_id, str(cache), "--yes")
         assert finished.returncode == 0, finished.stderr
         assert tree(cache) == before and temps(cache) == []

@@ -141,7 +141,7 @@ def test_interrupted_repair_is_resumed_with_its_own_encoder(tmp_path: Path) -> N
     assert killed.returncode == -signal.SIGKILL
     code, out, _ = cli("recover", "--config", str(ds.config))
     assert code == 1 and "interrupted repair in" in out and f"encoder(s): {POOL}" in " ".join(out.split())
-    code, out, err = cli("recover", "--config", str(ds.config), "--apply")  # no --encoder: the journal's
+    code, out, err = cli("recover", "--config", str(ds.config), "--apply", "--yes")  # no --encoder: the journal's
     assert (code, err) == (0, ""), out
     assert "resuming interrupted run" in out
     assert deep_findings("--config", str(ds.config)) == []

@@ -125,6 +125,7 @@ def repair_argv(b: Broken) -> list[str]:
 
 def child_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "CACHEDOCTOR_TEST_KILL_AT"}
+    env["CACHEDOCTOR_PROGRESS"] = "none"  # stderr is judged line by line here; a log's lines: test_progress.py
     env.update(extra)
     return env
 

@@ -100,7 +100,10 @@ def test_every_corruption_heals(written: tuple[Path, bytes, list]) -> None:
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cachedoctor", *args], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "CACHEDOCTOR_PROGRESS": "none"}  # stderr is judged line by line here
+    return subprocess.run(
+        [sys.executable, "-m", "cachedoctor", *args], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 @pytest.mark.parametrize("damage", ["undecodable result", "damaged b-tree page"])

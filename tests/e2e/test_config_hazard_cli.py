@@ -22,7 +22,7 @@ def test_scan_config_reports_the_setting_and_fails_on_warning(tmp_path: Path) ->
     root = tmp_path / "st"
     shutil.copytree(HEALTHY, root)
     config = root / "config" / "multidatabackend.json"
-    run = [SCRIPT, "scan", "--config", str(config), "--workers", "1", "--fail-on", "warning"]
+    run = [SCRIPT, "scan", "--config", str(config), "--workers", "1", "--fail-on", "warning", "--progress", "none"]
     datasets = json.loads(config.read_text())
     next(d for d in datasets if d["id"] == "photos")["vae_cache_clear_each_epoch"] = True
     config.write_text(json.dumps(datasets))

@@ -176,7 +176,7 @@ def test_a_damaged_item_is_dropped_and_the_trainer_reads_every_item_left(dpipe: 
         for item in load_items(folder):
             assert torch.isfinite(item["latents"]).all()
     run = out.split("cachedoctor quarantine restore ")[1].split()[0]
-    code, out, err = cli("quarantine", "restore", run, CACHE)
+    code, out, err = cli("quarantine", "restore", run, CACHE, "--yes")
     assert code == 0, out
     assert {p: p.read_bytes() for p in planted if p.exists()} == planted  # undone byte for byte
 
@@ -227,7 +227,7 @@ def test_an_index_that_does_not_read_is_set_aside_with_its_shards(dpipe: Path) -
     assert [n for n in os.listdir(TALL) if not n.endswith(".lock")] == []  # (repair's own lock file stays)
     assert {k for k, _ in scan("--config", "dataset.toml")} <= {"missing-entry"}  # the trainer's to re-cache
     run = out.split("cachedoctor quarantine restore ")[1].split()[0]
-    code, out, err = cli("quarantine", "restore", run, "--config", "dataset.toml")
+    code, out, err = cli("quarantine", "restore", run, "--config", "dataset.toml", "--yes")
     assert code == 0, out + err
     assert (index.read_bytes(), Path(f"{TALL}/shard_0.bin").read_bytes()) == (damaged, shard)
 

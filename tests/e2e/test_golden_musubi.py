@@ -286,5 +286,5 @@ def test_quarantine_list_and_restore_find_the_runs_by_config(musubi: Path) -> No
     run = out.split("cachedoctor quarantine restore ")[1].split()[0]
     code, out, err = cli("quarantine", "list", "--all", "--config", "zi.toml", cwd=str(musubi))
     assert code == 0 and run in out and "gone_0200x0120_zi.safetensors  [quarantine: orphan-entry]" in out, out
-    code, out, err = cli("quarantine", "restore", run, "--config", "zi.toml", cwd=str(musubi))
+    code, out, err = cli("quarantine", "restore", run, "--config", "zi.toml", "--yes", cwd=str(musubi))
     assert code == 0 and stray.exists(), out + err

@@ -1,5 +1,6 @@
 """Progress: the core's ``progress(stage, done, total)`` calls for a scan and each stage of a
-repair, and the rich line the CLI draws from them on stderr, only on a terminal, never on stdout."""
+repair, and what the CLI shows of them on stderr, never on stdout: the rich line on a terminal,
+plain lines in a log (a file or pipe: SLURM, nohup), as ``--progress auto|bar|lines|none`` says."""
 
 from __future__ import annotations
 
@@ -163,7 +164,9 @@ def test_recompute_is_counted_item_by_item(tmp_path: Path) -> None:
 # --- the CLI -------------------------------------------------------------------------------
 
 
-def cli(*argv: str, tty: bool, stdout_tty: bool = False, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
+def cli(
+    *argv: str, tty: bool, stdout_tty: bool = False, environ: dict[str, str] | None = None, cwd: str = "/"
+) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     env = Environment(
         stdout=out,
@@ -171,7 +174,7 @@ def cli(*argv: str, tty: bool, stdout_tty: bool = False, environ: dict[str, str]
         stdout_isatty=stdout_tty,
         stderr_isatty=tty,
         stdin_isatty=False,
-        cwd="/",
+        cwd=cwd,
         environ=environ or {},
         columns=100,
     )
@@ -208,8 +211,8 @@ def test_the_line_follows_no_color(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flags", "tty"),
-    [([], False), (["-q"], True), (["--quiet"], True)],
-    ids=["stderr-not-a-terminal", "-q", "--quiet"],
+    [([], False), (["-q"], True), (["--quiet"], True), (["-q", "--progress", "lines"], True)],
+    ids=["stderr-in-memory", "-q", "--quiet", "-q-beats-lines"],
 )
 def test_no_line_without_a_terminal_or_with_quiet(tmp_path: Path, flags: list[str], tty: bool) -> None:
     cache(tmp_path)
@@ -251,3 +254,190 @@ def test_recover_draws_its_survey_scan_and_erases_the_line_before_printing(tmp_p
     assert code == 1 and "\x1b" not in out and "temp files of interrupted writes: 1" in out
     assert re.search(r"scanning .* \d+/9 files", shown(err)), shown(err)  # the survey scan, with its total
     assert err.endswith("\x1b[2K")  # erased before the survey was printed
+
+
+# --- plain lines for logs (issue 28: a SLURM job saw nothing between the plan and ``done:``) ---
+
+REPO = Path(__file__).resolve().parents[2]
+LINE = re.compile(
+    r"cachedoctor: (?P<command>scan|repair|recover): (?P<stage>[a-z]+) (?P<done>\d+)"
+    r"(?:/(?P<total>\d+) (?P<unit>files|findings) \((?P<pct>\d+)%\)| (?:files|findings) so far)"
+    r"(?:, (?P<rate>\d+(?:\.\d+)?) (?:files|findings)/s(?:, (?:ETA|took) (?:\d+s|\d+m\d\ds|\d+h\d\dm))?)?"
+)
+
+
+def job(*argv: str, merged: bool = False) -> tuple[int, str, str]:
+    """``cachedoctor *argv`` as a batch job runs it: stdin from /dev/null, stdout and stderr to
+    files (``merged``: one file, as ``nohup`` or SLURM's default ``--output``), no CACHEDOCTOR_*."""
+    import subprocess
+    import sys
+    import tempfile
+
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("CACHEDOCTOR_")}
+    env["PYTHONPATH"] = str(REPO)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        code = subprocess.run(
+            [sys.executable, "-m", "cachedoctor", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out if merged else err,
+            env=env,
+            timeout=120,
+        ).returncode
+        out.seek(0)
+        err.seek(0)
+        return code, out.read(), err.read()
+
+
+def parsed(err: str) -> list[re.Match[str]]:
+    """Every line of ``err`` as a progress line (each must be one), with no control character."""
+    assert "\x1b" not in err and "\r" not in err, repr(err)
+    matches = [LINE.fullmatch(line) for line in err.splitlines()]
+    assert all(matches), [line for line, m in zip(err.splitlines(), matches, strict=True) if not m]
+    return [m for m in matches if m]
+
+
+def counts_go_up_to_the_total(lines: list[re.Match[str]]) -> None:
+    """Within each stage: done never goes back, and a stage with a total ends at it."""
+    runs: list[list[re.Match[str]]] = []
+    for m in lines:
+        if not runs or runs[-1][0]["stage"] != m["stage"]:
+            runs.append([])
+        runs[-1].append(m)
+    for stage_lines in runs:
+        dones = [int(m["done"]) for m in stage_lines]
+        assert dones == sorted(dones), [m.group(0) for m in stage_lines]
+        last = stage_lines[-1]
+        assert last["total"] is None or last["done"] == last["total"], last.group(0)
+
+
+def test_a_scan_in_a_job_writes_plain_lines_with_counts_rate_and_eta(tmp_path: Path) -> None:
+    cache(tmp_path)
+    code, out, err = job("scan", str(tmp_path), "--no-state", "-j", "1", "--progress-interval", "0")
+    assert code == 1 and "device-tagged" in out and "cachedoctor: scan:" not in out
+    lines = parsed(err)
+    assert {m["command"] for m in lines} == {"scan"}
+    assert next(m.group(0) for m in lines if m["stage"] == "scan") == "cachedoctor: scan: scan 0/8 files (0%)"
+    assert lines[-1]["stage"] == "scan" and lines[-1]["done"] == "8" and ", took " in lines[-1].group(0)
+    assert len([m for m in lines if m["stage"] == "scan"]) == 2  # every update: the start, one chunk of 8
+    counts_go_up_to_the_total(lines)
+
+
+def test_a_repair_in_a_job_shows_each_stage_between_its_plan_and_done(tmp_path: Path) -> None:
+    cache(tmp_path)
+    code, log, _ = job("repair", str(tmp_path), "--yes", "-j", "1", merged=True)  # the default 30 s
+    assert code == 0
+    said = log.splitlines()
+    progress = [line for line in said if line.startswith("cachedoctor: repair: ")]
+    lines = parsed("\n".join(progress) + "\n")
+    assert [m.group(0).split(",")[0] for m in lines if m["stage"] != "list"] == [
+        "cachedoctor: repair: scan 0/8 files (0%)",
+        "cachedoctor: repair: scan 8/8 files (100%)",
+        "cachedoctor: repair: plan 0/2 findings (0%)",
+        "cachedoctor: repair: plan 2/2 findings (100%)",
+        "cachedoctor: repair: lossless 0/2 files (0%)",
+        "cachedoctor: repair: lossless 2/2 files (100%)",
+        "cachedoctor: repair: rescan 0/8 files (0%)",
+        "cachedoctor: repair: rescan 8/8 files (100%)",
+    ]  # each stage's start and end (no line in between: they took less than 30 s)
+    plan, done = said.index("plan:"), next(i for i, line in enumerate(said) if line.startswith("done: "))
+    lossless = [i for i, line in enumerate(said) if " lossless " in line]
+    assert plan < lossless[0] and lossless[-1] < done  # the plan first, though stdout is no terminal
+
+
+def test_progress_none_writes_nothing_and_lines_beside_json_go_to_stderr(tmp_path: Path) -> None:
+    cache(tmp_path)
+    assert job("scan", str(tmp_path), "--no-state", "--progress", "none")[2] == ""
+    assert job("scan", str(tmp_path), "--no-state", "--format", "json")[2] == ""  # auto: the document alone
+    code, out, err = job("scan", str(tmp_path), "--no-state", "--format", "json", "--progress", "lines")
+    assert code == 1 and out.startswith("{") and "cachedoctor: scan: scan 8/8 files (100%)" in err
+
+
+def test_progress_lines_on_a_terminal_and_auto_in_a_log_in_process(tmp_path: Path) -> None:
+    cache(tmp_path)
+    code, out, err = cli("scan", str(tmp_path), "--no-state", "-j", "1", "--progress", "lines", tty=True)
+    assert code == 1 and "cachedoctor: scan: scan 8/8 files (100%)" in err
+    parsed(err)
+    log = io.StringIO()
+    env = Environment(stdout=io.StringIO(), stderr=log, stderr_isatty=False, stderr_is_log=True, environ={})
+    assert run(["scan", str(tmp_path), "--no-state", "-j", "1"], env) == 1
+    assert "cachedoctor: scan: scan 8/8 files (100%)" in log.getvalue()
+
+
+def test_progress_bar_without_a_terminal_is_drawn_as_asked(tmp_path: Path) -> None:
+    """``--progress bar`` is a request: drawn, cursor codes and all, for a wrapper that renders
+    them; ``auto`` is what picks by the stream."""
+    cache(tmp_path)
+    code, out, err = cli("scan", str(tmp_path), "--no-state", "-j", "1", "--progress", "bar", tty=False)
+    assert code == 1 and "\x1b" not in out
+    assert "\x1b[?25l" in err and re.search(r"scanning .* 8/8 files", shown(err)), err
+
+
+def test_lines_come_every_interval_with_rate_and_eta() -> None:
+    from cachedoctor.cli.progress_lines import ProgressLines
+
+    now = [0.0]
+    err = io.StringIO()
+    env = Environment(stdout=io.StringIO(), stderr=err, stderr_isatty=False, environ={})
+    with ProgressLines(env, "repair", 30, clock=lambda: now[0]) as line:
+        for at, done in [(0, 0), (10, 40), (29.9, 100), (30, 120), (45, 180), (60, 240), (60, 239), (120, 480)]:
+            now[0] = at
+            line("recompute", done, 480)
+        line("recompute", 480, 480)  # the stage's finish(): said already
+        now[0] = 4000
+        line("rescan", 0, 9000)
+        now[0] = 4000 + 3 * 3600
+        line("rescan", 10, 9000)
+    assert err.getvalue().splitlines() == [
+        "cachedoctor: repair: recompute 0/480 files (0%)",
+        "cachedoctor: repair: recompute 120/480 files (25%), 4.0 files/s, ETA 1m30s",
+        "cachedoctor: repair: recompute 240/480 files (50%), 4.0 files/s, ETA 1m00s",
+        "cachedoctor: repair: recompute 480/480 files (100%), 4.0 files/s, took 2m00s",
+        "cachedoctor: repair: rescan 0/9000 files (0%)",
+        "cachedoctor: repair: rescan 10/9000 files (0%), 0.00093 files/s, ETA 2697h00m",
+    ]
+
+
+def test_the_progress_settings_resolve_as_every_setting(tmp_path: Path) -> None:
+    """``--progress`` and ``--progress-interval``: command line > CACHEDOCTOR_* > config file > default."""
+    from cachedoctor.settings import load
+
+    default = load(str(tmp_path), {})
+    assert (default.progress.value, default.progress_interval.value) == ("auto", 30.0)
+    (tmp_path / "cachedoctor.toml").write_text('progress = "lines"\nprogress-interval = 5\n')
+    filed = load(str(tmp_path), {})
+    assert (filed.progress.value, filed.progress_interval.value) == ("lines", 5.0)
+    assert filed.progress.source == str(tmp_path / "cachedoctor.toml")
+    env = {"CACHEDOCTOR_PROGRESS": "none", "CACHEDOCTOR_PROGRESS_INTERVAL": "0.5"}
+    varied = load(str(tmp_path), env)
+    assert (varied.progress.value, varied.progress_interval.value) == ("none", 0.5)
+    typed = load(str(tmp_path), env, progress="bar", progress_interval=60)
+    assert (typed.progress.value, typed.progress_interval.value) == ("bar", 60.0)
+
+    code, out, _ = cli("settings", "show", "--progress-interval", "2", tty=False, cwd=str(tmp_path))
+    assert code == 0
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines()[1:]}
+    assert rows["progress"].split() == ["lines", f"({tmp_path / 'cachedoctor.toml'})"]
+    assert rows["progress-interval"].split() == ["2.0", "(command", "line)"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "line"),
+    [
+        (
+            ["--progress-interval", "-1"],
+            {},
+            "cachedoctor: error: --progress-interval: expected a number of seconds from 0 up to 86400\n",
+        ),
+        (
+            [],
+            {"CACHEDOCTOR_PROGRESS": "loud"},
+            "cachedoctor: error: environment CACHEDOCTOR_PROGRESS: 'loud': expected one of auto, bar, lines, none\n",
+        ),
+    ],
+)
+def test_a_bad_progress_setting_is_one_line_exit_2(
+    tmp_path: Path, argv: list[str], environ: dict[str, str], line: str
+) -> None:
+    cache(tmp_path)
+    assert cli("scan", str(tmp_path), "--no-state", *argv, tty=False, environ=environ) == (2, "", line)

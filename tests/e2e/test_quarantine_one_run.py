@@ -44,7 +44,7 @@ def test_one_undo_restores_every_root(tmp_path: Path, by: str) -> None:
     assert _digests(root / "simpletuner" / "output") != before
     roots = shlex.split(undo)[4:]
     args = ["--config", str(config)] if by == "config" else roots
-    code, out, err = cli("quarantine", "restore", run_id, *args)
+    code, out, err = cli("quarantine", "restore", run_id, *args, "--yes")
     assert (code, err) == (0, ""), out
     assert f"from {run_id} in 2 cache root(s)" in out
     assert _digests(root / "simpletuner" / "output") == before

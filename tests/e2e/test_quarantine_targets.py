@@ -78,7 +78,7 @@ def test_list_and_restore_by_the_dataset_description(tmp_path: Path) -> None:
     path = _moved(tmp_path / "text", "e-sdxl.pt")
     code, out, _ = cli("quarantine", "list", "--all", "--config", str(config))
     assert (code, out.splitlines()[:2]) == (0, [f"{tmp_path / 'text'}:", f"  {RUN}: 1 file(s), 3 B"])
-    code, out, err = cli("quarantine", "restore", RUN, "--config", str(config))
+    code, out, err = cli("quarantine", "restore", RUN, "--config", str(config), "--yes")
     assert (code, err, path.read_bytes()) == (0, "", b"old")
 
 
@@ -109,14 +109,14 @@ def test_list_by_a_manifest(tmp_path: Path) -> None:
 
 def test_restore_finds_the_run_below_the_paths(tmp_path: Path) -> None:
     path = _moved(tmp_path / "caches" / "kohya", "train/a_0064x0064_sdxl.npz")
-    code, out, err = cli("quarantine", "restore", RUN, str(tmp_path))
+    code, out, err = cli("quarantine", "restore", RUN, str(tmp_path), "--yes")
     assert (code, err, path.read_bytes()) == (0, "", b"old")
     assert out.startswith(f"restored 1 file(s) from {RUN} in 1 cache root(s)")
 
 
 def test_one_run_across_two_roots_is_restored_in_both(tmp_path: Path) -> None:
     vae, text = _moved(tmp_path / "vae", "a.pt"), _moved(tmp_path / "text", "b.pt")
-    code, out, _ = cli("quarantine", "restore", RUN, str(tmp_path))
+    code, out, _ = cli("quarantine", "restore", RUN, str(tmp_path), "--yes")
     assert (code, vae.read_bytes(), text.read_bytes()) == (0, b"old", b"old")
     assert f"from {RUN} in 2 cache root(s)" in out
 
@@ -131,7 +131,7 @@ def test_a_run_copied_along_with_its_cache_is_ambiguous(tmp_path: Path) -> None:
         f"{tmp_path / 'backup'}, {tmp_path / 'cache'}; name the one you mean: "
         f"`cachedoctor quarantine restore {RUN} ROOT`\n"
     )
-    code, _, _ = cli("quarantine", "restore", RUN, str(tmp_path / "cache"))
+    code, _, _ = cli("quarantine", "restore", RUN, str(tmp_path / "cache"), "--yes")
     assert (code, path.read_bytes(), (tmp_path / "backup" / "a.pt").exists()) == (0, b"old", False)
 
 
@@ -163,7 +163,7 @@ def test_restore_names_a_run_for_replaced_files_only(tmp_path: Path) -> None:
     code, out, err = cli("repair", str(cache), "--yes", "--format", "json")
     assert code == 0, err
     run_id = json.loads(out)["result"]["run_id"]
-    code, out, err = cli("quarantine", "restore", run_id, str(cache))
+    code, out, err = cli("quarantine", "restore", run_id, str(cache), "--yes")
     assert (code, err) == (0, "")
     assert out == f"restored 1 file(s) from {run_id} in 1 cache root(s)\n"
     assert os.readlink(cache / "gone_0128x0128_sdxl.npz") == str(tmp_path / "nowhere.npz")

@@ -169,12 +169,12 @@ def test_restore_and_purge(tmp_path: Path) -> None:
     run = run_id(tmp_path)
     code, out, _ = cli("quarantine", "list", "--all", str(tmp_path))
     assert code == 0 and f"{run}: 1 file(s)" in out and "gpu.pt  [rewrite-cpu: device-tagged]" in out
-    code, out, _ = cli("quarantine", "restore", run, str(tmp_path))
+    code, out, _ = cli("quarantine", "restore", run, str(tmp_path), "--yes")
     assert code == 0 and (tmp_path / "gpu.pt").read_bytes() == old
     (aside,) = [p for p in (tmp_path / ".cachedoctor" / "quarantine").iterdir()]
     assert aside.name.startswith("restore-") and (aside / "gpu.pt").read_bytes() == repaired
     code, _, err = cli("quarantine", "purge", aside.name, str(tmp_path))
-    assert code == 2 and "pass --yes" in err and aside.exists()
+    assert code == 2 and "add --yes to delete it for good" in err and aside.exists()
     code, out, _ = cli("quarantine", "purge", aside.name, str(tmp_path), "--yes")
     assert code == 0 and not aside.exists()
     assert cli("quarantine", "restore", "nope", str(tmp_path))[0] == 2
@@ -185,7 +185,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     for argv, needle in [
         (("repair", str(tmp_path / "nope")), "no such file or folder"),
         (("repair", str(tmp_path), "--gpus", "2", "--yes"), "GPU(s) are visible here"),
-        (("repair", str(tmp_path), "--encoder", f"diffusers-vae:{tmp_path / 'novae'}"), "novae"),
+        (("repair", str(tmp_path), "--encoder", f"diffusers-vae:{tmp_path / 'novae'}", "--yes"), "novae"),
         (("repair", str(tmp_path), "--only", "nonsense"), "unknown kind"),
         (("repair", str(tmp_path), "--device", "cuda", "--yes"), "no GPU is visible here"),
     ]:

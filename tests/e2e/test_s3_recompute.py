@@ -131,7 +131,7 @@ def test_a_missing_and_a_nan_latent_recomputed_in_the_bucket_the_old_one_restora
     assert [r["action"] for r in bucket.records(run)] == ["recompute"]
     assert cli("scan", "--deep", "--config", str(config), "--no-state")[0] == 0
 
-    code, out, err = cli("quarantine", "restore", run, bucket.url(), columns=400)
+    code, out, err = cli("quarantine", "restore", run, bucket.url(), "--yes", columns=400)
     assert (code, err) == (0, ""), out
     assert bucket.get(bucket.url(nan_name)) == nan_bytes
 

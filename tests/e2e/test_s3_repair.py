@@ -71,7 +71,7 @@ def test_repair_quarantine_list_and_restore_of_a_prefix(s3_server: Any, bucket: 
         == f"cachedoctor: error: {bucket.url()}: no quarantine run '1999' here or below; see `cachedoctor quarantine list`\n"
     )
 
-    code, out, err = cli("quarantine", "restore", "latest", bucket.url(), columns=400)
+    code, out, err = cli("quarantine", "restore", "latest", bucket.url(), "--yes", columns=400)
     assert (code, err) == (0, "")
     assert out.startswith(f"restored 2 file(s) from {run} in {bucket.url()}; the objects they replaced")
     assert (bucket.get(bucket.url("a.pt")), bucket.get(bucket.url("t.pt"))) == (tagged, torn)

@@ -201,7 +201,7 @@ def test_repair_quarantines_the_link_itself_and_restore_puts_it_back(tmp_path: P
     assert not (tmp_path / "moved-away").exists()
     code, out, _ = cli("quarantine", "list", "--all", str(cache))
     assert code == 0 and "broken.pt  [quarantine: broken-link]" in out
-    code, _, err = cli("quarantine", "restore", run_dir.name, str(cache))
+    code, _, err = cli("quarantine", "restore", run_dir.name, str(cache), "--yes")
     assert (code, err) == (0, "")
     assert os.readlink(cache / "broken.pt") == str(target)
 

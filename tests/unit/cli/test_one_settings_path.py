@@ -105,7 +105,7 @@ def test_repair_workers_are_recompute_processes_and_the_setting_is_the_readers(
 ) -> None:
     peers(tmp_path / "cache")
     seen = _captured(monkeypatch)
-    code, out, _ = cli("repair", "cache", "--workers", "2", cwd=tmp_path, environ={"CACHEDOCTOR_WORKERS": "3"})
+    code, out, _ = cli("repair", "cache", "--workers", "2", "--yes", cwd=tmp_path, environ={"CACHEDOCTOR_WORKERS": "3"})
     assert code == ExitStatus.FINDINGS and "nothing was changed" in out
     (options,) = seen
     assert (options.workers, options.scan.workers) == (2, 3)
@@ -120,7 +120,7 @@ def test_repair_scans_with_the_scan_settings(tmp_path: Path, monkeypatch: pytest
     )
     peers(tmp_path / "cache")
     seen = _captured(monkeypatch)
-    cli("repair", "cache", "--deep", cwd=tmp_path)
+    cli("repair", "cache", "--deep", "--yes", cwd=tmp_path)
     (options,) = seen
     expected = scan_options(load(str(tmp_path), {}), deep=True, sample=False, default_state=False)
     assert options.scan == expected
