@@ -206,7 +206,7 @@ def test_manifest_build_without_torch(plain: Path, tmp_path: Path) -> None:
 
 def test_repair_without_torch_says_how_to_get_it(plain: Path, caches: Path) -> None:
     before = {p: p.read_bytes() for p in caches.rglob("*") if p.is_file()}
-    done = _run(plain / "bin" / "cachedoctor", "repair", caches, "--yes", "--no-state")
+    done = _run(plain / "bin" / "cachedoctor", "repair", caches, "--yes", "--no-state", "--progress", "none")
     assert (done.returncode, done.stdout, done.stderr) == (2, "", NEEDS_TORCH)
     assert {p: p.read_bytes() for p in caches.rglob("*") if p.is_file()} == before
 

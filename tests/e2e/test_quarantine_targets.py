@@ -224,15 +224,15 @@ def test_list_of_one_run_by_latest_or_a_prefix(tmp_path: Path) -> None:
 def test_restore_and_purge_take_latest_and_a_unique_prefix(tmp_path: Path) -> None:
     old = _moved(tmp_path, "old.pt")
     new = _moved(tmp_path, "new.pt", run_id="20261128-063000-bbbbbb")
-    code, out, err = cli("quarantine", "restore", "latest", str(tmp_path))
+    code, out, err = cli("quarantine", "restore", "latest", str(tmp_path), "--yes")
     assert (code, err) == (0, "") and out == "restored 1 file(s) from 20261128-063000-bbbbbb in 1 cache root(s)\n"
     assert new.exists() and not old.exists()
-    code, out, err = cli("quarantine", "restore", "2026", str(tmp_path))  # one run left: the prefix is unique
+    code, out, err = cli("quarantine", "restore", "2026", str(tmp_path), "--yes")  # one run left: the prefix is unique
     assert (code, err) == (0, "") and out == f"restored 1 file(s) from {RUN} in 1 cache root(s)\n" and old.exists()
     _moved(tmp_path, "gone.pt", run_id="20261128-070000-cccccc")
     code, out, err = cli("quarantine", "purge", "20261128-07", str(tmp_path), "--yes")
     assert (code, err) == (0, "") and out == "purged 20261128-070000-cccccc: 3 B freed\n"
-    code, out, err = cli("quarantine", "restore", "latest", str(tmp_path))
+    code, out, err = cli("quarantine", "restore", "latest", str(tmp_path), "--yes")
     assert (code, out) == (2, "")
     assert err == f"cachedoctor: error: {tmp_path}: no quarantine run here or below, so none is the latest\n"
 
