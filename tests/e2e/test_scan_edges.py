@@ -359,7 +359,9 @@ def test_a_symlink_to_a_folder_already_given_is_scanned_once_with_a_note(tmp_pat
     (tmp_path / "dir" / "sub" / "tmpAbCdEfGh").write_bytes(b"half a latent")  # partial-write: exit 1
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "dir" / "sub")
-    code, out, err = cli("scan", str(tmp_path / "dir"), str(link), cwd=tmp_path, environ={"COLUMNS": "1000"})  # a note per line
+    code, out, err = cli(
+        "scan", str(tmp_path / "dir"), str(link), cwd=tmp_path, environ={"COLUMNS": "1000"}
+    )  # a note per line
     assert (code, err) == (1, "")
     assert f"{link}: same files as {tmp_path / 'dir' / 'sub'}, scanned once" in out
     report = json.loads(cli("scan", str(tmp_path / "dir"), str(link), "--format", "json", cwd=tmp_path)[1])
