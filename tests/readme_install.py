@@ -4,12 +4,12 @@ tests/e2e/test_install.py proves the built wheel installs offline; this script p
 user actually types works: the ``git clone`` line and each ``pip install`` line of README.md's
 "## Install" block, run through ``bash -c`` with a throwaway venv's bin first on PATH, in a fresh
 venv and in one that already holds an older torch (which the extras must leave alone). It uses
-pip as configured on the machine (its index, its constraints), so it needs a package index and
-takes minutes: it is a script, not part of the pytest suite.
+pip as configured on the machine (its index and constraints, plus one that holds torch where it
+is: Session.hold_torch), so it needs a package index and takes minutes: it is a script, not part
+of the pytest suite.
 
-The lines are read from README.md, not copied here, and each one the script knows how to check
-must be there (and no unknown install line may appear), so a README change cannot silently skip
-it. The clone line's URL is a placeholder: it is run against this repository (its HEAD: what a
+The lines are read from README.md by tests/readme_install_lines.py, which fails when one the
+script expects is missing or an unknown one appears. The clone line's URL is a placeholder: it is run against this repository (its HEAD: what a
 clone gets) through a link named ``cachedoctor.git``, so its ``cd cachedoctor`` holds too. Each
 step prints ``ok: LINE ...``, ``FAIL: LINE: WHY`` or ``skipped: ...``; the exit status is 1 if
 any step failed. ``--list`` only prints the extracted lines (the suite checks them that way).
@@ -29,21 +29,23 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PLACEHOLDER = "https://<your-git-host>/cachedoctor.git"
-OLDER_TORCH = "2.13.0"  # the CPU build the project's machines carry; their index also has a newer one
-PREFIXES = ("pip install", "pipx install", "uv tool install", "git clone")
-# The install block's commands (comments stripped) this script runs and checks, by step.
-CLONE = f"git clone {PLACEHOLDER} && cd cachedoctor"
-PLAIN, REPAIR, ENCODERS, S3 = (
-    "pip install .",
-    'pip install ".[repair]"',
-    'pip install ".[encoders]"',
-    'pip install ".[repair,s3]"',
+from readme_install_lines import (  # tests/, the script's own folder, is on sys.path
+    CLONE,
+    ENCODERS,
+    GIT_LINE,
+    PIPX,
+    PLACEHOLDER,
+    PLAIN,
+    REPAIR,
+    S3,
+    UV,
+    Failed,
+    command,
+    install_blocks,
 )
-PIPX, UV = "pipx install .", "uv tool install ."
-EXPECTED = (CLONE, PLAIN, REPAIR, ENCODERS, S3, PIPX, UV)
-GIT_LINE = re.compile(r'^pip install "cachedoctor @ git\+' + re.escape(PLACEHOLDER) + r'@(v[^"]+)"$')
+
+ROOT = Path(__file__).resolve().parents[1]
+OLDER_TORCH = "2.13.0"  # the CPU build the project's machines carry; their index also has a newer one
 
 # Run by each venv's python: installed versions of `dists` and the import error of each module.
 PROBE = r"""
@@ -63,57 +65,6 @@ for mod in mods:
         out["imports"][mod] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(out))
 """
-
-
-class Failed(Exception):
-    """A step's check did not hold; the message is the one-line why."""
-
-
-def command(line: str) -> str:
-    """The command of a README line, its trailing comment removed."""
-    return re.sub(r"\s+#.*$", "", line).strip()
-
-
-def install_blocks(readme: Path) -> tuple[list[str], list[str]]:
-    """The install lines of the first two ```sh blocks under "## Install": the clone block's and the
-    git-URL block's. Raises Failed (naming what to update) when they are not as this script expects."""
-    lines = readme.read_text(encoding="utf-8").splitlines()
-    try:
-        start = lines.index("## Install")
-    except ValueError:
-        raise Failed(f"{readme}: no '## Install' section; update tests/readme_install.py with the README") from None
-    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    blocks: list[list[str]] = []
-    block: list[str] | None = None
-    for line in lines[start + 1 : end]:
-        if block is None and line.strip() == "```sh":
-            block = []
-        elif block is not None and line.strip() == "```":
-            blocks.append([raw for raw in block if raw.startswith(PREFIXES)])
-            block = None
-        elif block is not None:
-            block.append(line)
-    if len(blocks) < 2:
-        raise Failed(
-            f"{readme}: '## Install' has {len(blocks)} ```sh block(s), expected the clone block and the git-URL block"
-        )
-    clone_block, git_block = blocks[0], blocks[1]
-    found = [command(raw) for raw in clone_block]
-    for want in EXPECTED:
-        if want not in found:
-            raise Failed(
-                f"{readme}: the install block has no line `{want}`; update tests/readme_install.py with the README"
-            )
-    for got in found:
-        if got not in EXPECTED:
-            raise Failed(
-                f"{readme}: the install block's line `{got}` is not checked; add it to tests/readme_install.py"
-            )
-    if not git_block or not GIT_LINE.match(command(git_block[0])):
-        raise Failed(
-            f'{readme}: the git-URL block does not start with `pip install "cachedoctor @ git+{PLACEHOLDER}@vX.Y.Z"`'
-        )
-    return clone_block, git_block
 
 
 class Session:
@@ -196,8 +147,12 @@ class Session:
         try:
             self.sh(line, venv, cwd, self.hold_torch(venv, torch))
         except Failed as exc:
-            held = f"torch {torch}" if torch else "no torch"
-            raise Failed(f"{exc} (torch was held at {held}: did the line need another?)") from None
+            held = (
+                f"holds torch at {torch}; a line that needs another torch"
+                if torch
+                else "keeps torch out of this venv; a line that needs torch"
+            )
+            raise Failed(f"{exc} (this run {held} fails here)") from None
 
 
 def version_of(clone: Path) -> str:
