@@ -114,7 +114,11 @@ class Session:
         return done.stdout
 
     def run(self, argv: list[str], venv: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(argv, cwd=cwd, env=self.env(venv), capture_output=True, text=True, timeout=300)
+        """Run ``argv`` (found on the venv's PATH first); Failed when the program is not there."""
+        try:
+            return subprocess.run(argv, cwd=cwd, env=self.env(venv), capture_output=True, text=True, timeout=300)
+        except FileNotFoundError:
+            raise Failed(f"{argv[0]} is not installed in {venv}") from None
 
     def venv(self, name: str) -> Path:
         where = self.tmp / name
@@ -238,21 +242,25 @@ def step_older_torch(s: Session, venv: Path) -> None:
             )
         except Failed as exc:
             s.fail(cmd, str(exc))
-    cache = s.tmp / "simpletuner"
+    cmd = f"cachedoctor repair --dry-run {s.tmp / 'simpletuner'}"
+    try:
+        s.ok(cmd, dry_run_repair(s, venv, s.tmp / "simpletuner", torch))
+    except Failed as exc:
+        s.fail(cmd, str(exc))
+
+
+def dry_run_repair(s: Session, venv: Path, cache: Path, torch: str) -> str:
+    """``repair --dry-run`` on a copy of the SimpleTuner fixture: a plan, exit 1, nothing changed."""
     shutil.copytree(s.clone / "fixtures" / "caches" / "simpletuner", cache, symlinks=True)
     before = digest(cache)
-    cmd = f"cachedoctor repair --dry-run {cache}"
     done = s.run(["cachedoctor", "repair", "--dry-run", str(cache)], venv, s.tmp)
     if done.returncode != 1 or "dry run: nothing was changed" not in done.stdout:
-        s.fail(
-            cmd,
-            f"exit {done.returncode} (expected 1: the copy has planted defects): {(done.stderr.strip() or done.stdout.strip()).splitlines()[-1:]}",
-        )
-    elif digest(cache) != before:
-        s.fail(cmd, "the dry run changed the copy of fixtures/caches/simpletuner")
-    else:
-        plan = sum(1 for line in done.stdout.splitlines() if re.match(r"^  \S.* file\(s\)", line))
-        s.ok(cmd, f"a copy of fixtures/caches/simpletuner, torch {torch}: a plan of {plan} action(s), nothing changed")
+        said = (done.stderr.strip() or done.stdout.strip() or "(no output)").splitlines()[-1]
+        raise Failed(f"exit {done.returncode} (expected 1: the copy has planted defects): {said}")
+    if digest(cache) != before:
+        raise Failed("the dry run changed the copy of fixtures/caches/simpletuner")
+    plan = sum(1 for line in done.stdout.splitlines() if re.match(r"^  \S.* file\(s\)", line))
+    return f"a copy of fixtures/caches/simpletuner, torch {torch}: a plan of {plan} action(s), nothing changed"
 
 
 def digest(folder: Path) -> dict[str, str]:
