@@ -9,7 +9,7 @@ DEMO   ?= fixtures/caches
 TORCH_INDEX ?=
 TORCH_FLAGS := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple,)
 
-.PHONY: all install demo test bench fixtures clean dist
+.PHONY: all install demo test bench fixtures clean dist install-check
 
 all: test
 
@@ -133,6 +133,14 @@ dist: | $(STAMP)
 	fi
 	@rm -rf build
 	@ls dist
+
+# README.md's install lines, run verbatim from a fresh clone of this repository's HEAD (the
+# placeholder URL swapped for this folder): a fresh venv (`pip install .`: no torch) and a venv
+# with an older torch that the extras must leave alone, then the pipx, uv and git-URL lines where
+# they can run. Uses pip's configured index; a few minutes, so not part of `make test`. Needs no
+# .venv: the script is standard-library Python and makes its own venvs in a temp folder.
+install-check:
+	$(PYTHON) tests/readme_install.py
 
 # Rebuild the shipped fixtures (deterministic); commit the result.
 fixtures: $(STAMP)
