@@ -14,40 +14,44 @@ folder as black and ruff do; whichever is nearer wins. Paths in it are relative 
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from cachedoctor import toml
-from cachedoctor.errors import PathError, UsageError
+# ``X as X``: split out of this module (config_file.py, setting_checks.py), still importable from it
+from cachedoctor.config_file import OWN_FILE as OWN_FILE
+from cachedoctor.config_file import PYPROJECT, TABLE, ConfigError, ConfigFile, find
+from cachedoctor.errors import UsageError
+from cachedoctor.setting_checks import LAYOUT_NAMES as LAYOUT_NAMES
+from cachedoctor.setting_checks import (
+    MAX_BATCH_SIZE,
+    MAX_WORLD_SIZE,
+    boolean,
+    choice,
+    endpoint,
+    interval,
+    layouts,
+    resolution,
+    run_size,
+    sample_share,
+    seconds,
+    severity_table,
+    state_path,
+    string,
+    string_list,
+    unknown,
+    whole_number,
+)
+from cachedoctor.setting_checks import SEVERITY_VALUES as SEVERITY_VALUES
 
 COMMAND_LINE = "command line"
 DEFAULT = "default"
-PYPROJECT = "pyproject.toml"
-OWN_FILE = "cachedoctor.toml"
-TABLE = "tool.cachedoctor"
 ENV_PREFIX = "CACHEDOCTOR_"
 
 FAIL_ON_VALUES = ("error", "warning", "never")
 #: ``--progress``: a bar on a terminal and plain lines in a log (``auto``), or one of them always, or none.
 PROGRESS_VALUES = ("auto", "bar", "lines", "none")
-SEVERITY_VALUES = ("error", "warning", "info")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
-
-
-def _unknown(what: str, name: str, known: list[str]) -> str:
-    """``unknown key; did you mean 'workers'?`` (difflib, as ``explain`` suggests kinds), or the list of known names."""
-    close = difflib.get_close_matches(name.replace("_", "-"), known, n=1, cutoff=0.6)
-    if close:
-        return f"unknown {what}; did you mean {close[0]!r}?"
-    return f"unknown {what} (known: {', '.join(known)})"
-
-
-class ConfigError(PathError):
-    """A config file or environment variable that cannot be used (exit 2, one line)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,245 +135,35 @@ class Settings:
         return [(name, getattr(self, name)) for name in self.NAMES]
 
 
-@dataclass(frozen=True)
-class ConfigFile:
-    path: str
-    values: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def folder(self) -> str:
-        return os.path.dirname(self.path)
-
-    @property
-    def source(self) -> str:
-        return f"{self.path}:{TABLE}" if os.path.basename(self.path) == PYPROJECT else self.path
-
-
-def _load(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            return toml.load(f)
-    except toml.decode_error() as exc:
-        raise ConfigError(path, f"not valid TOML ({exc}); fix the file") from None
-    except RecursionError:
-        raise ConfigError(path, "TOML nested too deeply to read; fix the file") from None
-    except ValueError as exc:  # e.g. an integer too long to convert
-        raise ConfigError(path, f"not valid TOML ({exc}); fix the file") from None
-    except OSError as exc:
-        raise ConfigError(path, f"cannot read ({exc.strerror or exc})") from None
-
-
-def find(cwd: str) -> ConfigFile | None:
-    """The nearest config: a ``cachedoctor.toml``, or a ``pyproject.toml`` with the table."""
-    folder = os.path.abspath(cwd)
-    while True:
-        own = os.path.join(folder, OWN_FILE)
-        if os.path.isfile(own):
-            return ConfigFile(own, _load(own))
-        if os.path.isdir(own):
-            raise ConfigError(own, f"is a folder, not a config file; rename it or make it a {OWN_FILE} file")
-        project = os.path.join(folder, PYPROJECT)
-        if os.path.isfile(project):
-            table = _load(project).get("tool", {})
-            table = table.get("cachedoctor") if isinstance(table, dict) else None
-            if table is not None:
-                if not isinstance(table, dict):
-                    raise ConfigError(project, f"{TABLE}: must be a table")
-                return ConfigFile(project, table)
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return None
-        folder = parent
-
-
-# --- value checks: each returns the clean value or raises ValueError with what was expected ---
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError("expected a non-empty string")
-    return value
-
-
-def _str_list(value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValueError("expected a list of non-empty strings")
-    return tuple(value)
-
-
-def _choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if not isinstance(value, str) or value.lower() not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}")
-        return value.lower()
-
-    return check
-
-
-#: The largest run the rank simulation takes (its per-rank tables hold one entry a rank): the
-#: largest training clusters are ~10**5 GPUs.
-MAX_WORLD_SIZE = 1 << 17
-MAX_BATCH_SIZE = 1 << 20
-
-
-def _run_size(limit: int) -> Any:
-    def convert(value: Any) -> int:
-        number = _workers(value)
-        if number > limit:
-            raise ValueError(f"expected a whole number from 1 to {limit}")
-        return number
-
-    return convert
-
-
-def _workers(value: Any) -> int:
-    if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise ValueError("expected a whole number of at least 1") from None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError("expected a whole number of at least 1")
-    return value
-
-
-def _resolution(value: Any) -> str:
-    """sd-scripts' resolution: ``512``, ``"512"``, ``"512,768"`` or ``[512, 768]``, as ``"W,H"``."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = [value, value]
-    elif isinstance(value, str):
-        value = [p.strip() for p in value.split(",")]
-        value = value * 2 if len(value) == 1 else value
-    if not isinstance(value, list) or len(value) != 2:
-        raise ValueError("expected a size in pixels: 1024 or 1024,768 (width,height)")
-    if any(isinstance(v, bool) for v in value):
-        raise ValueError("expected a size in pixels: 1024 or 1024,768 (width,height)")
-    try:
-        sides = [_workers(v) for v in value]
-    except ValueError:
-        raise ValueError("expected a size in pixels: 1024 or 1024,768 (width,height)") from None
-    return f"{sides[0]},{sides[1]}"
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ValueError("expected true or false")
-
-
-#: ``layouts.LayoutName``'s values, kept here so that resolving settings imports no layout (a test
-#: keeps the two equal).
-LAYOUT_NAMES = (
-    "auto",
-    "simpletuner",
-    "kohya",
-    "onetrainer",
-    "musubi",
-    "ai-toolkit",
-    "diffusion-pipe",
-    "manifest",
-    "none",
-)
-
-
-def _layouts() -> tuple[str, ...]:
-    return LAYOUT_NAMES
-
-
-def _severity(value: Any) -> dict[str, str]:
-    from cachedoctor.explain import kinds
-
-    KINDS = kinds()  # the checks import no reader or layout: settings show stays light
-
-    if not isinstance(value, dict):
-        raise ValueError("expected a table of kind = severity")
-    out = {}
-    for kind, severity in value.items():
-        if kind not in KINDS:
-            raise ValueError(_unknown(f"kind {kind!r}", kind, list(KINDS)))
-        if not isinstance(severity, str) or severity.lower() not in SEVERITY_VALUES:
-            raise ValueError(f"{kind}: expected one of {', '.join(SEVERITY_VALUES)}")
-        out[kind] = severity.lower()
-    return out
-
-
-def _state(value: Any) -> str | bool:
-    """A path, or false (no state database)."""
-    if value is False or (isinstance(value, str) and value.strip().lower() in _FALSE):
-        return False
-    if isinstance(value, str) and value.strip():
-        return os.path.expanduser(value.strip())
-    raise ValueError("expected a path for the state database, or false for none")
-
-
-def _seconds(value: Any) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise ValueError("expected a number of seconds greater than 0") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 86400:
-        raise ValueError("expected a number of seconds greater than 0 and under 86400 (a day)")
-    return float(value)
-
-
-def _interval(value: Any) -> float:
-    """Seconds between progress lines: 0 (every update) up to a day."""
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            raise ValueError("expected a number of seconds from 0 up to 86400") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 86400:
-        raise ValueError("expected a number of seconds from 0 up to 86400")
-    return float(value)
-
-
-def _sample(value: Any) -> str:
-    from cachedoctor.scan.state.sample import Sample
-
-    if not isinstance(value, str):
-        raise ValueError('expected a share such as "5%" or "3/10"')
-    return Sample.parse(value).text
-
-
-def _endpoint(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip().startswith(("http://", "https://")):
-        raise ValueError("expected an endpoint URL such as https://minio.example:9000")
-    return value.strip()
-
-
 #: setting name -> (file key, value check, environment variable or None)
 _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
-    "paths": ("paths", _str_list, None),
-    "config": ("config", _str, "CONFIG"),
-    "kohya_config": ("kohya-config", _str, "KOHYA_CONFIG"),
-    "resolution": ("resolution", lambda v: _resolution(v), "RESOLUTION"),
-    "enable_bucket": ("enable-bucket", _bool, "ENABLE_BUCKET"),
-    "min_bucket_reso": ("min-bucket-reso", _workers, "MIN_BUCKET_RESO"),
-    "max_bucket_reso": ("max-bucket-reso", _workers, "MAX_BUCKET_RESO"),
-    "bucket_reso_steps": ("bucket-reso-steps", _workers, "BUCKET_RESO_STEPS"),
-    "bucket_no_upscale": ("bucket-no-upscale", _bool, "BUCKET_NO_UPSCALE"),
-    "layout": ("layout", lambda v: _choice(_layouts())(v), "LAYOUT"),
-    "manifest": ("manifest", _str, "MANIFEST"),
-    "fail_on": ("fail-on", _choice(FAIL_ON_VALUES), "FAIL_ON"),
-    "workers": ("workers", _workers, "WORKERS"),
-    "deep": ("deep", _bool, "DEEP"),
-    "exclude": ("exclude", _str_list, "EXCLUDE"),
-    "severity": ("severity", _severity, None),
-    "state": ("state", _state, "STATE"),
-    "sample": ("sample", _sample, "SAMPLE"),
-    "file_timeout": ("file-timeout", _seconds, "FILE_TIMEOUT"),
-    "allow_empty": ("allow-empty", _bool, "ALLOW_EMPTY"),
-    "world_size": ("world-size", _run_size(MAX_WORLD_SIZE), "WORLD_SIZE"),
-    "batch_size": ("batch-size", _run_size(MAX_BATCH_SIZE), "BATCH_SIZE"),
-    "s3_endpoint_url": ("s3-endpoint-url", lambda v: _endpoint(v), "S3_ENDPOINT_URL"),
-    "s3_profile": ("s3-profile", _str, "S3_PROFILE"),
-    "s3_region": ("s3-region", _str, "S3_REGION"),
-    "progress": ("progress", _choice(PROGRESS_VALUES), "PROGRESS"),
-    "progress_interval": ("progress-interval", _interval, "PROGRESS_INTERVAL"),
+    "paths": ("paths", string_list, None),
+    "config": ("config", string, "CONFIG"),
+    "kohya_config": ("kohya-config", string, "KOHYA_CONFIG"),
+    "resolution": ("resolution", lambda v: resolution(v), "RESOLUTION"),
+    "enable_bucket": ("enable-bucket", boolean, "ENABLE_BUCKET"),
+    "min_bucket_reso": ("min-bucket-reso", whole_number, "MIN_BUCKET_RESO"),
+    "max_bucket_reso": ("max-bucket-reso", whole_number, "MAX_BUCKET_RESO"),
+    "bucket_reso_steps": ("bucket-reso-steps", whole_number, "BUCKET_RESO_STEPS"),
+    "bucket_no_upscale": ("bucket-no-upscale", boolean, "BUCKET_NO_UPSCALE"),
+    "layout": ("layout", lambda v: choice(layouts())(v), "LAYOUT"),
+    "manifest": ("manifest", string, "MANIFEST"),
+    "fail_on": ("fail-on", choice(FAIL_ON_VALUES), "FAIL_ON"),
+    "workers": ("workers", whole_number, "WORKERS"),
+    "deep": ("deep", boolean, "DEEP"),
+    "exclude": ("exclude", string_list, "EXCLUDE"),
+    "severity": ("severity", severity_table, None),
+    "state": ("state", state_path, "STATE"),
+    "sample": ("sample", sample_share, "SAMPLE"),
+    "file_timeout": ("file-timeout", seconds, "FILE_TIMEOUT"),
+    "allow_empty": ("allow-empty", boolean, "ALLOW_EMPTY"),
+    "world_size": ("world-size", run_size(MAX_WORLD_SIZE), "WORLD_SIZE"),
+    "batch_size": ("batch-size", run_size(MAX_BATCH_SIZE), "BATCH_SIZE"),
+    "s3_endpoint_url": ("s3-endpoint-url", lambda v: endpoint(v), "S3_ENDPOINT_URL"),
+    "s3_profile": ("s3-profile", string, "S3_PROFILE"),
+    "s3_region": ("s3-region", string, "S3_REGION"),
+    "progress": ("progress", choice(PROGRESS_VALUES), "PROGRESS"),
+    "progress_interval": ("progress-interval", interval, "PROGRESS_INTERVAL"),
 }
 _DEFAULTS: dict[str, Any] = {
     "paths": (),
@@ -403,7 +197,7 @@ def _from_file(file: ConfigFile) -> dict[str, Any]:
     for key, raw in file.values.items():
         name = by_key.get(key)
         if name is None:
-            raise ConfigError(file.path, f"{prefix}{key}: {_unknown('key', key, list(by_key))}")
+            raise ConfigError(file.path, f"{prefix}{key}: {unknown('key', key, list(by_key))}")
         try:
             value = _KEYS[name][1](raw)
         except ValueError as exc:
@@ -451,10 +245,10 @@ def load(cwd: str | None = None, environ: Mapping[str, str] | None = None, **giv
 
 #: Command-line values that the parser takes as text and that must be checked as a file's are.
 _CLI_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "s3_endpoint_url": _endpoint,
-    "file_timeout": _seconds,
-    "resolution": _resolution,
-    "progress_interval": _interval,
+    "s3_endpoint_url": endpoint,
+    "file_timeout": seconds,
+    "resolution": resolution,
+    "progress_interval": interval,
 }
 
 

@@ -13,12 +13,10 @@ and changes nothing in the cache folder.
 
 from __future__ import annotations
 
-import enum
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from cachedoctor.cli.completion import complete_kind_list
 from cachedoctor.cli.consent import described, require_someone_to_ask
 from cachedoctor.cli.environment import current
 from cachedoctor.cli.options import (
@@ -52,6 +50,23 @@ from cachedoctor.cli.options import (
     YesOption,
 )
 from cachedoctor.cli.progress import ProgressIntervalOption, ProgressOption
+from cachedoctor.cli.repair_options import (
+    BatchSizeOption,
+    DeepOption,
+    DeviceOption,
+    DryRunOption,
+    EncoderOption,
+    FreshOption,
+    GpusOption,
+    KeepBlockedOption,
+    OnlyOption,
+    Posterior,
+    PosteriorOption,
+    QuickOption,
+    RecomputeWorkersOption,
+    ResumeOption,
+    SeedOption,
+)
 from cachedoctor.cli.repair_output import RepairFormat, RepairFormatOption, RepairOutputOption, emit, output_mode
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
@@ -61,86 +76,24 @@ from cachedoctor.exit_status import ExitStatus
 EXISTING = "existing"
 
 
-class Posterior(str, enum.Enum):
-    TRAINER = "trainer"
-    MODE = "mode"
-    SAMPLE = "sample"
-
-
 def repair(
     ctx: typer.Context,
     paths: RepairPathsArgument = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Scan and show the plan; change nothing.")] = False,
-    encoder: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--encoder",
-            metavar="SPEC",
-            help="NAME[:ARG] or module:factory[:ARG]; give one for images and one for captions.",
-        ),
-    ] = None,
-    gpus: Annotated[
-        int | None, typer.Option("--gpus", metavar="N", min=1, help="One recompute worker per GPU (cuda:0..N-1).")
-    ] = None,
-    device: Annotated[
-        str, typer.Option("--device", metavar="DEVICE", help="Device for recompute workers without --gpus.")
-    ] = "cpu",
-    workers: Annotated[
-        int,
-        typer.Option(
-            "--workers",
-            "-j",
-            metavar="N",
-            min=1,
-            help="Recompute worker processes on --device (the scan's readers: the workers setting).",
-        ),
-    ] = 1,
-    batch_size: Annotated[int, typer.Option("--batch-size", metavar="N", min=1, help="Items per encoder batch.")] = 8,
-    only: Annotated[
-        str | None,
-        typer.Option(
-            "--only",
-            metavar="KINDS",
-            help="Repair only findings of these kinds (comma-separated).",
-            autocompletion=complete_kind_list,
-        ),
-    ] = None,
+    dry_run: DryRunOption = False,
+    encoder: EncoderOption = None,
+    gpus: GpusOption = None,
+    device: DeviceOption = "cpu",
+    workers: RecomputeWorkersOption = 1,
+    batch_size: BatchSizeOption = 8,
+    only: OnlyOption = None,
     yes: YesOption = False,
-    resume: Annotated[
-        bool, typer.Option("--resume", help="Finish an interrupted repair (the default whenever one is found).")
-    ] = False,
-    fresh: Annotated[
-        bool, typer.Option("--fresh", help="Give up an interrupted repair and start a new run (its quarantine stays).")
-    ] = False,
-    deep: Annotated[
-        bool | None,
-        typer.Option(
-            "--deep", help="Read every file's data first (the default): bad CRCs, NaN/Inf.", show_default=False
-        ),
-    ] = None,
-    quick: Annotated[
-        bool,
-        typer.Option("--quick", help="Read metadata only: leaves bad CRCs and NaN/Inf it has not seen before."),
-    ] = False,
-    keep_blocked: Annotated[
-        bool,
-        typer.Option(
-            "--keep-blocked",
-            help="Leave unreadable files that cannot be recomputed in place (default: quarantine them, "
-            "so the trainer re-caches them). Unsafe pickles are always quarantined.",
-        ),
-    ] = False,
-    posterior: Annotated[
-        Posterior,
-        typer.Option(
-            "--posterior",
-            help="Recomputed latents: as the trainer caches them (default), the posterior's mode, "
-            "or a sample (mean + std * noise, seeded by --seed and the entry's path).",
-        ),
-    ] = Posterior.TRAINER,
-    seed: Annotated[
-        int, typer.Option("--seed", metavar="N", help="Where a sample is drawn: the noise seed (per file).")
-    ] = 0,
+    resume: ResumeOption = False,
+    fresh: FreshOption = False,
+    deep: DeepOption = None,
+    quick: QuickOption = False,
+    keep_blocked: KeepBlockedOption = False,
+    posterior: PosteriorOption = Posterior.TRAINER,
+    seed: SeedOption = 0,
     layout: LayoutOption = LayoutChoice.AUTO,
     config: ConfigOption = None,
     kohya_config: KohyaConfigOption = None,

@@ -1,4 +1,4 @@
-"""Recompute on many devices: one worker process per GPU (or N on the CPU), work split by cost.
+"""Recompute on many devices: one worker process per GPU (or N on the CPU), work split by cost (``batches.py``).
 
 Items are batched by identical target shape, batches are dealt longest first to the least
 loaded worker (so workers finish together), and each worker decodes and resizes its next
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from cachedoctor.errors import PathError
 from cachedoctor.lifetime import die_with_parent, reraise_interrupt
+from cachedoctor.repair.batches import Batch, batch_cost, make_batches, split
 from cachedoctor.repair.model import Action, ItemResult, ItemState, RepairError
 from cachedoctor.repair.peer_scale import EncoderUsed
 from cachedoctor.repair.posterior import Models
@@ -29,32 +30,7 @@ if TYPE_CHECKING:
     from cachedoctor.layouts.prepare import Prepared
     from cachedoctor.repair.sink import Sink
 
-Batch = list[Action]
 OnResult = Callable[[ItemResult], None]
-
-
-def make_batches(actions: list[Action], batch_size: int) -> list[Batch]:
-    """Group by target shape, then cut into batches of at most ``batch_size``."""
-    groups: dict[tuple, list[Action]] = {}
-    for action in sorted(actions, key=lambda a: a.path):
-        assert action.spec is not None
-        groups.setdefault(action.spec.batch_key(), []).append(action)
-    return [items[i : i + batch_size] for items in groups.values() for i in range(0, len(items), batch_size)]
-
-
-def batch_cost(batch: Batch) -> int:
-    return sum(a.spec.cost() for a in batch if a.spec is not None)
-
-
-def split(batches: list[Batch], shares: int) -> list[list[Batch]]:
-    """Longest-processing-time-first: deterministic, so every rank computes the same split."""
-    loads = [0] * shares
-    out: list[list[Batch]] = [[] for _ in range(shares)]
-    for batch in sorted(batches, key=lambda b: (-batch_cost(b), b[0].path)):
-        i = min(range(shares), key=lambda k: (loads[k], k))
-        out[i].append(batch)
-        loads[i] += batch_cost(batch)
-    return out
 
 
 #: What the decode thread makes of one item: the resized image, the error that stopped it, or
@@ -301,4 +277,13 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-__all__ = ["devices_for", "make_batches", "run_pool", "split", "visible_gpus", "work"]
+__all__ = [
+    "Batch",
+    "batch_cost",
+    "devices_for",
+    "make_batches",
+    "run_pool",
+    "split",
+    "visible_gpus",
+    "work",
+]  # the batching is in batches.py; still importable from here

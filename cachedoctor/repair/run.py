@@ -21,19 +21,11 @@ from cachedoctor.progress import LOSSLESS, PLAN, RECOMPUTE, RESCAN, Progress, St
 from cachedoctor.remote.interface import is_remote
 from cachedoctor.repair import distributed
 from cachedoctor.repair.act import close, recompute, run_lossless, share
-from cachedoctor.repair.journal import (
-    Interrupted,
-    Journal,
-    JournalUnreadable,
-    abandon,
-    finish_run,
-    holds_no_open_run,
-    interrupted_run,
-    move_journal_aside,
-    new_run_id,
-)
+from cachedoctor.repair.journal import Interrupted, Journal, finish_run, new_run_id
 from cachedoctor.repair.model import ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
 from cachedoctor.repair.planner import plan_repair
+from cachedoctor.repair.preconditions import check_devices, load_encoders, require_writable
+from cachedoctor.repair.resume import find_interrupted, run_to_finish
 from cachedoctor.repair.scope import run_scope
 from cachedoctor.scan import ScanOptions, ScanResult, scan
 
@@ -125,29 +117,13 @@ def repair(
         return repair_dataset(
             dataset, planned[1], targets, layout, layout_options, options, argv, confirm, show_plan, progress
         )
-    from cachedoctor.encoders import load_encoder
     from cachedoctor.extras import require_torch
-    from cachedoctor.repair.pool import devices_for, visible_gpus
+    from cachedoctor.repair.pool import devices_for
 
-    if options.encoders or options.gpus or options.device != "cpu":  # a recompute, or GPUs to count
-        require_torch("repair")
-    encoders = [load_encoder(spec) for spec in options.encoders]  # cheap: validates paths, loads nothing
+    encoders = load_encoders(options)
     modalities = {e.modality.value for e in encoders}
-    for spec, encoder in zip(options.encoders, encoders, strict=True):
-        if options.posterior == "sample" and encoder.modality.value == "image" and not encoder.posterior_std:
-            raise RepairError(
-                spec, "--posterior sample needs an encoder that reports its posterior's std; use --posterior mode"
-            )
     rank = distributed.from_env()
-    if options.device.startswith("cuda") and not options.gpus and visible_gpus() == 0:
-        raise RepairError(f"--device {options.device}", "no GPU is visible here; use --device cpu")
-    if options.gpus:
-        have = visible_gpus()
-        if options.gpus > have:
-            raise RepairError(
-                f"--gpus {options.gpus}",
-                f"only {have} GPU(s) are visible here; ask for at most {have}, or use --device cpu --workers N",
-            )
+    check_devices(options)
     if not options.dry_run:
         distributed.init(rank)
     stages = Stages(progress if rank.leader else None)
@@ -167,7 +143,7 @@ def repair(
     # Every scanned root, not only those with work left: a run killed after its last write left
     # its journal in a root that is clean now, and must be closed there.
     roots_seen = sorted(set(roots_acted) | {r if os.path.isdir(r) else os.path.dirname(r) for r in roots})
-    interrupted = _interrupted(roots_seen, journal_rank, options, outcome.notes)
+    interrupted = find_interrupted(roots_seen, journal_rank, options, outcome.notes)
     if (before.empty or before.unchecked) and interrupted is None and not options.allow_empty:
         from cachedoctor.report.outcome import nothing_to_check  # (an interrupted run is something)
 
@@ -182,23 +158,7 @@ def repair(
             )
         raise RepairError(*nothing_to_check(before.unchecked, excluded=bool(options.scan.exclude)))
     fingerprints = ",".join(e.fingerprint() for e in encoders) or None
-    if interrupted is not None and options.fresh:
-        if not options.dry_run:
-            for root in roots_acted:
-                abandon(root, journal_rank, interrupted.run_id)
-        interrupted = None
-    if (
-        interrupted is not None
-        and interrupted.fingerprint
-        and interrupted.recomputed  # one that stopped before its first recompute mixes no models
-        and fingerprints != interrupted.fingerprint
-        and any(a.kind is ActionKind.RECOMPUTE and not a.blocked for a in plan.actions)
-    ):
-        raise RepairError(
-            " ".join(interrupted.encoders) or "--encoder",
-            f"interrupted run {interrupted.run_id} was recomputing with another encoder; pass the same "
-            "--encoder to finish it (one cache, one model), or --fresh to start a new run",
-        )
+    interrupted = run_to_finish(interrupted, roots_acted, journal_rank, options, fingerprints, plan)
     outcome.run_id = interrupted.run_id if interrupted else new_run_id()
     outcome.interrupted = interrupted
     if rank.leader:
@@ -210,7 +170,7 @@ def repair(
         distributed.finish(rank)
         outcome.after = before if not plan.runnable() else None
         return outcome
-    _require_writable(roots_acted)  # before asking: "run the same repair again" cannot help there
+    require_writable(roots_acted)  # before asking: "run the same repair again" cannot help there
     distributed.barrier(rank)  # every rank has scanned before any rank changes a file
     go, outcome.run_id = distributed.agree(rank, (confirm(outcome) if rank.leader else None, outcome.run_id))
     if not go:
@@ -287,41 +247,6 @@ def repair(
     if rank.leader:
         outcome.after = _scan(targets, layout, layout_options, options, stages.renamed(RESCAN))[0]
     return outcome
-
-
-def _require_writable(roots: list[str]) -> None:
-    """A read-only cache (a read-only mount, a folder of another user) cannot be repaired in
-    place: one line naming it and what to do, before anything is written (``repair`` and
-    ``recover --apply`` alike)."""
-    from cachedoctor.fsinfo import not_writable
-
-    for root in roots:
-        why = not_writable(root)
-        if why is not None:
-            fix = "remount it read-write" if "read-only" in why else "fix its permissions, or run as its owner"
-            raise RepairError(
-                root,
-                f"the cache folder {why}, so nothing can be repaired in place and nothing was changed; make it "
-                f"writable ({fix}), or copy the cache to a writable disk and run the same command on the copy",
-            )
-
-
-def _interrupted(roots: list[str], rank: int | None, options: RepairOptions, notes: list[str]) -> Interrupted | None:
-    """The first interrupted run recorded in ``roots``' journals. A journal that cannot be read
-    stops the repair (it may hold that run) unless ``--fresh`` gives it up, or what can still be
-    read of it shows no unfinished run: then it is moved aside and a new one started."""
-    found = None
-    for root in roots:
-        try:
-            run = interrupted_run(root, rank)
-        except JournalUnreadable:
-            if options.dry_run or not (options.fresh or holds_no_open_run(root, rank)):
-                raise
-            aside = move_journal_aside(root, rank)
-            notes.append(f"the repair journal in {root} could not be read; moved it to {aside} and started a new one")
-            continue
-        found = found or run
-    return found
 
 
 def still_broken(outcome: RepairOutcome) -> list[str]:

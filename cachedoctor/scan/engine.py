@@ -3,7 +3,7 @@
 Work goes out in chunks of a folder's files with a bounded number in flight, and a folder's
 peer checks run (in ``folders.py``) as soon as its last chunk is back, so memory stays flat
 however large the cache. With a state database, a folder's unchanged files are taken from it
-(``state/plan.py``) and only the rest go to the workers. ``workers=1`` is one worker process
+(``state/plan.py``, ``folder_chunks.py``) and only the rest go to the workers. ``workers=1`` is one worker process
 too: no file is read by the process that must survive it (``pool.py``), whatever the mode.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -26,16 +26,16 @@ from cachedoctor.progress import LIST, SCAN
 from cachedoctor.remote.interface import is_remote
 from cachedoctor.scan._memcap import FILE_MEMORY
 from cachedoctor.scan.dataset import DatasetMatcher
-from cachedoctor.scan.folders import Collector, Record, ScanError, ScanStats
+from cachedoctor.scan.folder_chunks import folder_chunks
+from cachedoctor.scan.folders import Collector, ScanError, ScanStats
 from cachedoctor.scan.remote_walk import OBJECT, PREFIX
-from cachedoctor.scan.state.plan import StateSet, plan_folder
+from cachedoctor.scan.state.plan import StateSet
 from cachedoctor.scan.state.sample import Sample, choose
 from cachedoctor.scan.walk import Folder, WalkError, alias_notes, check_targets, drop_excluded, merge_aliases, walk
 
 if TYPE_CHECKING:
     from cachedoctor.progress import Progress
     from cachedoctor.remote.s3 import S3Settings
-    from cachedoctor.scan.pool import Chunk
     from cachedoctor.scan.remote_walk import RemoteTarget
 
 
@@ -168,7 +168,7 @@ def _scan(
         + [t.url for t in remote if t.kind != OBJECT]
     )
     folders = walk(roots, walk_errors, options.exclude)
-    chunks = _chunks(count.listing(folders) if count is not None else folders, options, collector, keep, states)
+    chunks = folder_chunks(count.listing(folders) if count is not None else folders, options, collector, keep, states)
     workers = options.workers or os.cpu_count() or 1
     first = next(chunks, None)  # None: every file was taken from the state database (a rescan)
     if first is None:
@@ -260,57 +260,3 @@ class _Count:
         if total is not None and total < max(files, self.listed):
             total = None  # the cache grew since the record: unknown until the walk ends
         self.progress(SCAN, files, total)
-
-
-def _chunks(
-    folders: Iterator[Folder],
-    options: ScanOptions,
-    collector: Collector,
-    keep: Callable[[str], bool] | None,
-    states: StateSet,
-) -> Iterator[Chunk]:
-    size = options.chunk_size
-    facts = collector.matcher is not None
-    for folder in folders:
-        if folder.special:
-            collector.skip_special(folder.special)
-        files = collector.kept(folder.files, keep)
-        if not files:
-            collector.close_empty(folder.path)
-            continue
-        store = states.store_for(folder.path)
-        if store is None:
-            items = [(f, options.deep or options.sample is not None) for f in files]
-            record, reused = None, []
-        else:
-            chosen = store.chosen(folder.path) if options.sample is not None else set()
-            plan, result = plan_folder(
-                store,
-                folder.path,
-                files,
-                deep=options.deep,
-                deep_changed=options.deep_changed,
-                chosen=chosen,
-                whole=collector.matcher is None,
-            )
-            if result is not None:
-                if collector.reuse_folder(folder.path, result):
-                    continue
-                plan, _ = plan_folder(
-                    store,
-                    folder.path,
-                    files,
-                    deep=options.deep,  # it did not decode
-                    deep_changed=options.deep_changed,
-                    chosen=chosen,
-                    whole=False,
-                )
-            items, reused = plan.to_read, plan.reused
-            record = Record(store, plan.sigs, {p for p, d in items if d}, plan.gone, plan.digest, plan.recorded)
-        collector.stats.files_deep += sum(1 for _, deep in items if deep)  # attempted: a torn file counts too
-        n = (len(items) + size - 1) // size + (1 if reused else 0)
-        folder_id = collector.open_folder(folder.path, n, record)
-        if reused:
-            collector.add(folder_id, reused, fresh=False)
-        for i in range(0, len(items), size):
-            yield folder_id, items[i : i + size], facts or store is not None, store is not None

@@ -78,7 +78,7 @@ def _jobs(
     keep: Callable[[str], bool] | None,
     states: StateSet,
 ) -> Iterator[Job]:
-    """``engine._chunks`` for remote folders: one job per object to read."""
+    """``folder_chunks.folder_chunks`` for remote folders: one job per object to read."""
     facts = collector.matcher is not None
     for folder in folders:
         files = collector.kept(folder.files, keep)

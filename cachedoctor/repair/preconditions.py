@@ -1,0 +1,65 @@
+"""What must hold before a local repair scans or writes anything: its encoders are usable, the GPUs
+it asks for are there, its cache folders are writable.
+
+Split from ``run.py`` so that the run reads as its stages; each check here fails fast with one
+line naming what is wrong and what to do (:class:`RepairError`), before any file is touched.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cachedoctor.repair.model import RepairError
+
+if TYPE_CHECKING:
+    from cachedoctor.encoders import Encoder
+    from cachedoctor.repair.run import RepairOptions
+
+
+def load_encoders(options: RepairOptions) -> list[Encoder]:
+    """The encoders ``--encoder`` names, constructed without weights (cheap: it validates paths),
+    refusing ``--posterior sample`` with an image encoder that cannot report its posterior's std."""
+    from cachedoctor.encoders import load_encoder
+    from cachedoctor.extras import require_torch
+
+    if options.encoders or options.gpus or options.device != "cpu":  # a recompute, or GPUs to count
+        require_torch("repair")
+    encoders = [load_encoder(spec) for spec in options.encoders]
+    for spec, encoder in zip(options.encoders, encoders, strict=True):
+        if options.posterior == "sample" and encoder.modality.value == "image" and not encoder.posterior_std:
+            raise RepairError(
+                spec, "--posterior sample needs an encoder that reports its posterior's std; use --posterior mode"
+            )
+    return encoders
+
+
+def check_devices(options: RepairOptions) -> None:
+    """``--device cuda`` needs a visible GPU and ``--gpus N`` at most as many as are visible."""
+    from cachedoctor.repair.pool import visible_gpus
+
+    if options.device.startswith("cuda") and not options.gpus and visible_gpus() == 0:
+        raise RepairError(f"--device {options.device}", "no GPU is visible here; use --device cpu")
+    if options.gpus:
+        have = visible_gpus()
+        if options.gpus > have:
+            raise RepairError(
+                f"--gpus {options.gpus}",
+                f"only {have} GPU(s) are visible here; ask for at most {have}, or use --device cpu --workers N",
+            )
+
+
+def require_writable(roots: list[str]) -> None:
+    """A read-only cache (a read-only mount, a folder of another user) cannot be repaired in
+    place: one line naming it and what to do, before anything is written (``repair`` and
+    ``recover --apply`` alike)."""
+    from cachedoctor.fsinfo import not_writable
+
+    for root in roots:
+        why = not_writable(root)
+        if why is not None:
+            fix = "remount it read-write" if "read-only" in why else "fix its permissions, or run as its owner"
+            raise RepairError(
+                root,
+                f"the cache folder {why}, so nothing can be repaired in place and nothing was changed; make it "
+                f"writable ({fix}), or copy the cache to a writable disk and run the same command on the copy",
+            )
