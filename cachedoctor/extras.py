@@ -23,18 +23,15 @@ import re
 from typing import Any
 
 from cachedoctor.errors import UsageError
+from cachedoctor.install_hint import install_command
 
 #: The extra that adds torch and safetensors: what a lossless repair needs.
 REPAIR_EXTRA = "repair"
-#: How to get it, as a user would type it.
-INSTALL_REPAIR = f'pip install "cachedoctor[{REPAIR_EXTRA}]"'
 #: The extra that adds, to ``[repair]``, what a recompute runs: diffusers, transformers, OpenCV.
 ENCODERS_EXTRA = "encoders"
-#: How to get it, as a user would type it.
-INSTALL_ENCODERS = f'pip install "cachedoctor[{ENCODERS_EXTRA}]"'
-#: The same in an environment of its own: what to do when the trainer's torch is too old, since
-#: upgrading it there would change the trainer's environment.
-INSTALL_REPAIR_APART = f'pipx install "cachedoctor[{REPAIR_EXTRA}]"'
+# How to get either, as the user would type it for this installation (a clone, a git URL, a
+# wheel, an index): cachedoctor.install_hint. When the trainer's torch is too old, the same with
+# pipx, in an environment of its own, since upgrading it there would change the trainer's.
 #: The oldest torch the repair code is run with; the ``[repair]`` extra's floor in pyproject.toml
 #: (a test holds the two equal). Why this one: docs/repair.md#installing-what-repair-needs.
 TORCH_FLOOR = (2, 6)
@@ -79,10 +76,10 @@ def require_torch(needed_by: str, module: str = "torch") -> None:
     if problem is None:
         return
     if problem == "not installed":
-        raise MissingExtra(f"{needed_by} needs {module}; install it with: {INSTALL_REPAIR}")
+        raise MissingExtra(f"{needed_by} needs {module}; install it with: {install_command(REPAIR_EXTRA)}")
     raise MissingExtra(
         f"{needed_by} needs {module} {torch_floor()} or newer and {problem}; "
-        f"install cachedoctor with it in an environment of its own: {INSTALL_REPAIR_APART}"
+        f"install cachedoctor with it in an environment of its own: {install_command(REPAIR_EXTRA, 'pipx')}"
     )
 
 
@@ -95,7 +92,7 @@ def import_cv2(needed_by: str) -> Any:
     try:
         import cv2  # opencv-python-headless: the [encoders] extra
     except ImportError as e:
-        raise MissingExtra(f"{needed_by} needs OpenCV (cv2); install it with: {INSTALL_ENCODERS}") from e
+        raise MissingExtra(f"{needed_by} needs OpenCV (cv2); install it with: {install_command(ENCODERS_EXTRA)}") from e
     return cv2
 
 
@@ -107,9 +104,6 @@ def _release(version: str) -> tuple[int, int] | None:
 
 __all__ = [
     "ENCODERS_EXTRA",
-    "INSTALL_ENCODERS",
-    "INSTALL_REPAIR",
-    "INSTALL_REPAIR_APART",
     "REPAIR_EXTRA",
     "TORCH_FLOOR",
     "MissingExtra",

@@ -19,7 +19,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from cachedoctor.encoders.interface import API_VERSION, Encoder, EncoderError, EncoderFactory, Modality, Scaling
-from cachedoctor.extras import INSTALL_ENCODERS
+from cachedoctor.extras import ENCODERS_EXTRA
 from cachedoctor.lifetime import reraise_interrupt
 
 #: The entry-point group adapters register in; its version changes only when the interface breaks.
@@ -30,10 +30,6 @@ BUILTINS: dict[str, str] = {
     "diffusers-vae": "cachedoctor.encoders.diffusers_vae:factory",
     "transformers-text": "cachedoctor.encoders.transformers_text:factory",
 }
-
-#: What a built-in adapter missing torch, diffusers or transformers says: the [encoders] extra
-#: holds all three (a lossless repair needs only [repair], which has none of the model libraries).
-INSTALL_HINT = f"install it with: {INSTALL_ENCODERS}"
 
 
 def available() -> dict[str, str]:
@@ -133,8 +129,10 @@ def _missing(e: ImportError) -> str:
 
 
 def _install_hint(target: str) -> str:
-    if target in BUILTINS.values():
-        return INSTALL_HINT
+    if target in BUILTINS.values():  # the [encoders] extra holds torch, diffusers and transformers
+        from cachedoctor.install_hint import install_command
+
+        return f"install it with: {install_command(ENCODERS_EXTRA)}"
     return "install the packages that adapter needs"
 
 

@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 NEWER_TORCH = "2.13.0"  # the version of the metadata-only torch wheel pip could upgrade to
 PIP_ENV = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k != "PYTHONPATH"}
 PIP_ENV |= {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
-NEEDS_TORCH = 'cachedoctor: error: repair needs torch; install it with: pip install "cachedoctor[repair]"\n'
 
 
 def _run(*argv: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -204,10 +203,16 @@ def test_manifest_build_without_torch(plain: Path, tmp_path: Path) -> None:
     assert (tmp_path / "plain.jsonl").read_text() == (tmp_path / "dev.jsonl").read_text() != ""
 
 
-def test_repair_without_torch_says_how_to_get_it(plain: Path, caches: Path) -> None:
+def test_repair_without_torch_says_how_to_get_it(plain: Path, caches: Path, wheels: Path) -> None:
+    """The line installs the extra from where this cachedoctor came from: here the wheel file
+    pip was given (its PEP 610 record), since cachedoctor is not on an index."""
+    wheel = _wheel(wheels).resolve().as_uri()
+    needs_torch = (
+        f'cachedoctor: error: repair needs torch; install it with: pip install "cachedoctor[repair] @ {wheel}"\n'
+    )
     before = {p: p.read_bytes() for p in caches.rglob("*") if p.is_file()}
     done = _run(plain / "bin" / "cachedoctor", "repair", caches, "--yes", "--no-state", "--progress", "none")
-    assert (done.returncode, done.stdout, done.stderr) == (2, "", NEEDS_TORCH)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", needs_torch)
     assert {p: p.read_bytes() for p in caches.rglob("*") if p.is_file()} == before
 
 

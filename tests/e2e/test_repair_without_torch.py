@@ -16,7 +16,11 @@ import torch
 from cli_run import cli
 from factories import malicious_torch_zip, peers, save_pt
 
-NEEDS_TORCH = 'cachedoctor: error: repair needs torch; install it with: pip install "cachedoctor[repair]"\n'
+from cachedoctor.install_hint import install_command
+
+# The install line for this installation (an editable one from the clone, when the suite runs):
+# tests/unit/repair/test_install_hint.py pins each form.
+NEEDS_TORCH = f"cachedoctor: error: repair needs torch; install it with: {install_command('repair')}\n"
 
 
 def cli_without_torch(*argv: str) -> tuple[int, str, str]:

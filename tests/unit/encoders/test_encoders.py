@@ -36,6 +36,7 @@ from cachedoctor.encoders import (
     available,
     load_encoder,
 )
+from cachedoctor.install_hint import install_command
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -481,7 +482,7 @@ def test_builtin_without_its_library_names_the_encoders_extra(
     monkeypatch.setitem(sys.modules, library, None)  # Python's own way to make an import fail
     with pytest.raises(EncoderError) as info:
         load_encoder(f"{adapter}:{vae_dir}")
-    assert info.value.message == f"'{library}' is not installed; install it with: pip install \"cachedoctor[encoders]\""
+    assert info.value.message == f"'{library}' is not installed; install it with: {install_command('encoders')}"
 
 
 def test_the_documented_example_adapter_runs_and_is_shown_verbatim() -> None:

@@ -17,6 +17,7 @@ from PIL import Image
 
 from cachedoctor.errors import UsageError
 from cachedoctor.extras import TORCH_FLOOR, MissingExtra, require_torch, torch_floor
+from cachedoctor.install_hint import install_command
 from cachedoctor.layouts.prepare import kohya, musubi
 
 if sys.version_info >= (3, 11):
@@ -46,9 +47,7 @@ def test_the_floor_is_the_repair_extras_and_torch_left_the_core() -> None:
 def test_a_missing_torch_names_the_extra_that_installs_it() -> None:
     with pytest.raises(MissingExtra) as info:
         require_torch("repair", module="cachedoctor_no_such_module")
-    assert str(info.value) == (
-        'repair needs cachedoctor_no_such_module; install it with: pip install "cachedoctor[repair]"'
-    )
+    assert str(info.value) == (f"repair needs cachedoctor_no_such_module; install it with: {install_command('repair')}")
     assert isinstance(info.value, UsageError)  # the CLI prints it as one line, exit 2
 
 
@@ -59,7 +58,7 @@ def test_a_torch_below_the_floor_is_named_with_its_version(tmp_path: Path, monke
         require_torch("repair", module=STAND_IN)
     assert str(info.value) == (
         f"repair needs {STAND_IN} {torch_floor()} or newer and this environment has 2.0.1; "
-        'install cachedoctor with it in an environment of its own: pipx install "cachedoctor[repair]"'
+        f"install cachedoctor with it in an environment of its own: {install_command('repair', 'pipx')}"
     )
 
 
@@ -93,7 +92,7 @@ def test_a_recompute_without_opencv_names_the_encoders_extra(
     monkeypatch.setitem(sys.modules, "cv2", None)
     with pytest.raises(MissingExtra) as info:
         resize()
-    assert str(info.value) == f'{needed_by} needs OpenCV (cv2); install it with: pip install "cachedoctor[encoders]"'
+    assert str(info.value) == f"{needed_by} needs OpenCV (cv2); install it with: {install_command('encoders')}"
 
 
 def test_the_repair_extra_is_torch_and_safetensors_and_encoders_adds_the_model_libraries() -> None:
