@@ -101,7 +101,7 @@ def healthy_peers(path: str, group: str, named: tuple[str, ...]) -> tuple[PeerEn
             continue
         seen.add(peer)
         tries += 1
-        record = _read(peer)
+        record = peer_entry(peer)
         if record is not None and record[0] == group:
             out.append(record[1])
             if len(out) >= PEER_SAMPLE:
@@ -121,19 +121,22 @@ def _listing(folder: str) -> tuple[str, ...]:
     return tuple(os.path.join(folder, n) for n in names if not n.startswith("."))
 
 
-def _read(path: str) -> tuple[str, PeerEntry] | None:
+def peer_entry(path: str, deep: bool = True) -> tuple[str, PeerEntry] | None:
+    """``(group, entry)`` of a healthy file at ``path`` (``None``: gone, unreadable or with a
+    finding), read once per worker and file version; ``deep`` for its channel statistics (the
+    scale judgement), quick for its structure (verify's peer checks)."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return _read_at(path, st.st_size, st.st_mtime_ns) if os.path.isfile(path) else None
+    return _read_at(path, st.st_size, st.st_mtime_ns, deep) if os.path.isfile(path) else None
 
 
 @lru_cache(maxsize=4096)
-def _read_at(path: str, size: int, mtime_ns: int) -> tuple[str, PeerEntry] | None:
+def _read_at(path: str, size: int, mtime_ns: int, deep: bool) -> tuple[str, PeerEntry] | None:
     from cachedoctor.scan import inspect_file
 
-    outcome = inspect_file(path, deep=True)
+    outcome = inspect_file(path, deep=deep)
     if outcome.status != "read" or outcome.findings or outcome.group is None or outcome.peer is None:
         return None
     return outcome.group, outcome.peer

@@ -16,11 +16,10 @@ Peers are read quick, once per worker and file version (``lru_cache`` on path, s
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState
-from cachedoctor.repair.peer_scale import REFUSED, UNNAMED, EncoderUsed, judge_scale
+from cachedoctor.repair.peer_scale import REFUSED, UNNAMED, EncoderUsed, judge_scale, peer_entry
 
 if TYPE_CHECKING:
     from cachedoctor.checks import PeerEntry
@@ -100,31 +99,13 @@ def _among_peers(outcome: Outcome, path: str, peers: tuple[str, ...]) -> list[Fi
     for peer in peers:
         if peer == path:
             continue
-        record = _peer(peer)
+        record = peer_entry(peer, deep=False)
         if record is not None and record[0] == outcome.group:
             entries.append(record[1])
     if not entries:
         return []
     group = PeerGroup(os.path.dirname(path), (*entries, outcome.peer))
     return [f for check in PEER_CHECKS for f in check.check_peers(group) if f.path == outcome.path]
-
-
-def _peer(path: str) -> tuple[str, PeerEntry] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return _peer_at(path, st.st_size, st.st_mtime_ns)
-
-
-@lru_cache(maxsize=1024)
-def _peer_at(path: str, size: int, mtime_ns: int) -> tuple[str, PeerEntry] | None:
-    from cachedoctor.scan import inspect_file
-
-    outcome = inspect_file(path, deep=False)
-    if outcome.status != "read" or outcome.findings or outcome.group is None or outcome.peer is None:
-        return None
-    return outcome.group, outcome.peer
 
 
 def _against_entry(outcome: Outcome, action: Action) -> list[Finding]:
