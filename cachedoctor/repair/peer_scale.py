@@ -113,12 +113,16 @@ def healthy_peers(path: str, group: str, named: tuple[str, ...]) -> tuple[PeerEn
 
 @lru_cache(maxsize=64)
 def _listing(folder: str) -> tuple[str, ...]:
-    """A local folder's cache files in name order, once per worker (a bucket's: nothing here)."""
+    """A local folder's cache files in name order, once per worker (a bucket's: nothing here);
+    by name, as the scan tells them (``claims_cache``), so a kohya folder's images and captions
+    are not read as candidates and do not use up the tries."""
+    from cachedoctor.cachenames import claims_cache
+
     try:
         names = sorted(os.listdir(folder))
     except OSError:
         return ()
-    return tuple(os.path.join(folder, n) for n in names if not n.startswith("."))
+    return tuple(os.path.join(folder, n) for n in names if not n.startswith(".") and claims_cache(n))
 
 
 def peer_entry(path: str, deep: bool = True) -> tuple[str, PeerEntry] | None:
