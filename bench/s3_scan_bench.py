@@ -137,9 +137,9 @@ def ranged_scan(endpoint: str | None, threads: int, deep: bool):
     source (quick) or one whole GET (deep) through ``S3Store``, judged by the format readers."""
     from cachedoctor.formats import _dispatch
     from cachedoctor.formats._source import BufferSource
-    from cachedoctor.remote.interface import Location
-    from cachedoctor.remote.s3 import S3Settings, S3Store
-    from cachedoctor.remote.source import RemoteSource
+    from cachedoctor.stores.interface import Location
+    from cachedoctor.stores.s3 import S3Settings, S3Store
+    from cachedoctor.stores.source import RemoteSource
 
     store = S3Store(BUCKET, S3Settings(endpoint_url=endpoint))
 

@@ -49,7 +49,7 @@ MISSING = "no such file or folder; check the path (and that its disk is mounted)
 def require_existing(paths: Sequence[str]) -> list[str]:
     """``paths``, absolute; a missing one is the user's first problem, whatever the layout.
     Remote targets (``s3://bucket/prefix``) are kept as given: the scan's first LIST checks them."""
-    from cachedoctor.remote.interface import is_remote
+    from cachedoctor.stores.interface import is_remote
 
     targets = [p if is_remote(p) else os.path.abspath(p) for p in paths]
     for target in targets:
@@ -158,7 +158,7 @@ def _split(targets: list[str]) -> tuple[list[str], list[str]]:
     """``(local paths, remote URLs)``: the layouts plan local datasets; a remote target is a
     cache scanned as it is (its dataset, where a SimpleTuner config names one, comes from the
     config)."""
-    from cachedoctor.remote.interface import is_remote
+    from cachedoctor.stores.interface import is_remote
 
     return [t for t in targets if not is_remote(t)], [t for t in targets if is_remote(t)]
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from cachedoctor.errors import PathError
 from cachedoctor.findings import Finding
-from cachedoctor.remote.interface import is_remote
+from cachedoctor.stores.interface import is_remote
 
 SCHEMA = "cachedoctor.baseline/1"
 #: The details that locate a finding inside its file (measurements are left out: they drift).

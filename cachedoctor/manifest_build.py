@@ -25,10 +25,10 @@ from cachedoctor.errors import PathError
 from cachedoctor.layouts._manifest_remote import is_remote, list_sources
 from cachedoctor.layouts.interface import DatasetPlan, Expected, mtime_ns
 from cachedoctor.layouts.manifest import HASH_WORKERS, file_xxh3
-from cachedoctor.remote.interface import Location, ObjectInfo
+from cachedoctor.stores.interface import Location, ObjectInfo
 
 if TYPE_CHECKING:
-    from cachedoctor.remote.s3 import S3Settings
+    from cachedoctor.stores.s3 import S3Settings
 
 #: A source's facts for its row: (size, mtime_ns, xxh3 or ETag); ``None``: unreadable or gone.
 Facts = tuple[int, int, str] | None

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from cachedoctor.layouts import LayoutName, LayoutOptions
-    from cachedoctor.remote.s3 import S3Settings
     from cachedoctor.scan import ScanOptions
     from cachedoctor.settings import Settings
+    from cachedoctor.stores.s3 import S3Settings
 
 
 def state_choice(value: str | bool | None, default: bool | str = True) -> str | None:
@@ -73,7 +73,7 @@ def scan_options(
 def s3_settings(settings: Settings) -> S3Settings:
     """How s3:// targets are reached: ``--s3-endpoint-url``, ``--s3-profile``, ``--s3-region``
     (each ``None`` when not set: botocore's own chain, ``AWS_ENDPOINT_URL`` included, decides)."""
-    from cachedoctor.remote.s3 import S3Settings
+    from cachedoctor.stores.s3 import S3Settings
 
     return S3Settings(
         endpoint_url=settings.s3_endpoint_url.value, region=settings.s3_region.value, profile=settings.s3_profile.value

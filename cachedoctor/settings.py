@@ -71,7 +71,7 @@ KOHYA_BUCKET_OPTIONS = (
 )
 
 
-#: How s3:// targets are reached (``remote.s3.S3Settings``), for every command.
+#: How s3:// targets are reached (``stores.s3.S3Settings``), for every command.
 S3_SETTINGS = ("s3_endpoint_url", "s3_profile", "s3_region")
 
 

@@ -58,7 +58,7 @@ def s3_bucket(s3_server: object, request: pytest.FixtureRequest) -> str:
     stem = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     name = f"{stem}-{uuid.uuid4().hex[:8]}"
     s3_server.client().create_bucket(Bucket=name)  # type: ignore[attr-defined]
-    from cachedoctor.remote.connect import forget
+    from cachedoctor.stores.connect import forget
 
     forget()  # a store from an earlier test may hold another server's session
     return name

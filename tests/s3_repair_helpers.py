@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cachedoctor.findings import Finding
-from cachedoctor.remote.connect import store_for
-from cachedoctor.remote.interface import Location, ObjectStore
 from cachedoctor.scan import inspect_bytes
+from cachedoctor.stores.connect import store_for
+from cachedoctor.stores.interface import Location, Store
 
 
 @dataclass
@@ -31,7 +31,7 @@ class Bucket:
         return Location.parse(self.url())
 
     @property
-    def store(self) -> ObjectStore:
+    def store(self) -> Store:
         return store_for(self.url())
 
     def url(self, rel: str = "") -> str:

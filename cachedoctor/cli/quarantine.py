@@ -28,9 +28,9 @@ from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.text import human_size
 
 if TYPE_CHECKING:
-    from cachedoctor.remote.s3 import S3Settings
     from cachedoctor.repair.quarantine import QuarantineRun
     from cachedoctor.repair.quarantine_search import Search
+    from cachedoctor.stores.s3 import S3Settings
 
 quarantine_app = typer.Typer(help="List, restore or purge what repair moved aside.", no_args_is_help=True)
 PathsArg = Annotated[
@@ -115,7 +115,7 @@ def _described(
 
 def _remote(paths: list[str] | None) -> str | None:
     """The s3:// URL among ``paths`` (its quarantine is in the bucket: ``quarantine_remote.py``)."""
-    from cachedoctor.remote.interface import is_remote
+    from cachedoctor.stores.interface import is_remote
 
     remote = [p for p in paths or () if is_remote(p)]
     if remote and len(paths or ()) > 1:
@@ -182,7 +182,7 @@ def quarantine_list(
 def _run_first(paths: list[str] | None) -> tuple[str | None, list[str] | None]:
     """``list RUN [PATH...]``: a first argument that is no path (nothing of that name here, no
     slash in it, not an s3:// URL) names a run, as ``restore RUN`` takes one."""
-    from cachedoctor.remote.interface import is_remote
+    from cachedoctor.stores.interface import is_remote
 
     if paths and os.sep not in paths[0] and not is_remote(paths[0]) and not os.path.lexists(paths[0]):
         return paths[0], paths[1:] or None

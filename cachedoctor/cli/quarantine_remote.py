@@ -6,15 +6,15 @@ from __future__ import annotations
 from cachedoctor.cli.environment import current
 from cachedoctor.errors import PathError
 from cachedoctor.exit_status import ExitStatus
-from cachedoctor.remote.interface import Location, ObjectStore
-from cachedoctor.remote.s3 import S3Settings
 from cachedoctor.repair.run_ids import resolve_run
 from cachedoctor.report.text import human_size
+from cachedoctor.stores.interface import Location, Store
+from cachedoctor.stores.s3 import S3Settings
 
 
-def _open(url: str, s3: S3Settings) -> tuple[ObjectStore, Location]:
-    from cachedoctor.remote.connect import store_for
+def _open(url: str, s3: S3Settings) -> tuple[Store, Location]:
     from cachedoctor.repair.remote_flow import one_prefix, where
+    from cachedoctor.stores.connect import store_for
 
     store = store_for(one_prefix([url]), s3)
     return store, where(store, url)[0]
@@ -40,7 +40,7 @@ def remote_list(url: str, s3: S3Settings, run: str | None = None, every: bool = 
     return ExitStatus.CLEAN
 
 
-def _found(store: ObjectStore, location: Location, given: str):  # type: ignore[no-untyped-def]
+def _found(store: Store, location: Location, given: str):  # type: ignore[no-untyped-def]
     """The run ``given`` names (an id, a unique prefix, ``latest``: ``run_ids.py``, as locally)."""
     from cachedoctor.repair.remote_quarantine import list_remote_runs
 

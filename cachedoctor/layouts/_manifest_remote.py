@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from cachedoctor.layouts.interface import LayoutError
-from cachedoctor.remote.interface import Location, ObjectInfo, RemoteError, TransientError, is_remote
+from cachedoctor.stores.interface import Location, ObjectInfo, RemoteError, TransientError, is_remote
 
 if TYPE_CHECKING:
-    from cachedoctor.remote.s3 import S3Settings
+    from cachedoctor.stores.s3 import S3Settings
 
 #: bucket ("s3://name") -> how to reach it (``None``: the standard AWS chain decides).
 SettingsFor = Callable[[str], "S3Settings | None"]
@@ -32,7 +32,7 @@ SettingsFor = Callable[[str], "S3Settings | None"]
 def list_sources(urls: Iterable[str], settings_for: SettingsFor) -> dict[str, ObjectInfo]:
     """URL -> its listed facts, for those of ``urls`` that exist: one LIST per bucket at the
     folder prefix its URLs share. A bucket that cannot be listed is one line, exit 2."""
-    from cachedoctor.remote.connect import store_for
+    from cachedoctor.stores.connect import store_for
 
     by_bucket: dict[str, set[str]] = {}
     for url in urls:

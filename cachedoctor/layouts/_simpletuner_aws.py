@@ -44,8 +44,8 @@ from cachedoctor.layouts.interface import DatasetPlan, Expected, LayoutError
 
 if TYPE_CHECKING:
     from cachedoctor.layouts._simpletuner_config import Backend
-    from cachedoctor.remote.interface import ObjectInfo, ObjectStore
-    from cachedoctor.remote.s3 import S3Settings
+    from cachedoctor.stores.interface import ObjectInfo, Store
+    from cachedoctor.stores.s3 import S3Settings
 
 _CAPTION_LIMIT = 1 << 20  # a caption object larger than this is not a caption
 _METADATA_LIMIT = 256 << 20  # bucket metadata of a few million images
@@ -55,7 +55,7 @@ _READERS = 16  # caption GETs in flight (I/O-bound: threads)
 def settings_for(backend: Backend) -> S3Settings:
     """Where and as whom, from the dataset's config: its endpoint and region, its keys when it
     names them (``None`` fields: the standard AWS chain decides)."""
-    from cachedoctor.remote.s3 import S3Settings
+    from cachedoctor.stores.s3 import S3Settings
 
     raw = backend.raw
 
@@ -80,8 +80,8 @@ def bucket_url(backend: Backend, key: str = "") -> str:
     return f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
 
 
-def store_of(backend: Backend) -> ObjectStore:
-    from cachedoctor.remote.connect import store_for
+def store_of(backend: Backend) -> Store:
+    from cachedoctor.stores.connect import store_for
 
     return store_for(bucket_url(backend), settings_for(backend))
 
@@ -95,12 +95,12 @@ def text_home(backend: Backend) -> str | None:
 
 def list_bucket(backend: Backend) -> list[ObjectInfo]:
     """Every object in the dataset's bucket (one paginated LIST), or a one-line error naming it."""
-    from cachedoctor.remote.interface import RemoteError, TransientError
+    from cachedoctor.stores.interface import RemoteError, TransientError
 
     store = store_of(backend)
     url = bucket_url(backend)
     try:
-        from cachedoctor.remote.interface import Location
+        from cachedoctor.stores.interface import Location
 
         return list(store.list(Location.parse(url)))
     except RemoteError as exc:
@@ -220,7 +220,7 @@ def _bucket_metadata(plan: DatasetPlan, backend: Backend, by_key: dict[str, Obje
     SimpleTuner keeps in the bucket (one GET, when the listing shows it)."""
     import json
 
-    from cachedoctor.remote.interface import ObjectChanged, ObjectGone, TransientError
+    from cachedoctor.stores.interface import ObjectChanged, ObjectGone, TransientError
 
     suffix = str(backend.raw.get("cache_file_suffix") or backend.id)
     base = posixpath.join(backend.instance_data_dir or "", "aspect_ratio_bucket_metadata")
@@ -254,7 +254,7 @@ def _captions(backend: Backend, by_key: dict[str, ObjectInfo], images: list[Obje
     store = store_of(backend)
 
     def read(info: ObjectInfo) -> str | None:
-        from cachedoctor.remote.interface import ObjectChanged, ObjectGone, TransientError
+        from cachedoctor.stores.interface import ObjectChanged, ObjectGone, TransientError
 
         try:
             return store.read_whole(info, _CAPTION_LIMIT).decode("utf-8")

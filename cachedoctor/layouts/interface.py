@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from cachedoctor.formats.interface import FileMeta
     from cachedoctor.layouts._hazards import Hazard
     from cachedoctor.layouts.samplers.interface import Sampling
-    from cachedoctor.remote.interface import ObjectInfo
-    from cachedoctor.remote.s3 import S3Settings
+    from cachedoctor.stores.interface import ObjectInfo
+    from cachedoctor.stores.s3 import S3Settings
 
 
 class LayoutError(PathError):

@@ -26,13 +26,13 @@ from cachedoctor.errors import PathError
 from cachedoctor.findings import Finding
 from cachedoctor.layouts import LayoutName, LayoutOptions, plan_for
 from cachedoctor.progress import Progress
-from cachedoctor.remote.interface import is_remote
 from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.plan import EXISTING
 from cachedoctor.scan.state.store import default_path
 from cachedoctor.scan.walk import is_under
 from cachedoctor.statedir import STATE_DIR, clock_path, is_lock_name
+from cachedoctor.stores.interface import is_remote
 
 #: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).
 CRASH_KINDS = frozenset({"partial-write", "corrupt-archive", "non-finite"})

@@ -31,18 +31,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeAlias
 
 from cachedoctor.lifetime import reraise_interrupt
-from cachedoctor.remote.interface import (
-    ObjectChanged,
-    ObjectGone,
-    ObjectInfo,
-    ObjectStore,
-    RemoteError,
-    TransientError,
-)
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, NotRewritable, RepairError
 from cachedoctor.repair.peer_scale import UNNAMED, EncoderUsed
 from cachedoctor.repair.remote_quarantine import CopyUnverified, RemoteQuarantine
 from cachedoctor.repair.replace import crash_point
+from cachedoctor.stores.interface import (
+    ObjectChanged,
+    ObjectGone,
+    ObjectInfo,
+    RemoteError,
+    Store,
+    TransientError,
+)
 
 #: Objects in flight at once (each is a handful of requests; torch's work holds the GIL anyway).
 THREADS = 8
@@ -89,7 +89,7 @@ class RemoteActor:
 
     def __init__(
         self,
-        store: ObjectStore,
+        store: Store,
         quarantine: RemoteQuarantine,
         record: Callable[[ItemResult], None],
         threads: int | None = None,

@@ -21,10 +21,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
-from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore, is_remote
 from cachedoctor.repair.model import ActionKind, Declined, RepairError, RepairPlan, Stat
 from cachedoctor.repair.remote_run import NO_TEMPS, RemoteSession, changed_by_others, listed
 from cachedoctor.repair.scope import run_scope
+from cachedoctor.stores.interface import Location, ObjectInfo, Store, is_remote
 
 if TYPE_CHECKING:
     from cachedoctor.layouts import LayoutName, LayoutOptions
@@ -57,9 +57,9 @@ def repair_dataset(
     """See the module's docstring."""
     from cachedoctor.encoders import load_encoder
     from cachedoctor.extras import require_torch
-    from cachedoctor.remote.connect import store_for
     from cachedoctor.repair.remote_recompute import recomputer
     from cachedoctor.repair.run import RepairOutcome
+    from cachedoctor.stores.connect import store_for
 
     if options.encoders:
         require_torch("repair")
@@ -68,7 +68,7 @@ def repair_dataset(
     roots = remote_roots(plan)
     stores = {r: store_for(r, plan.remote_settings.get(r, options.scan.s3)) for r in roots}
 
-    def source_store(url: str) -> ObjectStore:  # the dataset's images: its bucket, its settings
+    def source_store(url: str) -> Store:  # the dataset's images: its bucket, its settings
         bucket = Location.parse(url).bucket
         root = next((r for r in roots if Location.parse(r).bucket == bucket), None)
         return stores[root] if root else store_for(url, options.scan.s3)
@@ -161,7 +161,7 @@ def plan_dataset(
     plan: DatasetPlan,
     expected: dict[str, list[Expected]],
     infos: dict[str, dict[str, ObjectInfo]],
-    stores: dict[str, ObjectStore],
+    stores: dict[str, Store],
     modalities: set[str],
     options: RepairOptions,
 ) -> RepairPlan:
@@ -183,7 +183,7 @@ def plan_dataset(
 
     every = {url: info for listing in infos.values() for url, info in listing.items()}
 
-    def store_of(url: str) -> ObjectStore:
+    def store_of(url: str) -> Store:
         return stores[root_of(url) or next(iter(stores))]
 
     home = remote_root(Location.parse(next(iter(infos)))) if infos else ""

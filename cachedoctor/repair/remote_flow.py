@@ -15,18 +15,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
-from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore, is_remote
 from cachedoctor.repair.model import Declined, RepairError
 from cachedoctor.repair.remote_lock import lock_url
 from cachedoctor.repair.remote_run import RemoteSession, changed_by_others, listed, plan_remote
 from cachedoctor.repair.scope import run_scope
+from cachedoctor.stores.interface import Location, ObjectInfo, Store, is_remote
 
 if TYPE_CHECKING:
-    from cachedoctor.remote.s3 import S3Settings
     from cachedoctor.repair.model import RepairPlan
     from cachedoctor.repair.recover import Survey
     from cachedoctor.repair.run import RepairOptions, RepairOutcome
     from cachedoctor.scan import ScanOptions, ScanResult
+    from cachedoctor.stores.s3 import S3Settings
 
 
 def one_prefix(targets: list[str]) -> str:
@@ -47,7 +47,7 @@ def on_its_own(url: str) -> RepairError:
     )
 
 
-def where(store: ObjectStore, url: str) -> tuple[Location, dict[str, ObjectInfo]]:
+def where(store: Store, url: str) -> tuple[Location, dict[str, ObjectInfo]]:
     """The prefix a repair of ``url`` works in (its lock, journal and quarantine) and its objects
     by URL: ``url`` itself, or the folder of the one object it names."""
     location = Location.parse(url)
@@ -60,7 +60,7 @@ def where(store: ObjectStore, url: str) -> tuple[Location, dict[str, ObjectInfo]
     return location, infos
 
 
-def lock_location(store: ObjectStore, url: str) -> Location:
+def lock_location(store: Store, url: str) -> Location:
     """The prefix whose lock a repair of ``url`` takes, known before it lists anything: ``url``
     itself, or the folder of the one object it names (one HEAD; ``where`` says the same once
     listed)."""
@@ -81,8 +81,8 @@ def repair_remote(
 ) -> RepairOutcome:
     """See the module's docstring. ``take_stale``: a lock whose holder is provably gone is
     cleared (``recover --apply``); else it stops the repair with one line."""
-    from cachedoctor.remote.connect import store_for
     from cachedoctor.repair.run import RepairOutcome
+    from cachedoctor.stores.connect import store_for
 
     url = one_prefix(targets)
     store = store_for(url, s3_of(options.scan))
@@ -131,7 +131,7 @@ def s3_of(options: ScanOptions) -> S3Settings | None:
 
 
 def _scan(
-    store: ObjectStore,
+    store: Store,
     url: str,
     options: ScanOptions,
     progress: Progress | None,
@@ -164,9 +164,9 @@ def survey_remote_targets(
     """``recover``'s survey of a remote prefix: its lock object and its interrupted run (remote
     writes are whole PUTs: no temp objects, no torn ones to read deep). ``settings``: a
     dataset's own for it; ``out``: a survey to add to (one per cache prefix of a dataset)."""
-    from cachedoctor.remote.connect import store_for
     from cachedoctor.repair.recover import Survey
     from cachedoctor.repair.remote_recover import survey_remote
+    from cachedoctor.stores.connect import store_for
 
     url = one_prefix(targets)
     store = store_for(url, settings or (s3_of(options) if options is not None else None))

@@ -26,10 +26,10 @@ import time
 from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass
 
-from cachedoctor.remote.interface import Location, ObjectChanged, ObjectGone, ObjectStore
 from cachedoctor.repair.journal import process_alive, process_start
 from cachedoctor.repair.model import RepairError
 from cachedoctor.statedir import STATE_DIR
+from cachedoctor.stores.interface import Location, ObjectChanged, ObjectGone, Store
 
 LOCK = "lock"
 #: A lock object bigger than this is no lock of ours (it is not read whole).
@@ -103,7 +103,7 @@ class RemoteLocked(RepairError):
     """Another repair holds the prefix (one line: who, since when, how to clear a stale lock)."""
 
 
-def read_holder(store: ObjectStore, location: Location) -> tuple[Holder | None, bool]:
+def read_holder(store: Store, location: Location) -> tuple[Holder | None, bool]:
     """The lock's holder (``None`` when unreadable) and whether a lock object exists at all."""
     return _holder_at(store, lock_url(location))
 
@@ -139,7 +139,7 @@ def nested_locks(location: Location, urls: Iterable[str]) -> list[str]:
     return sorted(out)
 
 
-def _holder_at(store: ObjectStore, url: str) -> tuple[Holder | None, bool]:
+def _holder_at(store: Store, url: str) -> tuple[Holder | None, bool]:
     """``read_holder`` of the lock object at ``url``."""
     info = store.head(url)
     if info is None:
@@ -170,7 +170,7 @@ class PrefixLock:
     #: one to see it and let go (seconds).
     outwait = 3.0
 
-    def __init__(self, store: ObjectStore, location: Location, run_id: str, command: str = "repair") -> None:
+    def __init__(self, store: Store, location: Location, run_id: str, command: str = "repair") -> None:
         self.store = store
         self.location = location
         self.url = lock_url(location)

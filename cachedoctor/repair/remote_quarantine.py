@@ -26,9 +26,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cachedoctor.remote.interface import Location, ObjectGone, ObjectInfo, ObjectStore
 from cachedoctor.repair.quarantine import RECORDS, QuarantinedFile, QuarantineRun, original_rel
 from cachedoctor.repair.remote_lock import own_key
+from cachedoctor.stores.interface import Location, ObjectGone, ObjectInfo, Store
 
 #: Records bigger than this are not read (they are advisory).
 _RECORDS_LIMIT = 64 << 20
@@ -59,7 +59,7 @@ def multipart(etag: str) -> bool:
 class RemoteQuarantine:
     """The quarantine of one run in one remote cache prefix."""
 
-    def __init__(self, store: ObjectStore, location: Location, run_id: str, resumed: bool = False) -> None:
+    def __init__(self, store: Store, location: Location, run_id: str, resumed: bool = False) -> None:
         self.store = store
         self.location = location
         self.run_id = run_id
@@ -168,7 +168,7 @@ def same_version(copy: ObjectInfo, original: ObjectInfo) -> bool:
     return copy.size == original.size and (multipart(original.etag) or copy.etag == original.etag)
 
 
-def read_records(store: ObjectStore, url: str, info: ObjectInfo | None = None) -> dict[str, dict]:
+def read_records(store: Store, url: str, info: ObjectInfo | None = None) -> dict[str, dict]:
     """A run's records by path in the run folder (``{}`` when there are none)."""
     info = info or store.head(url)
     if info is None:
@@ -198,7 +198,7 @@ class RemoteRun:
     records: dict[str, dict]
 
 
-def list_remote_runs(store: ObjectStore, location: Location) -> list[RemoteRun]:
+def list_remote_runs(store: Store, location: Location) -> list[RemoteRun]:
     """Every quarantine run under ``location``: one LIST, and one GET per run's records."""
     base = Location.parse(quarantine_url(location))
     by_run: dict[str, dict[str, ObjectInfo]] = {}
@@ -239,7 +239,7 @@ def _inside(location: Location, url: str) -> bool:
     return Location.parse(url).bucket == location.bucket
 
 
-def delete_all(store: ObjectStore, urls: Iterable[str]) -> int:
+def delete_all(store: Store, urls: Iterable[str]) -> int:
     """Delete each object (a purge, or a restored run's leftovers); how many were there."""
     n = 0
     for url in urls:

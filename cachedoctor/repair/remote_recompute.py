@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from cachedoctor.layouts import TemplateFinder
 from cachedoctor.layouts._recompute import KindOf
 from cachedoctor.layouts.interface import Template
-from cachedoctor.remote.interface import ObjectChanged, ObjectGone, ObjectInfo, ObjectStore, TransientError, is_remote
+from cachedoctor.stores.interface import ObjectChanged, ObjectGone, ObjectInfo, Store, TransientError, is_remote
 
 if TYPE_CHECKING:
     from cachedoctor.formats.interface import FileMeta
@@ -55,7 +55,7 @@ class RemoteSink:
     """``pool.work``'s two ends for one remote run (see the module's docstring)."""
 
     def __init__(
-        self, actor: RemoteActor, source_store: Callable[[str], ObjectStore], sources: Mapping[str, ObjectInfo]
+        self, actor: RemoteActor, source_store: Callable[[str], Store], sources: Mapping[str, ObjectInfo]
     ) -> None:
         self.actor = actor
         self.source_store = source_store
@@ -87,7 +87,7 @@ class RemoteSink:
 
 
 def recomputer(
-    options: RepairOptions, source_store: Callable[[str], ObjectStore], sources: Mapping[str, ObjectInfo]
+    options: RepairOptions, source_store: Callable[[str], Store], sources: Mapping[str, ObjectInfo]
 ) -> Recompute:
     """What a :class:`~cachedoctor.repair.remote_run.RemoteSession` runs its recomputes with."""
 
@@ -112,7 +112,7 @@ class RemoteTemplates(TemplateFinder):
     peers = SCALE_PEERS
 
     def __init__(
-        self, bad: set[str], infos: Mapping[str, ObjectInfo], store_of: Callable[[str], ObjectStore], home: str
+        self, bad: set[str], infos: Mapping[str, ObjectInfo], store_of: Callable[[str], Store], home: str
     ) -> None:
         super().__init__(bad)
         self.infos = infos

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore
 from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState
 from cachedoctor.repair.remote_act import RemoteActor, info_of, judge
 from cachedoctor.repair.remote_lock import Holder, read_holder, remote_root
 from cachedoctor.repair.remote_quarantine import RemoteQuarantine, same_version
+from cachedoctor.stores.interface import Location, ObjectInfo, Store
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class RemoteSurvey:
         return not self.locked and self.interrupted is None
 
 
-def survey_remote(store: ObjectStore, location: Location) -> RemoteSurvey:
+def survey_remote(store: Store, location: Location) -> RemoteSurvey:
     """One HEAD (and a GET when a lock is there), and the local journal."""
     holder, locked = read_holder(store, location)
     return RemoteSurvey(location, holder, locked, interrupted_run(remote_root(location)))
@@ -100,7 +100,7 @@ def _was_missing(actor: RemoteActor, action: Action) -> ItemResult | None:
 
 
 def _written_before_kill(
-    store: ObjectStore, quarantine: RemoteQuarantine, action: Action, planned: ObjectInfo, now: ObjectInfo, dest: str
+    store: Store, quarantine: RemoteQuarantine, action: Action, planned: ObjectInfo, now: ObjectInfo, dest: str
 ) -> ItemResult:
     """The PUT went through and the kill came before the journal heard of it: read it back."""
     data = store.read_whole(now, now.size)

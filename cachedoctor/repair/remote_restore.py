@@ -11,11 +11,11 @@ of the prefix is held throughout; the run's objects are deleted once all are bac
 
 from __future__ import annotations
 
-from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore
 from cachedoctor.repair.model import RepairError
 from cachedoctor.repair.quarantine import RECORDS
 from cachedoctor.repair.remote_lock import PrefixLock
 from cachedoctor.repair.remote_quarantine import CopyUnverified, RemoteQuarantine, RemoteRun, delete_all, same_version
+from cachedoctor.stores.interface import Location, ObjectInfo, Store
 
 
 class RestoreRefused(RepairError):
@@ -31,7 +31,7 @@ def _changed(record: dict, now: ObjectInfo | None) -> bool:
 
 
 def restore_remote(
-    store: ObjectStore, location: Location, found: RemoteRun, new_run_id: str, force: bool = False
+    store: Store, location: Location, found: RemoteRun, new_run_id: str, force: bool = False
 ) -> tuple[list[tuple[str, str]], bool]:
     """Put every object of ``found`` back. Returns ``(quarantined URL, restored URL)`` pairs and
     whether anything that stood in the way was kept in quarantine run ``new_run_id``."""
@@ -67,7 +67,7 @@ def restore_remote(
     return done, bool(any(v is not None for v in now.values()))
 
 
-def purge_remote(store: ObjectStore, location: Location, found: RemoteRun) -> int:
+def purge_remote(store: Store, location: Location, found: RemoteRun) -> int:
     """Delete a run's objects for good; the bytes freed."""
     size = found.run.size
     with PrefixLock(store, location, f"purge-{found.run.run_id}", "quarantine purge"):

@@ -21,7 +21,6 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 
 from cachedoctor.findings import Finding
-from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore
 from cachedoctor.repair.journal import Interrupted, Journal, abandon, new_run_id
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairPlan, Stat
 from cachedoctor.repair.planner import plan_repair
@@ -29,13 +28,14 @@ from cachedoctor.repair.remote_act import Recompute, RemoteActor
 from cachedoctor.repair.remote_lock import PrefixLock, remote_root
 from cachedoctor.repair.remote_quarantine import RemoteQuarantine, quarantine_url
 from cachedoctor.repair.remote_recover import roll_forward, survey_remote
+from cachedoctor.stores.interface import Location, ObjectInfo, Store
 
 NO_SOURCE = "its source is unknown: repair with the dataset (--config naming its SimpleTuner aws dataset)"
 NO_RECOMPUTE = f"{NO_SOURCE} and an --encoder, or let the trainer re-cache it"
 NO_TEMPS = "a temp object: cachedoctor writes none remotely; delete it by hand if no writer is running"
 
 
-def listed(store: ObjectStore, location: Location) -> dict[str, ObjectInfo]:
+def listed(store: Store, location: Location) -> dict[str, ObjectInfo]:
     """Every object under ``location`` by URL (one paginated LIST), outside ``.cachedoctor/``."""
     own = Location.parse(quarantine_url(location)).key.rsplit("/", 1)[0] + "/"
     return {info.url: info for info in store.list(location) if not info.key.startswith(own)}
@@ -78,7 +78,7 @@ class RemoteSession:
 
     def __init__(
         self,
-        store: ObjectStore,
+        store: Store,
         location: Location,
         argv: list[str] | None = None,
         *,

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from cachedoctor.layouts import LayoutName, LayoutOf, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import DatasetPlan, Expected
 from cachedoctor.progress import LOSSLESS, PLAN, RECOMPUTE, RESCAN, Progress, Stages
-from cachedoctor.remote.interface import is_remote
 from cachedoctor.repair import distributed
 from cachedoctor.repair.act import close, recompute, run_lossless, share
 from cachedoctor.repair.journal import Interrupted, Journal, finish_run, new_run_id
@@ -28,6 +27,7 @@ from cachedoctor.repair.preconditions import check_devices, load_encoders, requi
 from cachedoctor.repair.resume import find_interrupted, run_to_finish
 from cachedoctor.repair.scope import run_scope
 from cachedoctor.scan import ScanOptions, ScanResult, scan
+from cachedoctor.stores.interface import is_remote
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cachedoctor.remote.interface import is_remote
+from cachedoctor.stores.interface import is_remote
 
 if TYPE_CHECKING:  # type-only: printing must not import the CLI's machinery
     from cachedoctor.cli.environment import Environment

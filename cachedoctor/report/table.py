@@ -7,10 +7,10 @@ from collections import defaultdict
 from typing import TextIO
 
 from cachedoctor.findings import Finding
-from cachedoctor.remote.interface import is_remote
 from cachedoctor.report.interface import Renderer
 from cachedoctor.report.outcome import ScanReport
 from cachedoctor.report.text import human_size, wrap_line
+from cachedoctor.stores.interface import is_remote
 
 _PER_KIND = 8  # files listed per kind, and the worst files, unless --verbose (then all)
 _WORST = 10

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-from cachedoctor.remote.interface import is_remote
+from cachedoctor.stores.interface import is_remote
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

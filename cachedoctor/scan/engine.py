@@ -23,7 +23,6 @@ from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
 from cachedoctor.layouts.samplers.census import from_shapes, gather
 from cachedoctor.progress import LIST, SCAN
-from cachedoctor.remote.interface import is_remote
 from cachedoctor.scan._memcap import FILE_MEMORY
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.folder_chunks import folder_chunks
@@ -32,11 +31,12 @@ from cachedoctor.scan.remote_walk import OBJECT, PREFIX
 from cachedoctor.scan.state.plan import StateSet
 from cachedoctor.scan.state.sample import Sample, choose
 from cachedoctor.scan.walk import Folder, WalkError, alias_notes, check_targets, drop_excluded, merge_aliases, walk
+from cachedoctor.stores.interface import is_remote
 
 if TYPE_CHECKING:
     from cachedoctor.progress import Progress
-    from cachedoctor.remote.s3 import S3Settings
     from cachedoctor.scan.remote_walk import RemoteTarget
+    from cachedoctor.stores.s3 import S3Settings
 
 
 @dataclass(frozen=True, slots=True)

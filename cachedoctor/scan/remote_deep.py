@@ -14,7 +14,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from cachedoctor.remote.interface import ObjectInfo, ObjectStore, TransientError
+from cachedoctor.stores.interface import ObjectInfo, Store, TransientError
 
 #: Deep reads hold at most this many bytes in memory at once across the pool; an object larger
 #: than :data:`SPILL_OVER` goes to an unlinked temporary file, read by ranges and mapped, one
@@ -53,7 +53,7 @@ _spill = threading.Lock()
 
 
 @contextlib.contextmanager
-def deep_bytes(store: ObjectStore, info: ObjectInfo) -> Iterator[memoryview]:
+def deep_bytes(store: Store, info: ObjectInfo) -> Iterator[memoryview]:
     """The whole object for a deep read: in memory within the pool's budget, or spilled."""
     if info.size <= SPILL_OVER:
         with _memory.take(info.size):

@@ -2,7 +2,7 @@
 
 Reading an object is waiting for the network, so threads, not processes: ``--workers/-j`` is
 the number of requests in flight (default :data:`DEFAULT_JOBS`, at most :data:`MAX_JOBS`, the
-store's connection pool). A quick read goes through :class:`~cachedoctor.remote.source.
+store's connection pool). A quick read goes through :class:`~cachedoctor.stores.source.
 RemoteSource` (one ranged GET for an object up to 256 KB, head and tail windows otherwise); a
 deep read downloads the object once and runs the CRC, NaN and digest passes on those bytes.
 The verdict is the local one (``worker.py``'s ``_judged``, ``_judged_error``, ``_reader_bug``).
@@ -10,7 +10,7 @@ The verdict is the local one (``worker.py``'s ``_judged``, ``_judged_error``, ``
 Faults, per object: gone since the listing -> skipped, as a local file that vanished; changed
 (another ETag) -> HEAD once and read the new version; changed again -> an error naming it
 ("changed while being read; rerun"); still failing after the store's retries -> an error (the
-scan is incomplete, exit 2). A :class:`~cachedoctor.remote.RemoteError` (credentials revoked,
+scan is incomplete, exit 2). A :class:`~cachedoctor.stores.RemoteError` (credentials revoked,
 the bucket deleted) stops the whole scan: it would fail every object the same way.
 
 ``--file-timeout`` bounds each object from the parent's side: a thread cannot be interrupted,
@@ -30,20 +30,20 @@ from cachedoctor.cachenames import claims_cache
 from cachedoctor.checks import Inspected, is_temp_name
 from cachedoctor.formats import FileMeta, ReadError
 from cachedoctor.lifetime import reraise_interrupt
-from cachedoctor.remote.interface import (
-    ObjectChanged,
-    ObjectGone,
-    ObjectInfo,
-    ObjectStore,
-    RemoteError,
-    TransientError,
-)
 from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.remote_deep import deep_bytes
 from cachedoctor.scan.worker import _FOREIGN_PROBLEMS, _judge, _judged, _judged_error, _reader_bug, timed_out
+from cachedoctor.stores.interface import (
+    ObjectChanged,
+    ObjectGone,
+    ObjectInfo,
+    RemoteError,
+    Store,
+    TransientError,
+)
 
 if TYPE_CHECKING:
-    from cachedoctor.remote.source import RemoteSource
+    from cachedoctor.stores.source import RemoteSource
 
 #: A quick read takes an object up to this size in one request: RemoteSource's head (256 KB)
 #: and tail (64 KB) windows would take two requests and 320 KB of an SDXL fp32 latent of 258 KB,
@@ -68,7 +68,7 @@ class _Watched:
     so that a reader catching broadly (a damaged pickle raises anything) cannot turn a network
     fault into a verdict on the object. ``RemoteSource`` only ever calls ``read_range``."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.fault: BaseException | None = None
 
@@ -90,7 +90,7 @@ class _Timed:
     to bring them (a healthy 50 MB object over 5 MB/s is no hostile file). Waiting is bounded by
     the store itself (a stalled request ends after ``RetryPolicy.stall``, twice)."""
 
-    def __init__(self, store: ObjectStore, job: Job) -> None:
+    def __init__(self, store: Store, job: Job) -> None:
         self.store = store
         self.job = job
 
@@ -112,9 +112,7 @@ class _Timed:
         return self._timed(lambda: self.store.head(url))
 
 
-def read_object(
-    store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, digest: bool
-) -> tuple[Outcome, ObjectInfo]:
+def read_object(store: Store, info: ObjectInfo, deep: bool, facts: bool, digest: bool) -> tuple[Outcome, ObjectInfo]:
     """One object judged, with the facts it was judged by (a fresh HEAD's after a change)."""
     for attempt in (0, 1):
         try:
@@ -134,10 +132,10 @@ def read_object(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, digest: bool) -> Outcome:
+def _read_once(store: Store, info: ObjectInfo, deep: bool, facts: bool, digest: bool) -> Outcome:
     from cachedoctor.formats import _dispatch
     from cachedoctor.formats._source import BufferSource
-    from cachedoctor.remote.source import RemoteSource
+    from cachedoctor.stores.source import RemoteSource
 
     url, size = info.url, info.size
     mtime = info.mtime_ns if facts else None
@@ -148,7 +146,7 @@ def _read_once(store: ObjectStore, info: ObjectInfo, deep: bool, facts: bool, di
             url, ReadError("empty", "zero bytes: the write never happened or was cut off"), 0, mtime, 0
         )
     watched = _Watched(store)
-    reader_store = cast(ObjectStore, watched)
+    reader_store = cast(Store, watched)
     src: RemoteSource | None = None
     taken = 0  # bytes of a whole download
     meta: FileMeta | None = None
@@ -195,7 +193,7 @@ class Job:
     """One object to read, and where its outcome goes."""
 
     folder_id: int
-    store: ObjectStore
+    store: Store
     info: ObjectInfo
     deep: bool
     facts: bool
@@ -260,7 +258,7 @@ def _abandon(jobs: list[Job]) -> None:
 
 def _run(job: Job) -> tuple[Outcome, ObjectInfo]:
     job.started = time.monotonic()
-    store = cast(ObjectStore, _Timed(job.store, job))
+    store = cast(Store, _Timed(job.store, job))
     return read_object(store, job.info, job.deep, job.facts, job.digest)
 
 

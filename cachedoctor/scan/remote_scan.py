@@ -11,18 +11,18 @@ from collections.abc import Callable, Iterator, Mapping
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore
 from cachedoctor.scan.folders import Collector, Record
 from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.remote_read import Job, jobs_for, read_all
 from cachedoctor.scan.remote_state import plan_remote_folder, remote_sig
 from cachedoctor.scan.remote_walk import RemoteTarget, remote_folders, resolve_target
 from cachedoctor.scan.walk import Folder
+from cachedoctor.stores.interface import Location, ObjectInfo, Store
 
 if TYPE_CHECKING:
-    from cachedoctor.remote.s3 import S3Settings
     from cachedoctor.scan.engine import ScanOptions
     from cachedoctor.scan.state.plan import StateSet
+    from cachedoctor.stores.s3 import S3Settings
 
 
 def open_remote(
@@ -31,8 +31,8 @@ def open_remote(
     """Each remote target resolved by its first LIST request (see ``remote_walk.py``), reached
     with the settings a dataset's config gives for it (``known``: its endpoint and keys), else
     with ``s3`` (the command line, settings file, or the standard AWS chain)."""
-    from cachedoctor.remote.connect import store_for
-    from cachedoctor.remote.interface import RemoteError, TransientError
+    from cachedoctor.stores.connect import store_for
+    from cachedoctor.stores.interface import RemoteError, TransientError
 
     known = known or {}
     targets = []
@@ -72,7 +72,7 @@ def scan_remote(
 def _jobs(
     folders: Iterator[Folder],
     infos: dict[str, ObjectInfo],
-    stores: dict[str, ObjectStore],
+    stores: dict[str, Store],
     options: ScanOptions,
     collector: Collector,
     keep: Callable[[str], bool] | None,

@@ -21,9 +21,9 @@ import hashlib
 import os
 from collections.abc import Mapping
 
-from cachedoctor.remote.interface import Location, ObjectInfo
 from cachedoctor.scan.state.plan import FolderPlan, plan_rows
 from cachedoctor.scan.state.store import Sig, StateStore
+from cachedoctor.stores.interface import Location, ObjectInfo
 
 _ETAG_BITS = (1 << 63) - 1  # SQLite integers are signed 64-bit
 

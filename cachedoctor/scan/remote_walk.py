@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 
-from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore
 from cachedoctor.scan.walk import _SKIP_DIRS, Folder, excluded
 from cachedoctor.statedir import is_lock_name
+from cachedoctor.stores.interface import Location, ObjectInfo, Store
 
 PREFIX, OBJECT, EMPTY = "prefix", "object", "empty"
 
@@ -32,14 +32,14 @@ class RemoteTarget:
 
     url: str
     location: Location
-    store: ObjectStore
+    store: Store
     kind: str  # PREFIX, OBJECT or EMPTY
     listing: Iterator[ObjectInfo] = field(default_factory=lambda: iter(()))
 
 
-def resolve_target(url: str, store: ObjectStore) -> RemoteTarget:
+def resolve_target(url: str, store: Store) -> RemoteTarget:
     """Send the target's first LIST request (and a HEAD when it lists nothing). A missing bucket
-    or refused credentials raise :class:`~cachedoctor.remote.RemoteError` here, before any read."""
+    or refused credentials raise :class:`~cachedoctor.stores.RemoteError` here, before any read."""
     location = Location.parse(url)
     listing = store.list(location)
     first = next(listing, None)

@@ -15,7 +15,7 @@ import pytest
 from cli_run import cli
 from factories import latent, pt_bytes
 
-from cachedoctor.remote.connect import forget
+from cachedoctor.stores.connect import forget
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -83,7 +83,7 @@ def test_build_writes_urls_and_etags_from_lists_only(s3_server: Any, built: tupl
             }
         )
     assert sorted(rows, key=lambda r: r["source"]) == expected
-    from cachedoctor.remote.connect import _stores
+    from cachedoctor.stores.connect import _stores
 
     # the plan's LIST of the bucket, whose ETags the rows take: no image is read, nothing listed twice
     assert [(s.requests, s.retries) for s in _stores.values()] == [(1, 0)]  # type: ignore[attr-defined]

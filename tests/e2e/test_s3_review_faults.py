@@ -19,8 +19,8 @@ from cli_run import cli
 from factories import latent, pt_bytes
 from s3_proxy import S3Proxy
 
-from cachedoctor.remote.connect import forget, store_for
-from cachedoctor.remote.s3 import RetryPolicy, S3Settings
+from cachedoctor.stores.connect import forget, store_for
+from cachedoctor.stores.s3 import RetryPolicy, S3Settings
 
 FAST = RetryPolicy(attempts=3, base=0.001, cap=0.002, stall=0.5, stall_attempts=2)
 

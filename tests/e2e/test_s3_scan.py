@@ -13,7 +13,7 @@ import pytest
 import torch
 from factories import latent, leaked_view, malicious_torch_zip, pt_bytes, saved_on
 
-from cachedoctor.remote.connect import forget, store_for
+from cachedoctor.stores.connect import forget, store_for
 from tests.cli_run import cli
 
 pytestmark = pytest.mark.usefixtures("s3_server")

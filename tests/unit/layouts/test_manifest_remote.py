@@ -34,7 +34,7 @@ def bucket(s3_server: Any) -> dict[str, Any]:
 
 
 def plan_rows(tmp_path: Path, rows: list[dict[str, Any]], targets: list[str] | None = None) -> DatasetPlan:
-    from cachedoctor.remote.connect import forget
+    from cachedoctor.stores.connect import forget
 
     forget()
     manifest = tmp_path / "m.jsonl"
@@ -81,7 +81,7 @@ def test_a_source_not_in_the_bucket_is_gone(tmp_path: Path, bucket: dict[str, An
 
 
 def test_one_list_per_source_bucket_whatever_the_folders(tmp_path: Path, bucket: dict[str, Any]) -> None:
-    from cachedoctor.remote.connect import _stores
+    from cachedoctor.stores.connect import _stores
 
     url = f"s3://{bucket['name']}"
     rows = [{"source": f"{url}/{key}", "cache": f"{url}/c/{i}.pt"} for i, key in enumerate(SOURCES)]
@@ -135,7 +135,7 @@ def test_manifest_build_of_an_s3_folder_points_to_config() -> None:
 
 def test_build_lists_only_the_sources_whose_facts_the_plan_did_not_keep(tmp_path: Path, bucket: dict[str, Any]) -> None:
     from cachedoctor.manifest_build import build
-    from cachedoctor.remote.connect import _stores, forget
+    from cachedoctor.stores.connect import _stores, forget
 
     url = f"s3://{bucket['name']}"
     plan = DatasetPlan("simpletuner", [])

@@ -22,7 +22,7 @@ from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._simpletuner_aws import settings_for
 from cachedoctor.layouts.interface import DatasetPlan, LayoutOptions
 from cachedoctor.layouts.simpletuner import SimpleTunerLayout
-from cachedoctor.remote.interface import Location
+from cachedoctor.stores.interface import Location
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -70,7 +70,7 @@ def bucket(s3_server: Any) -> str:
     client.put_object(Bucket=name, Key="photos/aspect_ratio_bucket_metadata_photos.json", Body=json.dumps(metadata))
     for caption in ["a bowl of ramen", "a tabby cat", "a dog", "a brown dog", "two kittens", "a teapot", "a stray", ""]:
         client.put_object(Bucket=name, Key=embed_key(caption), Body=b"embed")
-    from cachedoctor.remote.connect import forget
+    from cachedoctor.stores.connect import forget
 
     forget()
     return name
@@ -109,8 +109,8 @@ def plan_of(tmp_path: Path, s3_server: Any, bucket: str, **extra: Any) -> Datase
 
 def pair(plan: DatasetPlan, s3_server: Any) -> list[tuple[str, str, str | None]]:
     """(kind, path, source) of every dataset finding, pairing the plan with the listed roots."""
-    from cachedoctor.remote.connect import store_for
     from cachedoctor.scan.dataset import DatasetMatcher
+    from cachedoctor.stores.connect import store_for
 
     matcher = DatasetMatcher(plan)
     folders: dict[str, dict[str, Found]] = {}
@@ -136,7 +136,7 @@ def test_plan_names_cache_objects_as_simpletuner_writes_them(tmp_path: Path, s3_
 
 
 def test_one_list_one_metadata_get_and_one_get_per_caption(tmp_path: Path, s3_server: Any, bucket: str) -> None:
-    from cachedoctor.remote.connect import forget, store_for
+    from cachedoctor.stores.connect import forget, store_for
 
     forget()
     plan_of(tmp_path, s3_server, bucket)

@@ -10,13 +10,13 @@ from cli_run import cli
 from factories import latent, pt_bytes, saved_on
 from s3_repair_helpers import Bucket, findings, kinds
 
-from cachedoctor.remote.interface import Location
 from cachedoctor.repair.model import ItemState
 from cachedoctor.repair.remote_act import CHANGED
 from cachedoctor.repair.remote_lock import PrefixLock, RemoteLocked
 from cachedoctor.repair.remote_quarantine import list_remote_runs
 from cachedoctor.repair.remote_restore import restore_remote
 from cachedoctor.repair.remote_run import RemoteSession, listed, plan_remote
+from cachedoctor.stores.interface import Location
 
 
 @pytest.fixture

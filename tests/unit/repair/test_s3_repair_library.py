@@ -189,7 +189,7 @@ def test_a_rewrite_costs_one_get_one_copy_one_head_and_one_put(bucket: Bucket) -
 
 
 def test_an_object_whose_quarantine_copy_does_not_verify_is_neither_replaced_nor_deleted(bucket: Bucket) -> None:
-    from cachedoctor.remote.s3 import S3Settings, S3Store
+    from cachedoctor.stores.s3 import S3Settings, S3Store
 
     class WrongCopy(S3Store):
         """Fault injection: the server's copy holds other bytes than the source's."""

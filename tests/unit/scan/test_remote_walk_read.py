@@ -8,19 +8,19 @@ from collections.abc import Iterator
 
 from factories import latent, pt_bytes
 
-from cachedoctor.remote.interface import (
+from cachedoctor.scan.remote_read import CHANGED_TWICE, read_object
+from cachedoctor.scan.remote_walk import EMPTY, OBJECT, PREFIX, remote_folders, resolve_target
+from cachedoctor.stores.interface import (
     Location,
     ObjectChanged,
     ObjectGone,
     ObjectInfo,
-    ObjectStore,
+    Store,
     TransientError,
 )
-from cachedoctor.scan.remote_read import CHANGED_TWICE, read_object
-from cachedoctor.scan.remote_walk import EMPTY, OBJECT, PREFIX, remote_folders, resolve_target
 
 
-class MemoryStore(ObjectStore):
+class MemoryStore(Store):
     """Objects in a dict, which a test can rewrite under the reader (``changes``, ``churn``)."""
 
     def __init__(self, objects: dict[str, bytes]) -> None:

@@ -1,10 +1,18 @@
-"""What cachedoctor needs from an object store, whatever its protocol: list, ranged and whole
-reads that notice a change, one-request writes, server-side copies, and a create-if-absent.
+"""What cachedoctor needs from a store, whatever holds the cache: list a prefix with the version
+of each object, ranged and whole reads that notice a change, writes that replace only the
+version read (compare-and-swap), copies, deletes if unchanged, and a create-if-absent (the
+lock convention).
 
-A remote cache is addressed by URL (``s3://bucket/prefix``); everything downstream (scan
-folders, findings, the state database's keys) sees those URLs as paths. Only a store module
-(``s3.py``, later other fsspec protocols) imports a network client, and only when a remote
-target is named: the core stays free of fsspec and s3fs (the ``[s3]`` extra).
+Local disks and object stores both implement :class:`Store` (``local.py``, ``s3.py``,
+``gcs.py``), so the logic above it is written once. What a store cannot promise it says in its
+:class:`Capabilities`, and a caller asks for that, never for a scheme: a file system has no
+server-side version (its version is a stat signature), resolves ``..`` and folds ``a//b`` into
+``a/b``; an object store has no path a worker process can open.
+
+A remote cache is addressed by URL (``s3://bucket/prefix``), a local one by its absolute path;
+everything downstream (scan folders, findings, the state database's keys) sees both as paths.
+Only an object-store module imports a network client, and only when a remote target is named:
+the core stays free of fsspec and s3fs (the ``[s3]`` extra).
 """
 
 from __future__ import annotations
@@ -15,8 +23,8 @@ from dataclasses import dataclass
 
 from cachedoctor.errors import PathError
 
-#: URL schemes that name a remote target, and the store module that serves each.
-SCHEMES = ("s3://",)
+#: URL schemes that name a remote target (``connect.py`` maps each to its store module).
+SCHEMES = ("s3://", "gs://")
 
 
 def is_remote(target: str) -> bool:
@@ -35,6 +43,8 @@ class Location:
 
     @classmethod
     def parse(cls, url: str) -> Location:
+        if url.startswith("/") and "://" not in url:  # an absolute local path: the file store
+            return cls("file", "", url[1:].rstrip("/") if url != "/" else "")
         scheme, sep, rest = url.partition("://")
         if not sep or not scheme:
             raise RemoteError(url, "not a remote URL; write s3://bucket/prefix")
@@ -45,6 +55,8 @@ class Location:
 
     @property
     def url(self) -> str:
+        if self.scheme == "file":
+            return f"/{self.key}"
         return f"{self.scheme}://{self.bucket}/{self.key}" if self.key else f"{self.scheme}://{self.bucket}"
 
     def child(self, key: str) -> Location:
@@ -66,7 +78,18 @@ class ObjectInfo:
         return Location.parse(self.url).key
 
 
-class RemoteError(PathError):
+class StoreError(PathError):
+    """A target that cannot be used at all (a store refuses it, or cannot hold a key): one
+    line, exit 2."""
+
+
+class KeyNotStorable(StoreError):
+    """A key this store cannot hold as itself: on a file system ``a//b`` is ``a/b`` and ``..``
+    leaves the folder. Callers check :attr:`Capabilities.exact_keys` before relying on such
+    keys; a store refuses them rather than silently naming another object."""
+
+
+class RemoteError(StoreError):
     """A remote target that cannot be used at all: no credentials, refused credentials, no such
     bucket, the ``[s3]`` extra not installed, the endpoint unreachable. One line, exit 2."""
 
@@ -86,11 +109,34 @@ class TransientError(Exception):
     the object is reported unreadable for this scan, not judged."""
 
 
-class ObjectStore(abc.ABC):
-    """One bucket-like namespace. Implementations retry throttling (503 SlowDown), connection
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a store promises, asked for by callers instead of its scheme.
+
+    ``server_versions``: an object's ``etag`` is the server's version of its bytes, and the
+    conditional requests are enforced by the server for every writer. Without it, ``etag`` is a
+    stat signature (size, mtime, inode) and the conditions hold against writers that take the
+    same per-file lock (``.<name>.lock``, an exclusive ``flock``), as cooperating trainers do.
+
+    ``exact_keys``: any key is stored as itself (``a//b``, ``..``, a trailing space). Without
+    it, keys that a path would rewrite raise :class:`KeyNotStorable`.
+
+    ``local_paths``: an object's URL is a path another process can open and map, so reads may
+    go to worker processes (and be killed there); without it they stay on threads here.
+    """
+
+    server_versions: bool
+    exact_keys: bool
+    local_paths: bool
+
+
+class Store(abc.ABC):
+    """One namespace of objects: a bucket, or a local file system. Implementations retry throttling (503 SlowDown), connection
     resets and short reads with backoff before raising :class:`TransientError`; they raise
     :class:`ObjectGone` and :class:`ObjectChanged` as soon as the server says so. Methods are
     called from several threads at once."""
+
+    capabilities: Capabilities
 
     @abc.abstractmethod
     def list(self, prefix: Location) -> Iterator[ObjectInfo]:

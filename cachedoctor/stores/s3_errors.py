@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cachedoctor.remote.interface import ObjectChanged, ObjectGone, RemoteError
+from cachedoctor.stores.interface import ObjectChanged, ObjectGone, RemoteError
 
 #: Error codes S3 (and MinIO, R2, Ceph) send for "try again later".
 _RETRY_CODES = frozenset(

@@ -22,16 +22,17 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from cachedoctor.remote.interface import (
+from cachedoctor.stores.interface import (
+    Capabilities,
     Location,
     ObjectChanged,
     ObjectGone,
     ObjectInfo,
-    ObjectStore,
     RemoteError,
+    Store,
     TransientError,
 )
-from cachedoctor.remote.s3_errors import (
+from cachedoctor.stores.s3_errors import (
     RetryPolicy,
     ShortRead,
     etag_of,
@@ -59,8 +60,10 @@ class S3Settings:
     token: str | None = None
 
 
-class S3Store(ObjectStore):
+class S3Store(Store):
     """One S3 bucket (or MinIO/R2/Ceph with ``endpoint_url``)."""
+
+    capabilities = Capabilities(server_versions=True, exact_keys=True, local_paths=False)
 
     def __init__(self, bucket: str, settings: S3Settings, policy: RetryPolicy | None = None) -> None:
         try:

@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch")
 from s3_proxy import S3Proxy  # noqa: E402
 
 from cachedoctor.formats import _dispatch  # noqa: E402
-from cachedoctor.remote.s3 import RetryPolicy, S3Settings, S3Store  # noqa: E402
-from cachedoctor.remote.source import HEAD_WINDOW, MAX_REQUESTS, RemoteSource  # noqa: E402
+from cachedoctor.stores.s3 import RetryPolicy, S3Settings, S3Store  # noqa: E402
+from cachedoctor.stores.source import HEAD_WINDOW, MAX_REQUESTS, RemoteSource  # noqa: E402
 
 BUCKET = "remote-source"
 

@@ -19,7 +19,7 @@ pytest.importorskip("moto")
 
 from s3_proxy import S3Proxy
 
-from cachedoctor.remote.interface import (
+from cachedoctor.stores.interface import (
     Location,
     ObjectChanged,
     ObjectGone,
@@ -27,7 +27,7 @@ from cachedoctor.remote.interface import (
     RemoteError,
     TransientError,
 )
-from cachedoctor.remote.s3 import RetryPolicy, S3Settings, S3Store
+from cachedoctor.stores.s3 import RetryPolicy, S3Settings, S3Store
 
 BUCKET = "store-faults"
 SMALL = b"s" * 1000

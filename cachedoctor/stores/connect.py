@@ -1,6 +1,6 @@
 """Open the store a remote URL names, once per bucket per process, with the run's settings.
 
-The scheme picks the member (``s3://`` -> ``s3.py``); a scheme with no member, or a member
+The scheme picks the member (an absolute path -> ``local.py``, ``s3://`` -> ``s3.py``); a scheme with no member, or a member
 whose extra is not installed, is a :class:`RemoteError` naming the URL and what to install.
 """
 
@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import threading
 
-from cachedoctor.remote.interface import Location, ObjectStore, RemoteError
-from cachedoctor.remote.s3 import RetryPolicy, S3Settings
+from cachedoctor.stores.interface import Location, RemoteError, Store
+from cachedoctor.stores.s3 import RetryPolicy, S3Settings
 
-_stores: dict[tuple[str, str, S3Settings], ObjectStore] = {}
+_stores: dict[tuple[str, str, S3Settings], Store] = {}
 _lock = threading.Lock()
 
 
-def store_for(url: str, settings: S3Settings | None = None, policy: RetryPolicy | None = None) -> ObjectStore:
+def store_for(url: str, settings: S3Settings | None = None, policy: RetryPolicy | None = None) -> Store:
     """The store holding ``url`` (shared by every caller with the same settings)."""
     location = Location.parse(url)
+    if location.scheme == "file":
+        return local_store()
     settings = settings or S3Settings()
     if location.scheme != "s3":
         raise RemoteError(url, f"no support for {location.scheme}:// yet; cachedoctor reads s3:// URLs")
@@ -25,11 +27,24 @@ def store_for(url: str, settings: S3Settings | None = None, policy: RetryPolicy 
     with _lock:
         store = _stores.get(key)
         if store is None or policy is not None:
-            from cachedoctor.remote.s3 import S3Store
+            from cachedoctor.stores.s3 import S3Store
 
             store = S3Store(location.bucket, settings, policy)
             _stores[key] = store
         return store
+
+
+def local_store() -> Store:
+    """The one local-disk store (it keeps no connection, so every caller shares it)."""
+    global _local
+    if _local is None:
+        from cachedoctor.stores.local import LocalStore
+
+        _local = LocalStore()
+    return _local
+
+
+_local: Store | None = None
 
 
 def forget() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from cachedoctor.formats._source import Source
 from cachedoctor.formats._verdict import bomb
 from cachedoctor.formats.interface import ReadError
-from cachedoctor.remote.interface import ObjectInfo, ObjectStore
+from cachedoctor.stores.interface import ObjectInfo, Store
 
 HEAD_WINDOW = 256 << 10  # objects up to this size take one request
 FIRST_WINDOW = 64 << 10  # the start of a larger object: magic, data.pkl, a safetensors header
@@ -26,7 +26,7 @@ WHOLE_LIMIT = 64 << 20  # the largest object read whole once its ranges run out
 class RemoteSource(Source):
     """``info.size`` bytes of one object, read by windows kept in memory."""
 
-    def __init__(self, store: ObjectStore, info: ObjectInfo, head: int = HEAD_WINDOW) -> None:
+    def __init__(self, store: Store, info: ObjectInfo, head: int = HEAD_WINDOW) -> None:
         self.store = store
         self.info = info
         self.size = info.size
