@@ -139,7 +139,7 @@ def ranged_scan(endpoint: str | None, threads: int, deep: bool):
     from cachedoctor.formats._source import BufferSource
     from cachedoctor.stores.interface import Location
     from cachedoctor.stores.s3 import S3Settings, S3Store
-    from cachedoctor.stores.source import RemoteSource
+    from cachedoctor.stores.source import RangeSource
 
     store = S3Store(BUCKET, S3Settings(endpoint_url=endpoint))
 
@@ -147,7 +147,7 @@ def ranged_scan(endpoint: str | None, threads: int, deep: bool):
         if deep:
             meta = _dispatch(info.url, BufferSource(store.read_whole(info, info.size)), deep=True)
         else:
-            meta = _dispatch(info.url, RemoteSource(store, info), deep=False)
+            meta = _dispatch(info.url, RangeSource(store, info), deep=False)
         return 0 if meta is not None and not meta.crc_mismatches else 1
 
     def work() -> dict:
@@ -192,7 +192,7 @@ def methods(args, ctx):
 def _remote_scan_exists() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("cachedoctor.scan.remote_scan") is not None
+    return importlib.util.find_spec("cachedoctor.scan.targets") is not None
 
 
 _SUMMARY = (

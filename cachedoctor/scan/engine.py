@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -25,17 +25,29 @@ from cachedoctor.layouts.samplers.census import from_shapes, gather
 from cachedoctor.progress import LIST, SCAN
 from cachedoctor.scan._memcap import FILE_MEMORY
 from cachedoctor.scan.dataset import DatasetMatcher
-from cachedoctor.scan.folder_chunks import folder_chunks
+from cachedoctor.scan.folder_chunks import folder_chunks, folder_jobs
 from cachedoctor.scan.folders import Collector, ScanError, ScanStats
-from cachedoctor.scan.remote_walk import OBJECT, PREFIX
 from cachedoctor.scan.state.plan import StateSet
 from cachedoctor.scan.state.sample import Sample, choose
-from cachedoctor.scan.walk import Folder, WalkError, alias_notes, check_targets, drop_excluded, merge_aliases, walk
+from cachedoctor.scan.targets import OBJECT, PREFIX
+from cachedoctor.scan.walk import (
+    Folder,
+    WalkError,
+    alias_notes,
+    check_targets,
+    drop_excluded,
+    listed_folders,
+    merge_aliases,
+    walk,
+)
 from cachedoctor.stores.interface import is_remote
 
 if TYPE_CHECKING:
     from cachedoctor.progress import Progress
-    from cachedoctor.scan.remote_walk import RemoteTarget
+    from cachedoctor.scan.outcome import Outcome
+    from cachedoctor.scan.targets import Target
+    from cachedoctor.scan.thread_reads import Job
+    from cachedoctor.stores.interface import ObjectInfo
     from cachedoctor.stores.s3 import S3Settings
 
 
@@ -113,14 +125,14 @@ def scan(
     roots, merged = merge_aliases(check_targets([t for t in targets if not is_remote(t)]))
     if merged:  # a merged target is watched under the name its files are scanned by
         watch = [w if is_remote(w) else merged.get(os.path.abspath(w), w) for w in watch or []]
-    remote: list[RemoteTarget] = []
+    remote: list[Target] = []
     if any(is_remote(t) for t in targets):
         if options.sample is not None:
             raise UsageError("--sample does not take s3:// targets yet; scan them with --deep, or without --sample")
-        from cachedoctor.scan.remote_scan import open_remote
+        from cachedoctor.scan.targets import open_targets
 
         known = dataset.remote_settings if dataset is not None else {}
-        remote = open_remote([t for t in targets if is_remote(t)], options.s3, known)
+        remote = open_targets([t for t in targets if is_remote(t)], options.s3, known)
     states = StateSet.open(roots, options.state, [t.url for t in remote if t.kind == PREFIX])
     try:
         result = _scan(roots, options, progress, dataset, states, watch or [], remote)
@@ -141,7 +153,7 @@ def _scan(
     dataset: DatasetPlan | None,
     states: StateSet,
     watch: list[str],
-    remote: list[RemoteTarget],
+    remote: list[Target],
 ) -> ScanResult:
     keep = (lambda path: not dataset.is_source_name(path)) if dataset is not None and dataset.source_suffixes else None
     if options.sample is not None:
@@ -178,9 +190,10 @@ def _scan(
 
         run_pool(chain([first], chunks), max(1, workers), collector, options.file_timeout, options.file_memory)
     if remote:
-        from cachedoctor.scan.remote_scan import scan_remote
-
-        scan_remote(remote, options, collector, states, keep, count.listing if count is not None else None)
+        listed: Iterator[Folder] = chain.from_iterable(listed_folders(t, options.exclude) for t in remote)
+        _read_on_threads(
+            count.listing(listed) if count is not None else listed, remote, options, collector, states, keep
+        )
     if matcher is not None:
         collector.findings.extend(matcher.finish())
     if collector.shapes is not None:
@@ -210,6 +223,29 @@ def _scan(
     unchecked = sorted(collector.unchecked)
     targets = roots + [t.url for t in remote]
     return ScanResult(targets, options, findings, stats, errors, 0.0, dataset, notes, unchecked, special)
+
+
+def _read_on_threads(
+    folders: Iterator[Folder],
+    targets: list[Target],
+    options: ScanOptions,
+    collector: Collector,
+    states: StateSet,
+    keep: Callable[[str], bool] | None,
+) -> None:
+    """Read the folders of stores whose objects no worker process can open on threads
+    (``thread_reads.py``); outcomes go to the same collector as the workers'."""
+    from cachedoctor.scan.state.store import sig_of_info
+    from cachedoctor.scan.thread_reads import jobs_for, read_all
+
+    def done(job: Job, outcome: Outcome, info: ObjectInfo) -> None:
+        state = collector.folders.get(job.folder_id)
+        if info != job.info and state is not None and state.record is not None:
+            state.record.sigs[info.url] = sig_of_info(info)  # read as a fresh HEAD found it
+        collector.add(job.folder_id, [outcome])
+
+    jobs = folder_jobs(folders, targets, options, collector, keep, states)
+    read_all(jobs, jobs_for(options.workers), options.file_timeout, done)
 
 
 def judge_run(run: RunView) -> list[Finding]:

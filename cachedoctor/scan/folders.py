@@ -94,7 +94,7 @@ class Record:
         self.read = self.skipped = self.bytes = 0
         self.formats: Counter = Counter()
         self.settled = digest is not None
-        self.remote = False  # an object store's folder: its signatures are never racy (``remote_state.py``)
+        self.remote = False  # an object store's folder: its signatures are never racy (``state.store.sig_of_info``)
 
 
 def _compare_digest(o: Outcome, recorded: str) -> Outcome:

@@ -25,6 +25,8 @@ from cachedoctor.statedir import STATE_DIR, is_lock_name
 
 if TYPE_CHECKING:
     from cachedoctor.layouts.interface import DatasetPlan
+    from cachedoctor.scan.targets import Target
+    from cachedoctor.stores.interface import ObjectInfo
 
 _SKIP_DIRS = frozenset({STATE_DIR, ".git", "__pycache__"})
 
@@ -36,8 +38,12 @@ class TargetError(PathError):
 @dataclass(frozen=True, slots=True)
 class Folder:
     path: str
-    files: list[str]  # absolute paths (broken links under a cache name included)
+    files: list[str]  # absolute paths or URLs (broken links under a cache name included)
     special: list[tuple[str, str]] = field(default_factory=list)  # (path, "FIFO"...): never opened
+    #: The files' facts as a listing gave them (size, version, time), one per file, for a
+    #: folder of a store whose listing is its change test (``Capabilities.server_versions``):
+    #: its plan and reads need no other request. ``None``: a local folder, stat'ed when planned.
+    listed: tuple[ObjectInfo, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +200,47 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
             if files or special:
                 yield Folder(folder, files, sorted(special))
             stack.extend(sorted(subdirs, reverse=True))
+
+
+def listed_folders(target: Target, exclude: tuple[str, ...]) -> Iterator[Folder]:
+    """The folders of a target whose store lists keys rather than folders (an object store):
+    objects grouped by the dirname of their key, as a trainer that wrote them through a file
+    system laid them out, since peer checks compare a folder's files. The listing comes sorted
+    by key, and every key under ``a/`` lies in one run of it, so a folder is complete as soon
+    as a key outside it arrives: folders are yielded while the listing goes on, and memory
+    holds only the folders on the current key's path. Keys under ``.cachedoctor/`` (the
+    quarantine), ``.git/`` and ``__pycache__/``, lock names and keys an ``exclude`` glob matches
+    (relative to the target) are left out unseen."""
+    if target.kind == "object":
+        for info in target.listing:
+            if not excluded(info.url.rsplit("/", 1)[-1], exclude):
+                yield Folder(info.url.rsplit("/", 1)[0], [info.url], listed=(info,))
+        return
+    root = target.location.url
+    cut = len(target.location.key) + 1 if target.location.key else 0
+    open_folders: dict[str, list[ObjectInfo]] = {}
+    for info in target.listing:
+        if _left_out(info.key[cut:], exclude):
+            continue
+        folder = info.url.rsplit("/", 1)[0]
+        for done in [f for f in open_folders if f != folder and not folder.startswith(f + "/")]:
+            yield _listed(done, open_folders.pop(done))
+        open_folders.setdefault(folder if len(folder) >= len(root) else root, []).append(info)
+    for done in sorted(open_folders):
+        yield _listed(done, open_folders[done])
+
+
+def _listed(path: str, infos: list[ObjectInfo]) -> Folder:
+    return Folder(path, [info.url for info in infos], listed=tuple(infos))
+
+
+def _left_out(relative: str, exclude: tuple[str, ...]) -> bool:
+    """Whether a key (relative to its target) is skipped: under a skipped folder name, a lock
+    name, or matching an ``--exclude`` glob itself or through one of its folders."""
+    parts = relative.split("/")
+    if any(part in _SKIP_DIRS for part in parts[:-1]) or is_lock_name(parts[-1]) or not parts[-1]:
+        return True
+    return bool(exclude) and any(excluded("/".join(parts[: i + 1]), exclude) for i in range(len(parts)))
 
 
 _DIR, _FILE, _BROKEN_LINK, _LEFT_ALONE = "folder", "file", "broken link", "left alone"

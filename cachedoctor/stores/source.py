@@ -23,7 +23,7 @@ MAX_REQUESTS = 16  # ranges of one object; past this the object is read whole on
 WHOLE_LIMIT = 64 << 20  # the largest object read whole once its ranges run out
 
 
-class RemoteSource(Source):
+class RangeSource(Source):
     """``info.size`` bytes of one object, read by windows kept in memory."""
 
     def __init__(self, store: Store, info: ObjectInfo, head: int = HEAD_WINDOW) -> None:

@@ -236,10 +236,10 @@ def test_a_deep_read_of_an_object_past_the_spill_size_goes_through_a_mapped_temp
 ) -> None:
     """Large objects are not held in memory whole: read by ranges into an unlinked temp file and
     mapped (the spill size lowered here so that a 1 MB latent takes that path)."""
-    from cachedoctor.scan import remote_deep
+    from cachedoctor.scan import deep_bytes
 
-    monkeypatch.setattr(remote_deep, "SPILL_OVER", 256 << 10)
-    monkeypatch.setattr(remote_deep, "SPILL_CHUNK", 300_000)  # not a divisor: the last chunk is short
+    monkeypatch.setattr(deep_bytes, "SPILL_OVER", 256 << 10)
+    monkeypatch.setattr(deep_bytes, "SPILL_CHUNK", 300_000)  # not a divisor: the last chunk is short
     bad = torch.randn(4, 256, 256)
     bad[1, 2, 3] = float("nan")
     data = pt_bytes({"latents": bad})

@@ -20,9 +20,16 @@ from cachedoctor.scan.outcome import Outcome
 def finding_to_json(f: Finding, folder: str) -> list[Any]:
     """Paths inside ``folder`` are kept by name, so a cache moved with ``mv`` (same inodes and
     times, so its rows still match) reports its files where they are now."""
-    prefix = folder.rstrip(os.sep) + os.sep
+    prefix = _inside(folder)
     path = f.path[len(prefix) :] if f.path.startswith(prefix) else f.path
     return [f.kind, f.severity.value, path, f.message, f.fix.value, f.source, dict(f.details)]
+
+
+def _inside(folder: str) -> str:
+    """What a path inside ``folder`` starts with. Never ``rstrip``: an object store's folder can
+    end in ``/`` (the key ``a//b.pt`` is ``b.pt`` in the folder ``a/``), and its files' names
+    start after one more ``/``; only the file-system root is its own prefix."""
+    return folder if folder == os.sep else folder + os.sep
 
 
 def finding_from_json(row: list[Any], folder: str) -> Finding:
@@ -30,7 +37,7 @@ def finding_from_json(row: list[Any], folder: str) -> Finding:
     return Finding(
         kind=kind,
         severity=Severity(severity),
-        path=os.path.join(folder, path),
+        path=path if path.startswith(os.sep) or "://" in path else _inside(folder) + path,
         message=message,
         fix=Fix(fix),
         source=source,

@@ -15,11 +15,15 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cachedoctor.findings import Finding
 from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.state.codec import finding_from_json, finding_to_json, outcome_from_text
-from cachedoctor.scan.state.store import Row, Sig, StateStore, default_path, sig_of
+from cachedoctor.scan.state.store import Row, Sig, StateStore, default_path, sig_of, sig_of_info
+
+if TYPE_CHECKING:
+    from cachedoctor.stores.interface import ObjectInfo
 
 #: ``ScanOptions.state``: no state; a store in every folder target (created); only where one exists.
 NO_STATE: None = None
@@ -42,15 +46,13 @@ class StateSet:
 
     @classmethod
     def open(cls, roots: list[str], state: str | None, remote: Sequence[str] = ()) -> StateSet:
-        """``remote``: the remote prefixes scanned, whose own databases live in the user cache
-        dir (``scan/remote_state.py``); a ``--state`` path serves them as it serves the rest."""
+        """``remote``: the object-store prefixes scanned, whose own databases live in the user
+        cache dir (``store.default_path``); a ``--state`` path serves them as it serves the rest."""
         stores: list[StateStore] = []
         notes: list[str] = []
         if state is None:
             return cls(stores, notes)
-        from cachedoctor.scan.remote_state import remote_state_path
-
-        elsewhere = [(remote_state_path(url), url) for url in sorted(set(remote))]
+        elsewhere = [(default_path(url), url) for url in sorted(set(remote))]
         if state == READ_ONLY or state.startswith(READ_ONLY + ":"):
             from cachedoctor.scan.state.readonly import open_read_only
 
@@ -133,45 +135,60 @@ def plan_folder(
     deep_changed: bool,
     chosen: set[str],
     whole: bool = True,
+    listed: Sequence[ObjectInfo] | None = None,
 ) -> tuple[FolderPlan, str | None]:
     """The folder's plan, or (with ``whole``) its recorded result as JSON text when nothing in
     it needs reading. Dataset scans pass ``whole=False``: they need each file's facts.
 
-    The loop up to the folder lookup is the whole cost of a rescan of an unchanged folder, so
-    it keeps to one ``stat`` per file and builds no per-file objects.
+    Each file's signature comes from its store: a ``stat`` of a local file (which a write
+    within the clock tick of the record can leave equal: ``racy``), or, for a folder of a store
+    with server versions, the ``listed`` facts of its listing, with no request at all. The loop
+    up to the folder lookup is the whole cost of a rescan of an unchanged folder, so it keeps
+    to one ``stat`` per file and builds no per-file objects.
     """
-    cut = len(folder.rstrip(os.sep)) + 1
-    stats: list[os.stat_result | None] = []
+    cut = name_start(folder)
+    sigs: list[Sig | None] = []
     numbers = array("Q")
     settled = True
-    for path in files:
-        try:
-            st = os.stat(path)
-        except OSError:
-            settled = False  # gone or unreadable: the read reports it
-            stats.append(None)
-            continue
-        stats.append(st)
-        mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
-        if store.is_racy(mtime, ctime):
-            settled = False
-        elif settled:
+    if listed is not None:
+        sigs = [sig_of_info(info) for info in listed]
+        for sig in sigs:
+            numbers.extend(sig)  # type: ignore[arg-type]
+    else:
+        for path in files:
             try:
-                numbers.extend((st.st_size, mtime, ctime, st.st_ino))
-            except OverflowError:  # a time before 1970: no digest, the files are still compared one by one
+                st = os.stat(path)
+            except OSError:
+                settled = False  # gone or unreadable: the read reports it
+                sigs.append(None)
+                continue
+            sigs.append(sig_of(st))
+            mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
+            if store.is_racy(mtime, ctime):
                 settled = False
+            elif settled:
+                try:
+                    numbers.extend((st.st_size, mtime, ctime, st.st_ino))
+                except OverflowError:  # a time before 1970: no digest, the files are still compared one by one
+                    settled = False
     digest = None
     if settled:
         import xxhash
 
-        listing = "\0".join(p[cut:] for p in files).encode("utf-8", "surrogateescape")
-        digest = xxhash.xxh3_128_hexdigest(listing + b"\0" + numbers.tobytes())
+        names = "\0".join(p[cut:] for p in files).encode("utf-8", "surrogateescape")
+        digest = xxhash.xxh3_128_hexdigest(names + b"\0" + numbers.tobytes())
         if whole and not deep and not chosen:
             result = store.folder_result(folder, digest)
             if result is not None:
                 return FolderPlan(digest=digest), result
-    sigs = [sig_of(st) if st is not None else None for st in stats]
     return plan_rows(store, folder, files, sigs, digest, deep=deep, deep_changed=deep_changed, chosen=chosen), None
+
+
+def name_start(folder: str) -> int:
+    """Where a file's name starts in its path under ``folder``. A folder of an object store can
+    end in ``/`` (the key ``a//b.pt`` lies in the folder ``a/``, named ``b.pt``), so only the
+    file-system root is cut short."""
+    return 1 if folder == os.sep else len(folder) + 1
 
 
 def plan_rows(
@@ -186,9 +203,8 @@ def plan_rows(
     chosen: set[str],
 ) -> FolderPlan:
     """The file-by-file half of a folder's plan, from each file's signature (``None``: it could
-    not be had, the read reports why): shared by local folders (a ``stat``) and remote ones (a
-    listing's size, LastModified and ETag, ``scan/remote_state.py``)."""
-    cut = len(folder.rstrip(os.sep)) + 1
+    not be had, the read reports why)."""
+    cut = name_start(folder)
     plan = FolderPlan(digest=digest)
     rows = store.rows(folder)
     for path, sig in zip(files, sigs, strict=False):

@@ -1,4 +1,4 @@
-"""``RemoteSource`` + the format readers on real objects in moto, counted at the proxy: what a
+"""``RangeSource`` + the format readers on real objects in moto, counted at the proxy: what a
 quick read of one object costs in requests, and that a hostile object cannot make it cost more
 than a bound (nor hide a pickle behind that bound)."""
 
@@ -20,7 +20,7 @@ from s3_proxy import S3Proxy  # noqa: E402
 
 from cachedoctor.formats import _dispatch  # noqa: E402
 from cachedoctor.stores.s3 import RetryPolicy, S3Settings, S3Store  # noqa: E402
-from cachedoctor.stores.source import HEAD_WINDOW, MAX_REQUESTS, RemoteSource  # noqa: E402
+from cachedoctor.stores.source import HEAD_WINDOW, MAX_REQUESTS, RangeSource  # noqa: E402
 
 BUCKET = "remote-source"
 
@@ -62,12 +62,12 @@ def store(s3_server: Any) -> Iterator[tuple[S3Store, S3Proxy]]:
         yield S3Store(BUCKET, S3Settings(endpoint_url=proxy.url), RetryPolicy(base=0.001)), proxy
 
 
-def _read(store: tuple[S3Store, S3Proxy], name: str) -> tuple[Any, RemoteSource, int]:
+def _read(store: tuple[S3Store, S3Proxy], name: str) -> tuple[Any, RangeSource, int]:
     s3, proxy = store
     info = s3.head(f"s3://{BUCKET}/{name}")
     assert info is not None
     proxy.clear()
-    src = RemoteSource(s3, info)
+    src = RangeSource(s3, info)
     meta = _dispatch(info.url, src, deep=False)
     return meta, src, proxy.count("GET")
 

@@ -1,6 +1,7 @@
 """The whole of one object for a deep read, within bounded memory and disk.
 
-A deep scan reads every byte, and a remote object's bytes must be somewhere while the CRC, NaN
+A deep scan reads every byte, and the bytes of an object no worker process can map (an object
+store's) must be somewhere while the CRC, NaN
 and digest passes run over them: in memory for an object up to :data:`SPILL_OVER`, within
 :data:`MEMORY_BUDGET` across all the scan's threads (a thread waits for room), else in an
 unlinked temporary file, filled by ranged reads and mapped, one such object at a time. So a

@@ -1,21 +1,23 @@
-"""Read remote objects on a bounded pool of threads and judge them as local files are judged.
+"""Read the objects of a store that no worker process can open (``Capabilities.local_paths``
+false: an object store), on a bounded pool of threads, and judge them as local files are judged.
 
-Reading an object is waiting for the network, so threads, not processes: ``--workers/-j`` is
-the number of requests in flight (default :data:`DEFAULT_JOBS`, at most :data:`MAX_JOBS`, the
-store's connection pool). A quick read goes through :class:`~cachedoctor.stores.source.
-RemoteSource` (one ranged GET for an object up to 256 KB, head and tail windows otherwise); a
-deep read downloads the object once and runs the CRC, NaN and digest passes on those bytes.
-The verdict is the local one (``worker.py``'s ``_judged``, ``_judged_error``, ``_reader_bug``).
+Reading such an object is waiting for the network, so threads, not processes: ``--workers/-j``
+is the number of requests in flight (default :data:`DEFAULT_JOBS`, at most :data:`MAX_JOBS`,
+the store's connection pool). A quick read goes through :class:`~cachedoctor.stores.source.
+RangeSource` (one ranged read for an object up to 512 KB, head and tail windows otherwise); a
+deep read fetches the object once (``deep_bytes.py``) and runs the CRC, NaN and digest passes
+on those bytes. The verdict is the one worker processes give (``worker.py``'s ``_judged``,
+``_judged_error``, ``_reader_bug``), and only ``Store`` methods are called, so any store serves.
 
 Faults, per object: gone since the listing -> skipped, as a local file that vanished; changed
-(another ETag) -> HEAD once and read the new version; changed again -> an error naming it
+(another version) -> HEAD once and read the new version; changed again -> an error naming it
 ("changed while being read; rerun"); still failing after the store's retries -> an error (the
 scan is incomplete, exit 2). A :class:`~cachedoctor.stores.RemoteError` (credentials revoked,
 the bucket deleted) stops the whole scan: it would fail every object the same way.
 
 ``--file-timeout`` bounds each object from the parent's side: a thread cannot be interrupted,
 so an object not judged in time is reported (``read-timeout``) and its thread's late answer
-dropped; the thread itself ends by the readers' own bounds and ``RemoteSource.MAX_REQUESTS``.
+dropped; the thread itself ends by the readers' own bounds and ``RangeSource.MAX_REQUESTS``.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from cachedoctor.cachenames import claims_cache
 from cachedoctor.checks import Inspected, is_temp_name
 from cachedoctor.formats import FileMeta, ReadError
 from cachedoctor.lifetime import reraise_interrupt
+from cachedoctor.scan.deep_bytes import deep_bytes
 from cachedoctor.scan.outcome import Outcome
-from cachedoctor.scan.remote_deep import deep_bytes
 from cachedoctor.scan.worker import _FOREIGN_PROBLEMS, _judge, _judged, _judged_error, _reader_bug, timed_out
 from cachedoctor.stores.interface import (
     ObjectChanged,
@@ -43,9 +45,9 @@ from cachedoctor.stores.interface import (
 )
 
 if TYPE_CHECKING:
-    from cachedoctor.stores.source import RemoteSource
+    from cachedoctor.stores.source import RangeSource
 
-#: A quick read takes an object up to this size in one request: RemoteSource's head (256 KB)
+#: A quick read takes an object up to this size in one request: RangeSource's head (256 KB)
 #: and tail (64 KB) windows would take two requests and 320 KB of an SDXL fp32 latent of 258 KB,
 #: and on S3 (and here, on moto) a request costs more than a few hundred KB.
 WHOLE_UP_TO = 512 << 10
@@ -66,7 +68,7 @@ def jobs_for(workers: int | None) -> int:
 class _Watched:
     """The store as the readers see it: the first store fault raised under a reader is kept,
     so that a reader catching broadly (a damaged pickle raises anything) cannot turn a network
-    fault into a verdict on the object. ``RemoteSource`` only ever calls ``read_range``."""
+    fault into a verdict on the object. ``RangeSource`` only ever calls ``read_range``."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -135,7 +137,7 @@ def read_object(store: Store, info: ObjectInfo, deep: bool, facts: bool, digest:
 def _read_once(store: Store, info: ObjectInfo, deep: bool, facts: bool, digest: bool) -> Outcome:
     from cachedoctor.formats import _dispatch
     from cachedoctor.formats._source import BufferSource
-    from cachedoctor.stores.source import RemoteSource
+    from cachedoctor.stores.source import RangeSource
 
     url, size = info.url, info.size
     mtime = info.mtime_ns if facts else None
@@ -147,12 +149,12 @@ def _read_once(store: Store, info: ObjectInfo, deep: bool, facts: bool, digest: 
         )
     watched = _Watched(store)
     reader_store = cast(Store, watched)
-    src: RemoteSource | None = None
+    src: RangeSource | None = None
     taken = 0  # bytes of a whole download
     meta: FileMeta | None = None
     try:
         if deep and not claims_cache(url):  # a foreign name: downloaded only if a quick read claims it
-            src = RemoteSource(reader_store, info, WHOLE_UP_TO)
+            src = RangeSource(reader_store, info, WHOLE_UP_TO)
             try:
                 if _dispatch(url, src, False) is None:
                     watched.raise_fault()
@@ -165,7 +167,7 @@ def _read_once(store: Store, info: ObjectInfo, deep: bool, facts: bool, digest: 
                 taken = len(data)
                 meta = _dispatch(url, BufferSource(data), True)
         else:
-            src = RemoteSource(reader_store, info, WHOLE_UP_TO)
+            src = RangeSource(reader_store, info, WHOLE_UP_TO)
             meta = _dispatch(url, src, False)
     except ReadError as exc:
         watched.raise_fault()
@@ -183,7 +185,7 @@ def _read_once(store: Store, info: ObjectInfo, deep: bool, facts: bool, digest: 
     return _judged(url, meta, lambda _: size, mtime, digest, _taken(src, taken))
 
 
-def _taken(src: RemoteSource | None, whole: int) -> int:
+def _taken(src: RangeSource | None, whole: int) -> int:
     """The bytes a read took from the store (``Outcome.io_bytes``)."""
     return whole + (src.bytes_read if src is not None else 0)
 

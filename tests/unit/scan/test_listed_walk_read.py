@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 from factories import latent, pt_bytes
 
-from cachedoctor.scan.remote_read import CHANGED_TWICE, read_object
-from cachedoctor.scan.remote_walk import EMPTY, OBJECT, PREFIX, remote_folders, resolve_target
+from cachedoctor.scan.targets import EMPTY, OBJECT, PREFIX, resolve_target
+from cachedoctor.scan.thread_reads import CHANGED_TWICE, read_object
+from cachedoctor.scan.walk import listed_folders
 from cachedoctor.stores.interface import (
     Location,
     ObjectChanged,
@@ -81,8 +82,7 @@ def test_folders_are_key_dirnames_and_complete_before_later_keys() -> None:
     keys = ["p/a.pt", "p/b/x.pt", "p/b/y.pt", "p/b0.pt", "p/c/z.pt", "p/.cachedoctor/q/a.pt", "p/old/o.pt"]
     store = MemoryStore(dict.fromkeys(keys, GOOD))
     target = resolve_target("s3://b/p", store)
-    infos: dict[str, ObjectInfo] = {}
-    folders = [(f.path, [u.rsplit("/", 1)[1] for u in f.files]) for f in remote_folders(target, ("old",), infos)]
+    folders = [(f.path, [u.rsplit("/", 1)[1] for u in f.files]) for f in listed_folders(target, ("old",))]
     assert target.kind == PREFIX
     assert sorted(folders) == [
         ("s3://b/p", ["a.pt", "b0.pt"]),
