@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def one_prefix(targets: list[str]) -> str:
     """The one remote target of a repair (several, or local paths beside it: one line)."""
-    if len(targets) != 1 or not is_remote(targets[0]):
+    if len(targets) != 1:
         remote = next(t for t in targets if is_remote(t))
         raise RepairError(remote, "repair takes one s3:// prefix at a time, on its own; run one repair per prefix")
     return targets[0]
