@@ -6,9 +6,11 @@ exit 2": a :class:`PathError` (``<path>: <message>``) or :class:`UsageError` rai
 a usage error from click, and a failure to write that nothing caught closer to it (an
 ``OSError`` or SQLite error, see ``faults.py``), never a traceback and exit 1.
 
-The command modules import only light things at module level; readers, layouts, the scan and
-rich are imported inside the commands that need them, so ``--version``, ``explain``,
-``quarantine list`` and ``settings show`` start fast (a test holds them to it).
+Each command's module is imported only when that command runs (or ``--help`` or a completion
+names it: ``cli/lazy.py``), so ``--version`` imports a handful of modules. The command modules in
+turn import only light things at module level; readers, layouts, the scan and rich are imported
+inside the commands that need them, so ``explain``, ``quarantine list`` and ``settings show``
+start fast too (tests hold both to it).
 """
 
 from __future__ import annotations
@@ -30,19 +32,30 @@ else:
 from cachedoctor import __version__
 from cachedoctor.cli import environment
 from cachedoctor.cli.environment import Environment
-from cachedoctor.cli.explain import explain
 from cachedoctor.cli.help import plain
-from cachedoctor.cli.manifest import manifest_app
-from cachedoctor.cli.quarantine import quarantine_app
-from cachedoctor.cli.recover import recover
-from cachedoctor.cli.repair import repair
-from cachedoctor.cli.scan import scan
-from cachedoctor.cli.settings import config_app, settings_app
+from cachedoctor.cli.lazy import LazyCommand, LazyGroup
 from cachedoctor.cli.usage import sentence
 from cachedoctor.errors import PathError, UsageError
 from cachedoctor.exit_status import ExitStatus
 
+
+class _Commands(LazyGroup):
+    """The root group: every command, in the order ``cachedoctor --help`` lists them."""
+
+    lazy = (
+        LazyCommand("scan", "cachedoctor.cli.scan", "scan"),
+        LazyCommand("repair", "cachedoctor.cli.repair", "repair"),
+        LazyCommand("recover", "cachedoctor.cli.recover", "recover"),
+        LazyCommand("explain", "cachedoctor.cli.explain", "explain"),
+        LazyCommand("manifest", "cachedoctor.cli.manifest", "manifest_app"),
+        LazyCommand("quarantine", "cachedoctor.cli.quarantine", "quarantine_app"),
+        LazyCommand("settings", "cachedoctor.cli.settings", "settings_app"),
+        LazyCommand("config", "cachedoctor.cli.settings", "config_app", hidden=True),  # the old name of settings
+    )
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="cachedoctor",
     help="Audit and repair the on-disk latent and text-embed caches of diffusion-model trainers.",
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
@@ -65,16 +78,6 @@ def _root(
     ] = False,
 ) -> None:
     """Audit and repair the on-disk latent and text-embed caches of diffusion-model trainers."""
-
-
-app.command()(scan)
-app.command()(repair)
-app.command()(recover)
-app.command()(explain)
-app.add_typer(manifest_app, name="manifest")
-app.add_typer(quarantine_app, name="quarantine")
-app.add_typer(settings_app, name="settings")
-app.add_typer(config_app, name="config", hidden=True)
 
 
 def run(argv: list[str] | None = None, env: Environment | None = None) -> int:

@@ -93,11 +93,13 @@ def summary(help_text: str | None) -> str:
 
 
 def plain(command: Any) -> Any:
-    """``command`` and every command below it with plain help (see the module's docstring)."""
+    """``command`` and every command below it with plain help (see the module's docstring); the
+    commands of a lazy group (``cli/lazy.py``) not built yet get it when they are built."""
     command.context_class = PlainContext
     if not getattr(command, "short_help", None):
         command.short_help = summary(getattr(command, "help", None))
-    for sub in getattr(command, "commands", {}).values():
+    commands = getattr(command, "commands", {})
+    for sub in getattr(commands, "built", commands).values():  # a lazy group's others: when built
         plain(sub)
     return command
 

@@ -8,16 +8,7 @@ from typing import Annotated
 import typer
 
 from cachedoctor.cli.environment import current
-from cachedoctor.cli.options import (
-    ConfigOption,
-    LayoutChoice,
-    LayoutOption,
-    ModelFamilyOption,
-    OutputDirOption,
-    S3EndpointUrlOption,
-    S3ProfileOption,
-    S3RegionOption,
-)
+from cachedoctor.cli.option_groups import DatasetOptions, S3Options, TrainerPathOptions, with_option_groups
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 
@@ -27,8 +18,10 @@ manifest_app = typer.Typer(
 
 
 @manifest_app.command("build")
+@with_option_groups
 def manifest_build(
     ctx: typer.Context,
+    *,
     dataset: Annotated[
         str | None,
         typer.Argument(
@@ -40,13 +33,9 @@ def manifest_build(
     output: Annotated[
         str, typer.Option("--output", "-o", metavar="FILE", help="Where to write the manifest (.jsonl).")
     ] = "manifest.jsonl",
-    layout: LayoutOption = LayoutChoice.AUTO,
-    config: ConfigOption = None,
-    model_family: ModelFamilyOption = None,
-    output_dir: OutputDirOption = None,
-    s3_endpoint_url: S3EndpointUrlOption = None,
-    s3_profile: S3ProfileOption = None,
-    s3_region: S3RegionOption = None,
+    dataset_layout: DatasetOptions,
+    trainer: TrainerPathOptions,
+    s3: S3Options,
 ) -> int:
     """Write one row per cache file: its source's path, size, mtime and xxh3, and the cache path."""
     import os
@@ -59,9 +48,7 @@ def manifest_build(
 
     env = current()
     # The dataset is named here, never by a configured manifest (this writes one) or paths.
-    settings = resolve(
-        ctx, layout=layout, config=config, s3_endpoint_url=s3_endpoint_url, s3_profile=s3_profile, s3_region=s3_region
-    )
+    settings = resolve(ctx, dataset_layout, s3)
     if dataset is None and not settings.config.value:
         raise UsageError(
             "no DATASET_DIR given; name the dataset folder, or pass the trainer's dataset config (--config)"
@@ -85,7 +72,9 @@ def manifest_build(
         )
         raise LayoutError(targets[0], what)
     plan, line = plan_for(
-        layout_name(settings), targets, layout_options(settings, model_family, output_dir, manifest=False)
+        layout_name(settings),
+        targets,
+        layout_options(settings, trainer.model_family, trainer.output_dir, manifest=False),
     )
     if plan is None:
         raise LayoutError(

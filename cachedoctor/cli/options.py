@@ -1,6 +1,8 @@
-"""The option groups commands share, as ``Annotated`` aliases (borg's ``define_exclusion_group``
-in Typer terms): one definition per option, so ``--exclude`` or ``--layout`` reads the same in
-every command's help and parses the same way.
+"""The options commands share, as ``Annotated`` aliases (borg's ``define_exclusion_group`` in
+Typer terms): one definition per option, so ``--exclude`` or ``--layout`` reads the same in
+every command's help and parses the same way. The runs of them that several commands take
+together (the dataset, kohya, selection, terminal, S3 options...) are grouped in
+``option_groups.py``; a command takes a group as one parameter.
 
 * the dataset options: ``--layout``, ``--config``, ``--manifest``, ``--model-family``, ``--output-dir``
 * the scan selection: ``--exclude``, ``--state``/``--no-state``, ``--sample``, ``--workers``,

@@ -14,15 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cachedoctor.cli.environment import current
-from cachedoctor.cli.options import (
-    ConfigOption,
-    ManifestOption,
-    ModelFamilyOption,
-    OutputDirOption,
-    S3EndpointUrlOption,
-    S3ProfileOption,
-    S3RegionOption,
-)
+from cachedoctor.cli.option_groups import DescriptionOptions, S3Options, TrainerPathOptions, with_option_groups
 from cachedoctor.errors import PathError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.text import human_size
@@ -42,15 +34,6 @@ PathsArg = Annotated[
         show_default=False,
     ),
 ]
-#: ``--kohya-config`` as the quarantine commands use it: only for where its folders are.
-KohyaConfigOption = Annotated[
-    str | None,
-    typer.Option(
-        "--kohya-config",
-        metavar="FILE",
-        help="kohya sd-scripts dataset config (TOML): the quarantines of its image folders.",
-    ),
-]
 RunArg = Annotated[
     str,
     typer.Argument(
@@ -62,27 +45,23 @@ RunArg = Annotated[
 AllOption = Annotated[
     bool, typer.Option("--all", "--verbose", "-v", help="One line per quarantined file, for every run.")
 ]
+YesOption = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")]
 
 
-def _search(
-    paths: list[str] | None,
-    config: str | None,
-    kohya_config: str | None,
-    manifest: str | None,
-    model_family: str | None,
-    output_dir: str | None,
-) -> Search:
+def _search(paths: list[str] | None, described: DescriptionOptions, trainer: TrainerPathOptions) -> Search:
     """Where to look: ``paths`` (default: here, without a dataset option) and the cache folders
     the dataset description names; a SimpleTuner checkout among ``paths`` names its own, as in
     ``scan``. A path that does not exist is a :class:`PathError`."""
     from cachedoctor.repair.quarantine_search import SIMPLETUNER_CONFIGS, Search
 
-    described = (config, kohya_config, manifest)
-    for given in described:
+    config, kohya_config, manifest = described.config, described.kohya_config, described.manifest
+    model_family, output_dir = trainer.model_family, trainer.output_dir
+    descriptions = (config, kohya_config, manifest)
+    for given in descriptions:
         if given and not os.path.isfile(given):
             raise PathError(os.path.abspath(given), "no such file; check the path of the dataset description")
-    targets = paths or ([] if any(described) else ["."])
-    roots = _described(config, kohya_config, manifest, model_family, output_dir) if any(described) else []
+    targets = paths or ([] if any(descriptions) else ["."])
+    roots = _described(config, kohya_config, manifest, model_family, output_dir) if any(descriptions) else []
     for path in targets if not config else ():
         found = (os.path.join(path, name) for name in SIMPLETUNER_CONFIGS)
         checkout = next((f for f in found if os.path.isfile(f)), None)
@@ -123,12 +102,12 @@ def _remote(paths: list[str] | None) -> str | None:
     return remote[0] if remote else None
 
 
-def _s3(ctx: typer.Context, endpoint_url: str | None, profile: str | None, region: str | None) -> S3Settings:
+def _s3(ctx: typer.Context, s3: S3Options) -> S3Settings:
     """How to reach the bucket, resolved as every command resolves it (options, variables, config)."""
     from cachedoctor.cli.settings import resolve
     from cachedoctor.options import s3_settings
 
-    return s3_settings(resolve(ctx, s3_endpoint_url=endpoint_url, s3_profile=profile, s3_region=region))
+    return s3_settings(resolve(ctx, s3))
 
 
 def _where(search: Search) -> str:
@@ -136,17 +115,14 @@ def _where(search: Search) -> str:
 
 
 @quarantine_app.command("list")
+@with_option_groups
 def quarantine_list(
     ctx: typer.Context,
+    *,
     paths: PathsArg = None,
-    config: ConfigOption = None,
-    kohya_config: KohyaConfigOption = None,
-    manifest: ManifestOption = None,
-    model_family: ModelFamilyOption = None,
-    output_dir: OutputDirOption = None,
-    s3_endpoint_url: S3EndpointUrlOption = None,
-    s3_profile: S3ProfileOption = None,
-    s3_region: S3RegionOption = None,
+    described: DescriptionOptions,
+    trainer: TrainerPathOptions,
+    s3: S3Options,
     every: AllOption = False,
 ) -> int:
     """Every repair run's quarantine at or below PATH...: per run its time, files, size and why
@@ -157,10 +133,10 @@ def quarantine_list(
     if url := _remote(paths):
         from cachedoctor.cli.quarantine_remote import remote_list
 
-        return remote_list(url, _s3(ctx, s3_endpoint_url, s3_profile, s3_region), run_arg, every)
+        return remote_list(url, _s3(ctx, s3), run_arg, every)
     env = current()
     out = env.stdout
-    search = _search(paths, config, kohya_config, manifest, model_family, output_dir)
+    search = _search(paths, described, trainer)
     found = search.runs()
     if run_arg is not None:  # one run, file by file
         run_id = search.resolve(run_arg, _where(search))
@@ -201,25 +177,22 @@ def _found(search: Search, given: str, verb: str) -> tuple[str, list[tuple[str, 
 
 
 @quarantine_app.command("restore")
+@with_option_groups
 def quarantine_restore(
     ctx: typer.Context,
+    *,
     run_id: RunArg,
     paths: PathsArg = None,
-    config: ConfigOption = None,
-    kohya_config: KohyaConfigOption = None,
-    manifest: ManifestOption = None,
-    model_family: ModelFamilyOption = None,
-    output_dir: OutputDirOption = None,
+    described: DescriptionOptions,
+    trainer: TrainerPathOptions,
     force: Annotated[
         bool,
         typer.Option(
             "--force", help="s3:// caches: restore objects that changed since the repair too (they are kept first)."
         ),
     ] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
-    s3_endpoint_url: S3EndpointUrlOption = None,
-    s3_profile: S3ProfileOption = None,
-    s3_region: S3RegionOption = None,
+    yes: YesOption = False,
+    s3: S3Options,
 ) -> int:
     """Put RUN's files back in every cache root at or below PATH... that holds it (one repair run
     is one RUN across all its cache roots); what is there now is quarantined first, so nothing is
@@ -227,13 +200,13 @@ def quarantine_restore(
     if url := _remote(paths):
         from cachedoctor.cli.quarantine_remote import remote_restore
 
-        return remote_restore(url, run_id, force, yes, _s3(ctx, s3_endpoint_url, s3_profile, s3_region))
+        return remote_restore(url, run_id, force, yes, _s3(ctx, s3))
     from cachedoctor.cli.consent import agreed, require_someone_to_ask
     from cachedoctor.repair.journal import new_run_id
     from cachedoctor.repair.quarantine import Quarantine, restore
 
     env = current()
-    run_id, found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "restore")
+    run_id, found = _found(_search(paths, described, trainer), run_id, "restore")
     where = " ".join(base for base, _ in found)
     require_someone_to_ask(env, yes, "restoring", f"{run_id} in {where}", "add --yes to restore")
     files = sum(len(run.files) for _, run in found)
@@ -250,31 +223,28 @@ def quarantine_restore(
 
 
 @quarantine_app.command("purge")
+@with_option_groups
 def quarantine_purge(
     ctx: typer.Context,
+    *,
     run_id: RunArg,
     paths: PathsArg = None,
-    config: ConfigOption = None,
-    kohya_config: KohyaConfigOption = None,
-    manifest: ManifestOption = None,
-    model_family: ModelFamilyOption = None,
-    output_dir: OutputDirOption = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
-    s3_endpoint_url: S3EndpointUrlOption = None,
-    s3_profile: S3ProfileOption = None,
-    s3_region: S3RegionOption = None,
+    described: DescriptionOptions,
+    trainer: TrainerPathOptions,
+    yes: YesOption = False,
+    s3: S3Options,
 ) -> int:
     """Delete RUN's quarantine for good, in every cache root at or below PATH... that holds it
     (the only command that deletes data)."""
     if url := _remote(paths):
         from cachedoctor.cli.quarantine_remote import remote_purge
 
-        return remote_purge(url, run_id, yes, _s3(ctx, s3_endpoint_url, s3_profile, s3_region))
+        return remote_purge(url, run_id, yes, _s3(ctx, s3))
     from cachedoctor.cli.consent import agreed, require_someone_to_ask
     from cachedoctor.repair.quarantine import purge
 
     env = current()
-    run_id, found = _found(_search(paths, config, kohya_config, manifest, model_family, output_dir), run_id, "purge")
+    run_id, found = _found(_search(paths, described, trainer), run_id, "purge")
     where = " ".join(base for base, _ in found)
     require_someone_to_ask(env, yes, "purging", f"{run_id} in {where}", "add --yes to delete it for good")
     files, size = sum(len(run.files) for _, run in found), sum(run.size for _, run in found)

@@ -9,43 +9,33 @@ import typer
 
 from cachedoctor.cli.consent import described, require_someone_to_ask
 from cachedoctor.cli.environment import current
+from cachedoctor.cli.option_groups import (
+    DatasetOptions,
+    KohyaOptions,
+    ProgressOptions,
+    RepairOutputOptions,
+    S3Options,
+    SelectionOptions,
+    TerminalOptions,
+    TrainerPathOptions,
+    with_option_groups,
+)
 from cachedoctor.cli.options import (
     AllowEmptyOption,
-    BucketNoUpscaleOption,
-    BucketResoStepsOption,
-    ColorChoice,
-    ColorOption,
-    ConfigOption,
-    EnableBucketOption,
-    ExcludeOption,
     FileTimeoutOption,
-    KohyaConfigOption,
-    LayoutChoice,
-    LayoutOption,
-    MaxBucketResoOption,
-    MinBucketResoOption,
-    ModelFamilyOption,
-    NoStateOption,
-    OutputDirOption,
-    QuietOption,
     RepairManifestOption,
     RepairPathsArgument,
-    ResolutionOption,
-    S3EndpointUrlOption,
-    S3ProfileOption,
-    S3RegionOption,
-    StateOption,
-    VerboseOption,
     YesOption,
 )
-from cachedoctor.cli.progress import ProgressIntervalOption, ProgressOption
 from cachedoctor.cli.repair import resolve_targets, run_repair
-from cachedoctor.cli.repair_output import RepairFormat, RepairFormatOption, RepairOutputOption, emit, output_mode
+from cachedoctor.cli.repair_output import emit, output_mode
 from cachedoctor.errors import PathError
 
 
+@with_option_groups
 def recover(
     ctx: typer.Context,
+    *,
     paths: RepairPathsArgument = None,
     apply: Annotated[
         bool, typer.Option("--apply", help="Quarantine what is partial and resume the interrupted repair.")
@@ -55,33 +45,17 @@ def recover(
         typer.Option("--encoder", metavar="SPEC", help="For recomputes (default: the interrupted repair's own)."),
     ] = None,
     yes: YesOption = False,
-    layout: LayoutOption = LayoutChoice.AUTO,
-    config: ConfigOption = None,
-    kohya_config: KohyaConfigOption = None,
-    resolution: ResolutionOption = None,
-    enable_bucket: EnableBucketOption = None,
-    min_bucket_reso: MinBucketResoOption = None,
-    max_bucket_reso: MaxBucketResoOption = None,
-    bucket_reso_steps: BucketResoStepsOption = None,
-    bucket_no_upscale: BucketNoUpscaleOption = None,
+    dataset: DatasetOptions,
+    kohya: KohyaOptions,
     manifest: RepairManifestOption = None,
-    model_family: ModelFamilyOption = None,
-    output_dir: OutputDirOption = None,
+    trainer: TrainerPathOptions,
     file_timeout: FileTimeoutOption = None,
-    exclude: ExcludeOption = None,
-    state: StateOption = None,
-    no_state: NoStateOption = False,
-    fmt: RepairFormatOption = RepairFormat.TEXT,
-    output: RepairOutputOption = None,
-    color: ColorOption = ColorChoice.AUTO,
-    quiet: QuietOption = False,
-    verbose: VerboseOption = False,
-    progress: ProgressOption = None,
-    progress_interval: ProgressIntervalOption = None,
+    selection: SelectionOptions,
+    written: RepairOutputOptions,
+    terminal: TerminalOptions,
+    progress: ProgressOptions,
     allow_empty: AllowEmptyOption = None,
-    s3_endpoint_url: S3EndpointUrlOption = None,
-    s3_profile: S3ProfileOption = None,
-    s3_region: S3RegionOption = None,
+    s3: S3Options,
 ) -> int:
     """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
     from dataclasses import replace
@@ -94,32 +68,21 @@ def recover(
     from cachedoctor.report.repair_text import RepairReport, print_result, print_survey
 
     env = current()
-    env.configure(color=color, quiet=quiet, verbose=verbose)
+    env.configure(**terminal.values())
+    fmt, output = written.fmt, written.output
     human = output_mode(env, fmt, output, yes or not apply, "add --yes to apply, or leave out --apply for the survey")
     lines = Lines(env)
     settings, targets = resolve_targets(
         ctx,
-        s3_endpoint_url=s3_endpoint_url,
-        s3_profile=s3_profile,
-        s3_region=s3_region,
+        dataset,
+        kohya,
+        selection,
+        progress,
+        s3,
         paths=paths,
-        layout=layout,
-        config=config,
-        kohya_config=kohya_config,
-        resolution=resolution,
-        enable_bucket=enable_bucket,
-        min_bucket_reso=min_bucket_reso,
-        max_bucket_reso=max_bucket_reso,
-        bucket_reso_steps=bucket_reso_steps,
-        bucket_no_upscale=bucket_no_upscale,
         manifest=manifest,
         file_timeout=file_timeout,
-        exclude=exclude,
-        state=state,
-        no_state=no_state,
         allow_empty=allow_empty,
-        progress=progress and progress.value,
-        progress_interval=progress_interval,
     )
     if apply:
         require_someone_to_ask(
@@ -134,7 +97,7 @@ def recover(
         found = survey(
             targets,
             layout_name(settings),
-            layout_options(settings, model_family, output_dir),
+            layout_options(settings, trainer.model_family, trainer.output_dir),
             scanning,
             allow_empty=bool(settings.allow_empty.value),
             progress=shown,
@@ -166,7 +129,7 @@ def recover(
     )
     if human:
         lines.say()
-    outcome = run_repair(settings, targets, options, yes, model_family, output_dir, human=human, command="recover")
+    outcome = run_repair(settings, targets, options, yes, trainer, human=human, command="recover")
     if isinstance(outcome, RepairReport):  # declined
         return outcome.exit_code
     report = RepairReport(outcome, tuple(still_broken(outcome)), survey=found)

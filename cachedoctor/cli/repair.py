@@ -19,37 +19,26 @@ import typer
 
 from cachedoctor.cli.consent import described, require_someone_to_ask
 from cachedoctor.cli.environment import current
+from cachedoctor.cli.option_groups import (
+    DatasetOptions,
+    KohyaOptions,
+    OptionGroup,
+    ProgressOptions,
+    RepairOutputOptions,
+    S3Options,
+    SelectionOptions,
+    TerminalOptions,
+    TrainerPathOptions,
+    with_option_groups,
+)
 from cachedoctor.cli.options import (
     NO_PATH,
     AllowEmptyOption,
-    BucketNoUpscaleOption,
-    BucketResoStepsOption,
-    ColorChoice,
-    ColorOption,
-    ConfigOption,
-    EnableBucketOption,
-    ExcludeOption,
     FileTimeoutOption,
-    KohyaConfigOption,
-    LayoutChoice,
-    LayoutOption,
-    MaxBucketResoOption,
-    MinBucketResoOption,
-    ModelFamilyOption,
-    NoStateOption,
-    OutputDirOption,
-    QuietOption,
     RepairManifestOption,
     RepairPathsArgument,
-    ResolutionOption,
-    S3EndpointUrlOption,
-    S3ProfileOption,
-    S3RegionOption,
-    StateOption,
-    VerboseOption,
     YesOption,
 )
-from cachedoctor.cli.progress import ProgressIntervalOption, ProgressOption
 from cachedoctor.cli.repair_options import (
     BatchSizeOption,
     DeepOption,
@@ -67,7 +56,7 @@ from cachedoctor.cli.repair_options import (
     ResumeOption,
     SeedOption,
 )
-from cachedoctor.cli.repair_output import RepairFormat, RepairFormatOption, RepairOutputOption, emit, output_mode
+from cachedoctor.cli.repair_output import emit, output_mode
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 
@@ -76,8 +65,10 @@ from cachedoctor.exit_status import ExitStatus
 EXISTING = "existing"
 
 
+@with_option_groups
 def repair(
     ctx: typer.Context,
+    *,
     paths: RepairPathsArgument = None,
     dry_run: DryRunOption = False,
     encoder: EncoderOption = None,
@@ -94,33 +85,17 @@ def repair(
     keep_blocked: KeepBlockedOption = False,
     posterior: PosteriorOption = Posterior.TRAINER,
     seed: SeedOption = 0,
-    layout: LayoutOption = LayoutChoice.AUTO,
-    config: ConfigOption = None,
-    kohya_config: KohyaConfigOption = None,
-    resolution: ResolutionOption = None,
-    enable_bucket: EnableBucketOption = None,
-    min_bucket_reso: MinBucketResoOption = None,
-    max_bucket_reso: MaxBucketResoOption = None,
-    bucket_reso_steps: BucketResoStepsOption = None,
-    bucket_no_upscale: BucketNoUpscaleOption = None,
+    dataset: DatasetOptions,
+    kohya: KohyaOptions,
     manifest: RepairManifestOption = None,
-    model_family: ModelFamilyOption = None,
-    output_dir: OutputDirOption = None,
+    trainer: TrainerPathOptions,
     file_timeout: FileTimeoutOption = None,
-    exclude: ExcludeOption = None,
-    state: StateOption = None,
-    no_state: NoStateOption = False,
-    fmt: RepairFormatOption = RepairFormat.TEXT,
-    output: RepairOutputOption = None,
-    color: ColorOption = ColorChoice.AUTO,
-    quiet: QuietOption = False,
-    verbose: VerboseOption = False,
-    progress: ProgressOption = None,
-    progress_interval: ProgressIntervalOption = None,
+    selection: SelectionOptions,
+    written: RepairOutputOptions,
+    terminal: TerminalOptions,
+    progress: ProgressOptions,
     allow_empty: AllowEmptyOption = None,
-    s3_endpoint_url: S3EndpointUrlOption = None,
-    s3_profile: S3ProfileOption = None,
-    s3_region: S3RegionOption = None,
+    s3: S3Options,
 ) -> int:
     """Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder."""
     from cachedoctor.explain import kinds as known_kinds
@@ -130,32 +105,21 @@ def repair(
     from cachedoctor.report.repair_text import RepairReport, print_result
 
     env = current()
-    env.configure(color=color, quiet=quiet, verbose=verbose)
+    env.configure(**terminal.values())
+    fmt, output = written.fmt, written.output
     human = output_mode(env, fmt, output, yes or dry_run, "add --yes to repair, or --dry-run for the plan alone")
     settings, targets = resolve_targets(
         ctx,
-        s3_endpoint_url=s3_endpoint_url,
-        s3_profile=s3_profile,
-        s3_region=s3_region,
+        dataset,
+        kohya,
+        selection,
+        progress,
+        s3,
         paths=paths,
-        layout=layout,
-        config=config,
-        kohya_config=kohya_config,
-        resolution=resolution,
-        enable_bucket=enable_bucket,
-        min_bucket_reso=min_bucket_reso,
-        max_bucket_reso=max_bucket_reso,
-        bucket_reso_steps=bucket_reso_steps,
-        bucket_no_upscale=bucket_no_upscale,
         manifest=manifest,
         file_timeout=file_timeout,
         deep=deep,
-        exclude=exclude,
-        state=state,
-        no_state=no_state,
         allow_empty=allow_empty,
-        progress=progress and progress.value,
-        progress_interval=progress_interval,
     )
     if quick and deep:
         raise UsageError("--quick and --deep contradict each other; repair reads deep unless --quick")
@@ -186,7 +150,7 @@ def repair(
         seed=seed,
         allow_empty=bool(settings.allow_empty.value),
     )
-    outcome = run_repair(settings, targets, options, yes, model_family, output_dir, human=human)
+    outcome = run_repair(settings, targets, options, yes, trainer, human=human)
     if isinstance(outcome, RepairReport):  # declined
         return outcome.exit_code
     if dry_run:
@@ -204,13 +168,13 @@ def repair(
     return emit(report, "repair", targets, fmt, output)
 
 
-def resolve_targets(ctx: typer.Context, **cli: Any) -> tuple[Any, list[str]]:
+def resolve_targets(ctx: typer.Context, *groups: OptionGroup, **cli: Any) -> tuple[Any, list[str]]:
     """The settings (as ``scan`` resolves them: command line, ``CACHEDOCTOR_*``,
     ``[tool.cachedoctor]``) and the absolute, existing targets."""
     from cachedoctor.api import require_existing
     from cachedoctor.cli.settings import resolve
 
-    settings = resolve(ctx, **cli)
+    settings = resolve(ctx, *groups, **cli)
     if (
         not settings.paths.value
         and not settings.config.value
@@ -226,8 +190,7 @@ def run_repair(
     targets: list[str],
     options: Any,
     yes: bool,
-    model_family: str | None = None,
-    output_dir: str | None = None,
+    trainer: TrainerPathOptions,
     *,
     human: bool = True,
     command: str = "repair",
@@ -263,7 +226,7 @@ def run_repair(
             return core_repair(
                 targets,
                 layout_name(settings),
-                layout_options(settings, model_family, output_dir),
+                layout_options(settings, trainer.model_family, trainer.output_dir),
                 options,
                 list(env.argv),
                 confirm,

@@ -11,43 +11,29 @@ from typing import Annotated
 import typer
 
 from cachedoctor.cli.environment import NORMAL, QUIET, current
+from cachedoctor.cli.option_groups import (
+    DatasetOptions,
+    KohyaOptions,
+    ProgressOptions,
+    S3Options,
+    SelectionOptions,
+    TerminalOptions,
+    TrainerPathOptions,
+    TrainingRunOptions,
+    with_option_groups,
+)
 from cachedoctor.cli.options import (
     NO_PATH,
     AllowEmptyOption,
-    BatchSizeOption,
-    BucketNoUpscaleOption,
-    BucketResoStepsOption,
-    ColorChoice,
-    ColorOption,
-    ConfigOption,
     DeepOption,
-    EnableBucketOption,
-    ExcludeOption,
     FailOnOption,
     FileTimeoutOption,
     FormatOption,
-    KohyaConfigOption,
-    LayoutChoice,
-    LayoutOption,
     ManifestOption,
-    MaxBucketResoOption,
-    MinBucketResoOption,
-    ModelFamilyOption,
-    NoStateOption,
-    OutputDirOption,
     PathsArgument,
-    QuietOption,
-    ResolutionOption,
-    S3EndpointUrlOption,
-    S3ProfileOption,
-    S3RegionOption,
     SampleOption,
-    StateOption,
-    VerboseOption,
     WorkersOption,
-    WorldSizeOption,
 )
-from cachedoctor.cli.progress import ProgressIntervalOption, ProgressOption
 from cachedoctor.cli.report_file import check_writable, write_report
 from cachedoctor.cli.settings import resolve
 from cachedoctor.errors import PathError, UsageError
@@ -56,8 +42,10 @@ from cachedoctor.report.interface import OutputFormat
 from cachedoctor.report.outcome import FailOn
 
 
+@with_option_groups
 def scan(
     ctx: typer.Context,
+    *,
     paths: PathsArgument = None,
     deep: DeepOption = None,
     fmt: FormatOption = OutputFormat.TABLE,
@@ -66,21 +54,11 @@ def scan(
     ] = None,
     fail_on: FailOnOption = FailOn.ERROR,
     workers: WorkersOption = None,
-    layout: LayoutOption = LayoutChoice.AUTO,
-    config: ConfigOption = None,
-    kohya_config: KohyaConfigOption = None,
-    resolution: ResolutionOption = None,
-    enable_bucket: EnableBucketOption = None,
-    min_bucket_reso: MinBucketResoOption = None,
-    max_bucket_reso: MaxBucketResoOption = None,
-    bucket_reso_steps: BucketResoStepsOption = None,
-    bucket_no_upscale: BucketNoUpscaleOption = None,
+    dataset: DatasetOptions,
+    kohya: KohyaOptions,
     manifest: ManifestOption = None,
-    model_family: ModelFamilyOption = None,
-    output_dir: OutputDirOption = None,
-    exclude: ExcludeOption = None,
-    state: StateOption = None,
-    no_state: NoStateOption = False,
+    trainer: TrainerPathOptions,
+    selection: SelectionOptions,
     sample: SampleOption = None,
     file_timeout: FileTimeoutOption = None,
     baseline: Annotated[
@@ -95,17 +73,11 @@ def scan(
             metavar="FILE",
         ),
     ] = None,
-    color: ColorOption = ColorChoice.AUTO,
-    quiet: QuietOption = False,
-    verbose: VerboseOption = False,
-    progress: ProgressOption = None,
-    progress_interval: ProgressIntervalOption = None,
+    terminal: TerminalOptions,
+    progress: ProgressOptions,
     allow_empty: AllowEmptyOption = None,
-    world_size: WorldSizeOption = None,
-    batch_size: BatchSizeOption = None,
-    s3_endpoint_url: S3EndpointUrlOption = None,
-    s3_profile: S3ProfileOption = None,
-    s3_region: S3RegionOption = None,
+    training_run: TrainingRunOptions,
+    s3: S3Options,
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit
@@ -113,36 +85,23 @@ def scan(
     from cachedoctor.report import renderer_for
 
     env = current()
-    env.configure(color=color, quiet=quiet, verbose=verbose)
+    env.configure(**terminal.values())
     settings = resolve(
         ctx,
-        s3_endpoint_url=s3_endpoint_url,
-        s3_profile=s3_profile,
-        s3_region=s3_region,
+        dataset,
+        kohya,
+        selection,
+        progress,
+        training_run,
+        s3,
         paths=paths,
         deep=deep,
         fail_on=fail_on,
         workers=workers,
-        layout=layout,
-        config=config,
-        kohya_config=kohya_config,
-        resolution=resolution,
-        enable_bucket=enable_bucket,
-        min_bucket_reso=min_bucket_reso,
-        max_bucket_reso=max_bucket_reso,
-        bucket_reso_steps=bucket_reso_steps,
-        bucket_no_upscale=bucket_no_upscale,
         manifest=manifest,
-        exclude=exclude,
-        state=state,
-        no_state=no_state,
         sample=sample,
         file_timeout=file_timeout,
         allow_empty=allow_empty,
-        world_size=world_size,
-        batch_size=batch_size,
-        progress=progress and progress.value,
-        progress_interval=progress_interval,
     )
     if settings.sample.value and settings.state.value is False:
         raise UsageError(
@@ -165,8 +124,7 @@ def scan(
         report = audit(
             None,
             settings,
-            model_family=model_family,
-            output_dir=output_dir,
+            **trainer.values(),
             baseline=baseline,
             write_baseline=write_baseline,
             progress=shown,

@@ -8,40 +8,32 @@ as a hidden alias that prints the same.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import typer
 
 from cachedoctor.cli.environment import current
+from cachedoctor.cli.option_groups import (
+    DatasetOptions,
+    KohyaOptions,
+    OptionGroup,
+    ProgressOptions,
+    S3Options,
+    SelectionOptions,
+    TrainingRunOptions,
+    with_option_groups,
+)
 from cachedoctor.cli.options import (
     AllowEmptyOption,
-    BatchSizeOption,
-    BucketNoUpscaleOption,
-    BucketResoStepsOption,
-    ConfigOption,
     DeepOption,
-    EnableBucketOption,
-    ExcludeOption,
     FailOnOption,
     FileTimeoutOption,
-    KohyaConfigOption,
-    LayoutChoice,
-    LayoutOption,
     ManifestOption,
-    MaxBucketResoOption,
-    MinBucketResoOption,
-    NoStateOption,
     PathsArgument,
-    ResolutionOption,
-    S3EndpointUrlOption,
-    S3ProfileOption,
-    S3RegionOption,
     SampleOption,
-    StateOption,
     WorkersOption,
-    WorldSizeOption,
 )
-from cachedoctor.cli.progress import ProgressIntervalOption, ProgressOption
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.outcome import FailOn
@@ -54,15 +46,21 @@ def given(ctx: typer.Context, name: str, value: object) -> object:
     return value if source is not None and source.name == "COMMANDLINE" else None
 
 
-def resolve(ctx: typer.Context, **cli: Any) -> Settings:
-    """The settings of the running command. Raises ``ConfigError`` (a broken config file or
-    variable) or :class:`UsageError`. ``fail_on`` and ``layout`` count only when typed."""
+def resolve(ctx: typer.Context, *groups: OptionGroup, **cli: Any) -> Settings:
+    """The settings of the running command, from ``groups``' options and the ones named in ``cli``.
+    Raises ``ConfigError`` (a broken config file or variable) or :class:`UsageError`.
+    ``fail_on`` and ``layout`` count only when typed."""
     from cachedoctor.settings import resolve as merge
 
+    for group in groups:
+        cli.update(group.values())
     for name in ("fail_on", "layout"):
         if name in cli:
             value = given(ctx, name, cli[name])
             cli[name] = getattr(value, "value", value)
+    for name, value in cli.items():  # the settings take plain values (--progress's choice)
+        if isinstance(value, enum.Enum):
+            cli[name] = value.value
     if cli.pop("no_state", False):
         if cli.get("state"):
             raise UsageError("pass --state PATH or --no-state, not both")
@@ -85,35 +83,24 @@ settings_app = typer.Typer(
 config_app = typer.Typer(help="Old name of `cachedoctor settings`.", no_args_is_help=True)
 
 
+@with_option_groups
 def settings_show(
     ctx: typer.Context,
+    *,
     paths: PathsArgument = None,
     deep: DeepOption = None,
     fail_on: FailOnOption = FailOn.ERROR,
     workers: WorkersOption = None,
-    layout: LayoutOption = LayoutChoice.AUTO,
-    config: ConfigOption = None,
-    kohya_config: KohyaConfigOption = None,
-    resolution: ResolutionOption = None,
-    enable_bucket: EnableBucketOption = None,
-    min_bucket_reso: MinBucketResoOption = None,
-    max_bucket_reso: MaxBucketResoOption = None,
-    bucket_reso_steps: BucketResoStepsOption = None,
-    bucket_no_upscale: BucketNoUpscaleOption = None,
+    dataset: DatasetOptions,
+    kohya: KohyaOptions,
     manifest: ManifestOption = None,
-    exclude: ExcludeOption = None,
-    state: StateOption = None,
-    no_state: NoStateOption = False,
+    selection: SelectionOptions,
     sample: SampleOption = None,
     file_timeout: FileTimeoutOption = None,
     allow_empty: AllowEmptyOption = None,
-    world_size: WorldSizeOption = None,
-    batch_size: BatchSizeOption = None,
-    s3_endpoint_url: S3EndpointUrlOption = None,
-    s3_profile: S3ProfileOption = None,
-    s3_region: S3RegionOption = None,
-    progress: ProgressOption = None,
-    progress_interval: ProgressIntervalOption = None,
+    training_run: TrainingRunOptions,
+    s3: S3Options,
+    progress: ProgressOptions,
 ) -> int:
     """Print each setting, its value and where it came from (the same options as scan)."""
     from cachedoctor.settings import show_value
@@ -121,33 +108,20 @@ def settings_show(
     env = current()
     settings = resolve(
         ctx,
-        s3_endpoint_url=s3_endpoint_url,
-        s3_profile=s3_profile,
-        s3_region=s3_region,
+        dataset,
+        kohya,
+        selection,
+        training_run,
+        s3,
+        progress,
         paths=paths,
         deep=deep,
         fail_on=fail_on,
         workers=workers,
-        layout=layout,
-        config=config,
-        kohya_config=kohya_config,
-        resolution=resolution,
-        enable_bucket=enable_bucket,
-        min_bucket_reso=min_bucket_reso,
-        max_bucket_reso=max_bucket_reso,
-        bucket_reso_steps=bucket_reso_steps,
-        bucket_no_upscale=bucket_no_upscale,
         manifest=manifest,
-        exclude=exclude,
-        state=state,
-        no_state=no_state,
         sample=sample,
         file_timeout=file_timeout,
         allow_empty=allow_empty,
-        world_size=world_size,
-        batch_size=batch_size,
-        progress=progress and progress.value,
-        progress_interval=progress_interval,
     )
     print(f"config file: {settings.file or '(none found)'}", file=env.stdout)
     rows = [(name.replace("_", "-"), _shown(name, s.value, show_value), s.source) for name, s in settings.items()]

@@ -109,3 +109,15 @@ def test_relative_links_resolve(doc: Path) -> None:
         elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
             broken.append(f"{link} (no heading #{anchor} in {path.relative_to(ROOT)})")
     assert not broken, f"{doc.relative_to(ROOT)}: broken relative links: {', '.join(broken)}"
+
+
+def test_the_readme_is_a_front_page_of_at_most_350_lines() -> None:
+    """The reference lives in docs/ (linked from the README's table), the front page stays short;
+    its first commands stay the ones a new contributor types."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 350, "README.md is over 350 lines: move the detail into docs/"
+    linked = {link.partition("#")[0] for link in _links(ROOT / "README.md")}
+    assert {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} <= linked
+    develop = readme.split("\n## Develop\n", 1)[1]
+    commands = re.findall(r"^make (\w+)", develop.split("```sh\n", 1)[1], re.M)
+    assert commands[:2] == ["demo", "test"]

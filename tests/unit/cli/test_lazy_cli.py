@@ -78,3 +78,60 @@ def test_explain_catalogue_is_what_the_checks_say() -> None:
     from cachedoctor.explain import catalogue
 
     assert [(k.kind, k.summary) for k in catalogue()] == [(c.kind, c.summary) for c in CHECKS]
+
+
+_VERSION = """
+import contextlib, io, json, runpy, sys
+sys.argv = ["cachedoctor", "--version"]
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        runpy.run_module("cachedoctor", run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+print(json.dumps([code, out.getvalue(), sorted(m for m in sys.modules if m.startswith("cachedoctor"))]))
+"""
+
+
+def test_version_imports_at_most_twelve_cachedoctor_modules(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``cachedoctor --version`` as the console script runs it, in a fresh interpreter: no command's
+    module is imported (``cli/lazy.py``)."""
+    from cachedoctor import __version__
+
+    out = subprocess.run([sys.executable, "-c", _VERSION], capture_output=True, text=True, check=True, cwd=tmp_path)
+    code, printed, modules = json.loads(out.stdout)
+    assert (code, printed) == (0, f"cachedoctor {__version__}\n")
+    assert len(modules) <= 12, modules
+    assert not any(
+        m.startswith(("cachedoctor.cli.scan", "cachedoctor.cli.repair", "cachedoctor.cli.options")) for m in modules
+    )
+
+
+def test_the_lazy_tree_is_the_tree_typer_builds_eagerly() -> None:
+    """Every command built on first use has the help it had when ``app.command()`` and
+    ``app.add_typer()`` registered it at import."""
+    import importlib
+
+    import typer
+
+    from cachedoctor.cli.app import _Commands, _root, app
+    from cachedoctor.cli.help import plain
+
+    eager = typer.Typer(name="cachedoctor", add_completion=True, rich_markup_mode=None, pretty_exceptions_enable=False)
+    eager.callback()(_root)
+    for lazy in _Commands.lazy:
+        target = getattr(importlib.import_module(lazy.module), lazy.attribute)
+        if isinstance(target, typer.Typer):
+            eager.add_typer(target, name=lazy.name, hidden=lazy.hidden)
+        else:
+            eager.command(hidden=lazy.hidden)(target)
+
+    def helps(command, path=()):  # type: ignore[no-untyped-def]
+        ctx = command.context_class(command, info_name=" ".join(("cachedoctor", *path)), terminal_width=80)
+        yield path, command.hidden, command.get_help(ctx)
+        for name in command.list_commands(ctx) if hasattr(command, "list_commands") else ():
+            yield from helps(command.get_command(ctx, name), (*path, name))
+
+    built = list(helps(plain(typer.main.get_command(app))))
+    assert built == list(helps(plain(typer.main.get_command(eager))))
+    assert len(built) == 15  # cachedoctor, its 8 commands and the 6 below manifest, quarantine, settings, config
