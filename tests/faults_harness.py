@@ -383,7 +383,11 @@ class Zygote:
     ``sitecustomize``), or kill a run while it imports the preloaded modules; use real
     ``Popen`` for those. One run at a time per zygote."""
 
-    def __init__(self, folder: Path, preload: tuple[str, ...] = ("torch", "cachedoctor.cli")) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        preload: tuple[str, ...] = ("torch", "cachedoctor.cli", "cachedoctor.cli.scan", "cachedoctor.cli.repair"),
+    ) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
