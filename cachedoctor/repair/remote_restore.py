@@ -11,10 +11,10 @@ of the prefix is held throughout; the run's objects are deleted once all are bac
 
 from __future__ import annotations
 
-from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore
+from cachedoctor.remote.interface import Location, ObjectInfo, ObjectStore, TransientError
 from cachedoctor.repair.model import RepairError
 from cachedoctor.repair.quarantine import RECORDS
-from cachedoctor.repair.remote_lock import PrefixLock
+from cachedoctor.repair.remote_lock import PrefixLock, still_failing
 from cachedoctor.repair.remote_quarantine import CopyUnverified, RemoteQuarantine, RemoteRun, delete_all, same_version
 
 
@@ -37,7 +37,10 @@ def restore_remote(
     whether anything that stood in the way was kept in quarantine run ``new_run_id``."""
     run = found.run
     with PrefixLock(store, location, new_run_id, "quarantine restore"):
-        now = {item.relpath: store.head(item.original) for item in run.files}
+        try:  # (nothing is changed before these: still failing, one line)
+            now = {item.relpath: store.head(item.original) for item in run.files}
+        except TransientError as exc:
+            raise still_failing(location.url, exc) from None
         changed = [item for item in run.files if _changed(found.records.get(item.relpath, {}), now[item.relpath])]
         if changed and not force:
             first = changed[0]
