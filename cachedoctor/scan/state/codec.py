@@ -14,13 +14,14 @@ from typing import Any
 
 from cachedoctor.checks import PeerEntry, PeerTensor
 from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.remote.interface import is_remote
 from cachedoctor.scan.outcome import Outcome
 
 
 def finding_to_json(f: Finding, folder: str) -> list[Any]:
     """Paths inside ``folder`` are kept by name, so a cache moved with ``mv`` (same inodes and
     times, so its rows still match) reports its files where they are now."""
-    prefix = folder.rstrip(os.sep) + os.sep
+    prefix = _inside(folder)
     path = f.path[len(prefix) :] if f.path.startswith(prefix) else f.path
     return [f.kind, f.severity.value, path, f.message, f.fix.value, f.source, dict(f.details)]
 
@@ -30,12 +31,26 @@ def finding_from_json(row: list[Any], folder: str) -> Finding:
     return Finding(
         kind=kind,
         severity=Severity(severity),
-        path=os.path.join(folder, path),
+        path=_joined(folder, path),
         message=message,
         fix=Fix(fix),
         source=source,
         details=details,
     )
+
+
+def _inside(folder: str) -> str:
+    """What the path of a file in ``folder`` starts with. A URL's folder is taken as written, and
+    its names joined back as written (:func:`_joined`): a key is no path, and the folder of
+    ``a//b.pt`` is ``a/``; stripped, the name was ``/b.pt``, which ``os.path.join`` took for an
+    absolute path, and a rescan named the finding ``/b.pt``."""
+    return folder + "/" if is_remote(folder) else folder.rstrip(os.sep) + os.sep
+
+
+def _joined(folder: str, name: str) -> str:
+    if is_remote(folder):
+        return name if is_remote(name) else f"{folder}/{name}"  # (a URL outside it: kept whole)
+    return os.path.join(folder, name)
 
 
 def outcome_to_text(o: Outcome) -> str:

@@ -37,6 +37,7 @@ from typing import NamedTuple
 from cachedoctor import __version__
 from cachedoctor.errors import PathError
 from cachedoctor.faults import is_full, move_aside, reason
+from cachedoctor.remote.interface import is_remote
 from cachedoctor.scan.state.db import connect, guarded, immediate, seal, unseal
 from cachedoctor.statedir import STATE_FILE, clock_path, state_db_path
 
@@ -220,7 +221,11 @@ class StateStore:
     # --- keys -------------------------------------------------------------------------------
 
     def key(self, folder: str) -> bytes:
-        """A folder's key: bytes, as the file system has it (names need not be UTF-8)."""
+        """A folder's key: bytes, as the file system has it (names need not be UTF-8). A URL's
+        is cut as written: ``relpath`` would make ``a/..`` the prefix itself and ``a//`` ``a``."""
+        if self.base and is_remote(folder):
+            base = self.base.rstrip("/")
+            return os.fsencode("." if folder == base else folder.removeprefix(base + "/"))
         return os.fsencode(os.path.relpath(folder, self.base) if self.base else folder)
 
     def covers(self, folder: str) -> bool:
