@@ -4,8 +4,12 @@ Clients point their endpoint at ``proxy.url``; every request is forwarded to the
 real sockets unless a planted fault matches it first. A fault answers the next ``times``
 matching requests (optionally only one method, or keys containing a string) with one of:
 
-- ``throttle``: ``503 SlowDown`` with the XML error body S3 sends;
+- ``throttle``: ``503 SlowDown`` with the XML error body S3 sends (no body to a HEAD, as S3);
 - ``reset``: the connection reset (RST) before any byte of the answer;
+- ``close``: the connection closed (FIN) before any byte of the answer, the request never
+  forwarded (a server or load balancer that drops it);
+- ``lost``: the request forwarded and answered, the answer not sent on: the connection closed
+  (FIN) before any byte of it (a write that went through, unconfirmed);
 - ``reset-mid``: the server's status line, headers and half the body, then RST;
 - ``short``: the headers (with the server's Content-Length), fewer bytes, then a plain close;
 - ``delay``: the request forwarded after ``seconds``.
@@ -24,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-KINDS = ("throttle", "reset", "reset-mid", "short", "delay")
+KINDS = ("throttle", "reset", "close", "lost", "reset-mid", "short", "delay")
 
 SLOWDOWN_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -249,14 +253,19 @@ class S3Proxy:
                 body, _ = _body(reader, headers, bodiless=False) if self._has_body(headers) else (b"", False)
                 fault = self._take(method, unquote(urlsplit(target).path))
                 if fault is not None and fault.kind == "throttle":
+                    # a HEAD's answer has the headers alone: a body after it would be read as
+                    # the next answer's status line
                     client.sendall(
                         b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
                         + f"Content-Length: {len(SLOWDOWN_BODY)}\r\n\r\n".encode()
-                        + SLOWDOWN_BODY
+                        + (b"" if method == "HEAD" else SLOWDOWN_BODY)
                     )
                     continue
                 if fault is not None and fault.kind == "reset":
                     _reset(client)
+                    return
+                if fault is not None and fault.kind == "close":
+                    client.shutdown(socket.SHUT_RDWR)
                     return
                 if fault is not None and fault.kind == "delay":
                     time.sleep(fault.seconds)
@@ -278,6 +287,9 @@ class S3Proxy:
                 answer_headers = _headers(answer)
                 bodiless = method == "HEAD" or status in (204, 304) or 100 <= status < 200
                 answer_body, must_close = _body(up_reader, answer_headers, bodiless)
+                if fault is not None and fault.kind == "lost":
+                    client.shutdown(socket.SHUT_RDWR)
+                    return
                 if fault is not None and fault.kind in ("reset-mid", "short"):
                     client.sendall(answer + answer_body[: len(answer_body) // 2])
                     if fault.kind == "reset-mid":

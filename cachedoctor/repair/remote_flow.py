@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
 from cachedoctor.repair.model import Declined, RepairError
-from cachedoctor.repair.remote_lock import lock_url
+from cachedoctor.repair.remote_lock import lock_url, still_failing
 from cachedoctor.repair.remote_run import RemoteSession, changed_by_others, listed, plan_remote
 from cachedoctor.repair.scope import run_scope
-from cachedoctor.stores.interface import Location, ObjectInfo, Store, is_remote
+from cachedoctor.stores.interface import Location, ObjectInfo, Store, TransientError, is_remote
 
 if TYPE_CHECKING:
     from cachedoctor.repair.model import RepairPlan
@@ -51,9 +51,9 @@ def where(store: Store, url: str) -> tuple[Location, dict[str, ObjectInfo]]:
     """The prefix a repair of ``url`` works in (its lock, journal and quarantine) and its objects
     by URL: ``url`` itself, or the folder of the one object it names."""
     location = Location.parse(url)
-    infos = listed(store, location)
+    infos = listed(store, location)  # (a listing still failing is one line already: ``S3Store.list``)
     if not infos and location.key:
-        info = store.head(url)
+        info = _head(store, url)
         if info is not None:  # s3://bucket/key.pt: one object, repaired in its folder
             parent = location.key.rpartition("/")[0]
             return location.child(parent), {url: info}
@@ -65,9 +65,17 @@ def lock_location(store: Store, url: str) -> Location:
     itself, or the folder of the one object it names (one HEAD; ``where`` says the same once
     listed)."""
     location = Location.parse(url)
-    if location.key and not url.endswith("/") and store.head(url) is not None:
+    if location.key and not url.endswith("/") and _head(store, url) is not None:
         return location.child(location.key.rpartition("/")[0])
     return location
+
+
+def _head(store: Store, url: str) -> ObjectInfo | None:
+    """``store.head(url)``, made before anything is changed: still failing, one line."""
+    try:
+        return store.head(url)
+    except TransientError as exc:
+        raise still_failing(url, exc) from None
 
 
 def repair_remote(
@@ -171,7 +179,10 @@ def survey_remote_targets(
     url = one_prefix(targets)
     store = store_for(url, settings or (s3_of(options) if options is not None else None))
     location = where(store, url)[0]
-    found = survey_remote(store, location)
+    try:
+        found = survey_remote(store, location)
+    except TransientError as exc:  # the lock's HEAD or GET, still failing: one line
+        raise still_failing(lock_url(location), exc) from None
     out = out if out is not None else Survey(None)
     if found.locked:
         (out.stale_locks if found.stale_lock else out.held_locks).append(lock_url(location))

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from cachedoctor.repair.journal import process_alive, process_start
 from cachedoctor.repair.model import RepairError
 from cachedoctor.statedir import STATE_DIR
-from cachedoctor.stores.interface import Location, ObjectChanged, ObjectGone, Store
+from cachedoctor.stores.interface import Location, ObjectChanged, ObjectGone, Store, TransientError
 
 LOCK = "lock"
 #: A lock object bigger than this is no lock of ours (it is not read whole).
@@ -97,6 +97,15 @@ class Holder:
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since))
         return f"run {self.run_id}, pid {self.pid} on {self.host}, since {when}"
+
+
+def still_failing(
+    url: str, exc: TransientError, what: str = "cannot be read", then: str = "try again later"
+) -> RepairError:
+    """One line (exit 2), worded as the scan's, for a request still failing after the store's
+    retries: an endpoint that keeps failing is no bug to show a traceback for; waiting is what
+    to do. ``<why>`` names the request's own URL where it is not ``url``."""
+    return RepairError(url, f"{what} ({str(exc).removeprefix(url + ': ')}); {then}")
 
 
 class RemoteLocked(RepairError):
@@ -179,11 +188,21 @@ class PrefixLock:
 
     def acquire(self, take_stale: bool = False) -> None:
         """Create the lock object, or raise :class:`RemoteLocked`. ``take_stale``: a lock whose
-        holder is provably gone is deleted first (``recover --apply``)."""
+        holder is provably gone is deleted first (``recover --apply``). An endpoint that keeps
+        failing is one line saying to try again later (:func:`still_failing`)."""
+        try:
+            self._acquire(take_stale)
+        except TransientError as exc:
+            raise still_failing(self.url, exc, "the lock cannot be taken") from None
+
+    def _acquire(self, take_stale: bool) -> None:
         if self.store.put_if_absent(self.url, self.holder.to_bytes()):
             self.held = True
             return
         holder, exists = read_holder(self.store, self.location)
+        if holder is not None and (holder.run_id, holder.pid, holder.host) == self._mine():
+            self.held = True  # our own PUT went through unanswered, and its retry found it there
+            return
         if take_stale and exists and holder is not None and holder.gone:
             self.store.delete(self.url)
             if self.store.put_if_absent(self.url, self.holder.to_bytes()):
@@ -202,6 +221,13 @@ class PrefixLock:
         the lock first, then looking, means of two that start together at least one sees the
         other: the later by (start time, run id) lets go; the earlier waits for that. ``ours``:
         lock URLs this same run holds (the other cache prefixes of one dataset)."""
+        try:
+            self._exclude_overlaps(listed_urls, ours)
+        except TransientError as exc:
+            self.release()
+            raise still_failing(self.location.url, exc, "the locks of overlapping prefixes cannot be read") from None
+
+    def _exclude_overlaps(self, listed_urls: Iterable[str], ours: Collection[str]) -> None:
         for url in ancestor_locks(self.location) + nested_locks(self.location, listed_urls):
             if url in ours:
                 continue
@@ -226,12 +252,29 @@ class PrefixLock:
 
     def release(self) -> None:
         """Delete the lock object if it is still ours (a lock someone cleared and took since is
-        theirs now)."""
+        theirs now): known by its ETag where that is our bytes' MD5 (a plain PUT's), else read.
+        One the endpoint fails to delete is left, and the line says what clears it."""
         if not self.held:
             return
         self.held = False
-        holder, exists = read_holder(self.store, self.location)
-        if exists and holder is not None and (holder.run_id, holder.pid, holder.host) == self._mine():
+        try:
+            self._delete_if_ours()
+        except TransientError as exc:
+            then = f"the lock is left; once the endpoint answers, `cachedoctor recover {self.location.url} --apply` clears it"
+            raise still_failing(self.url, exc, "cannot be deleted", then) from None
+
+    def _delete_if_ours(self) -> None:
+        info = self.store.head(self.url)
+        if info is None:
+            return
+        try:
+            if info.etag == hashlib.md5(self.holder.to_bytes(), usedforsecurity=False).hexdigest():
+                self.store.delete_if_match(self.url, info.etag)
+                return
+            holder = Holder.parse(self.store.read_whole(info, _LOCK_LIMIT))
+        except (ObjectGone, ObjectChanged):
+            return  # gone, or replaced since the HEAD: not ours
+        if holder is not None and (holder.run_id, holder.pid, holder.host) == self._mine():
             self.store.delete(self.url)
 
     def _mine(self) -> tuple[str, int, str]:
@@ -255,4 +298,5 @@ __all__ = [
     "own_key",
     "read_holder",
     "remote_root",
+    "still_failing",
 ]

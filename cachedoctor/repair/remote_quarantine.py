@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cachedoctor.repair.quarantine import RECORDS, QuarantinedFile, QuarantineRun, original_rel
-from cachedoctor.repair.remote_lock import own_key
-from cachedoctor.stores.interface import Location, ObjectGone, ObjectInfo, Store
+from cachedoctor.repair.remote_lock import own_key, still_failing
+from cachedoctor.stores.interface import Location, ObjectGone, ObjectInfo, Store, TransientError
 
 #: Records bigger than this are not read (they are advisory).
 _RECORDS_LIMIT = 64 << 20
@@ -211,7 +211,10 @@ def list_remote_runs(store: Store, location: Location) -> list[RemoteRun]:
     for run_id in sorted(by_run):
         objects = by_run[run_id]
         records_info = objects.pop(RECORDS, None)
-        records = read_records(store, "", records_info) if records_info is not None else {}
+        try:  # (read before anything is changed: still failing, one line)
+            records = read_records(store, "", records_info) if records_info is not None else {}
+        except TransientError as exc:
+            raise still_failing(f"{quarantine_url(location)}/{run_id}", exc) from None
         files = tuple(  # (an abandoned copy replaced nothing: not listed, not restored; purged)
             _file(location, rel, info, records.get(rel, {}))
             for rel, info in sorted(objects.items())

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from cachedoctor.repair.model import RepairError
 from cachedoctor.repair.quarantine import RECORDS
-from cachedoctor.repair.remote_lock import PrefixLock
+from cachedoctor.repair.remote_lock import PrefixLock, still_failing
 from cachedoctor.repair.remote_quarantine import CopyUnverified, RemoteQuarantine, RemoteRun, delete_all, same_version
-from cachedoctor.stores.interface import Location, ObjectInfo, Store
+from cachedoctor.stores.interface import Location, ObjectInfo, Store, TransientError
 
 
 class RestoreRefused(RepairError):
@@ -37,7 +37,10 @@ def restore_remote(
     whether anything that stood in the way was kept in quarantine run ``new_run_id``."""
     run = found.run
     with PrefixLock(store, location, new_run_id, "quarantine restore"):
-        now = {item.relpath: store.head(item.original) for item in run.files}
+        try:  # (nothing is changed before these: still failing, one line)
+            now = {item.relpath: store.head(item.original) for item in run.files}
+        except TransientError as exc:
+            raise still_failing(location.url, exc) from None
         changed = [item for item in run.files if _changed(found.records.get(item.relpath, {}), now[item.relpath])]
         if changed and not force:
             first = changed[0]

@@ -25,10 +25,10 @@ from cachedoctor.repair.journal import Interrupted, Journal, abandon, new_run_id
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairPlan, Stat
 from cachedoctor.repair.planner import plan_repair
 from cachedoctor.repair.remote_act import Recompute, RemoteActor
-from cachedoctor.repair.remote_lock import PrefixLock, remote_root
+from cachedoctor.repair.remote_lock import PrefixLock, remote_root, still_failing
 from cachedoctor.repair.remote_quarantine import RemoteQuarantine, quarantine_url
 from cachedoctor.repair.remote_recover import roll_forward, survey_remote
-from cachedoctor.stores.interface import Location, ObjectInfo, Store
+from cachedoctor.stores.interface import Location, ObjectInfo, Store, TransientError
 
 NO_SOURCE = "its source is unknown: repair with the dataset (--config naming its SimpleTuner aws dataset)"
 NO_RECOMPUTE = f"{NO_SOURCE} and an --encoder, or let the trainer re-cache it"
@@ -108,7 +108,10 @@ class RemoteSession:
     def __enter__(self) -> RemoteSession:
         self.lock.acquire(take_stale=self.take_stale)
         try:
-            self.interrupted = survey_remote(self.store, self.location).interrupted
+            try:
+                self.interrupted = survey_remote(self.store, self.location).interrupted
+            except TransientError as exc:  # the lock's own GET: nothing changed but the lock
+                raise still_failing(self.lock.url, exc) from None
             if self.interrupted is not None and self.fresh:
                 abandon(self.root, None, self.interrupted.run_id)
                 self.interrupted = None

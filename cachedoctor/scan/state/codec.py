@@ -15,6 +15,7 @@ from typing import Any
 from cachedoctor.checks import PeerEntry, PeerTensor
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.scan.outcome import Outcome
+from cachedoctor.stores.interface import is_remote
 
 
 def finding_to_json(f: Finding, folder: str) -> list[Any]:
@@ -25,24 +26,31 @@ def finding_to_json(f: Finding, folder: str) -> list[Any]:
     return [f.kind, f.severity.value, path, f.message, f.fix.value, f.source, dict(f.details)]
 
 
-def _inside(folder: str) -> str:
-    """What a path inside ``folder`` starts with. Never ``rstrip``: an object store's folder can
-    end in ``/`` (the key ``a//b.pt`` is ``b.pt`` in the folder ``a/``), and its files' names
-    start after one more ``/``; only the file-system root is its own prefix."""
-    return folder if folder == os.sep else folder + os.sep
-
-
 def finding_from_json(row: list[Any], folder: str) -> Finding:
     kind, severity, path, message, fix, source, details = row
     return Finding(
         kind=kind,
         severity=Severity(severity),
-        path=path if path.startswith(os.sep) or "://" in path else _inside(folder) + path,
+        path=_joined(folder, path),
         message=message,
         fix=Fix(fix),
         source=source,
         details=details,
     )
+
+
+def _inside(folder: str) -> str:
+    """What the path of a file in ``folder`` starts with. A URL's folder is taken as written, and
+    its names joined back as written (:func:`_joined`): a key is no path, and the folder of
+    ``a//b.pt`` is ``a/``; stripped, the name was ``/b.pt``, which ``os.path.join`` took for an
+    absolute path, and a rescan named the finding ``/b.pt``."""
+    return folder + "/" if is_remote(folder) else folder.rstrip(os.sep) + os.sep
+
+
+def _joined(folder: str, name: str) -> str:
+    if is_remote(folder):
+        return name if is_remote(name) else f"{folder}/{name}"  # (a URL outside it: kept whole)
+    return os.path.join(folder, name)
 
 
 def outcome_to_text(o: Outcome) -> str:

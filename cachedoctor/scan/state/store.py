@@ -252,7 +252,11 @@ class StateStore:
     # --- keys -------------------------------------------------------------------------------
 
     def key(self, folder: str) -> bytes:
-        """A folder's key: bytes, as the file system has it (names need not be UTF-8)."""
+        """A folder's key: bytes, as the file system has it (names need not be UTF-8). A URL's
+        is cut as written: ``relpath`` would make ``a/..`` the prefix itself and ``a//`` ``a``."""
+        if self.base and is_remote(folder):
+            base = self.base.rstrip("/")
+            return os.fsencode("." if folder == base else folder.removeprefix(base + "/"))
         return os.fsencode(os.path.relpath(folder, self.base) if self.base else folder)
 
     def covers(self, folder: str) -> bool:
