@@ -32,11 +32,10 @@ import secrets
 import stat
 from collections.abc import Iterator
 
-from cachedoctor.atomic import TEMP_SUFFIX, fsync_dir, is_own_temp, temp_prefix_for, temp_target, transfer
+from cachedoctor.atomic import fsync_dir
 from cachedoctor.statedir import is_lock_name, lock_path
 from cachedoctor.stores.interface import (
     Capabilities,
-    KeyNotStorable,
     Location,
     ObjectChanged,
     ObjectGone,
@@ -44,30 +43,14 @@ from cachedoctor.stores.interface import (
     Store,
     StoreError,
 )
+from cachedoctor.stores.local_links import STORE_TEMP, LocalLinks
+from cachedoctor.stores.local_paths import checked_path, file_info, signature
 
-_TEMP = ".cachedoctor-store-"
+_TEMP = STORE_TEMP
 _CHUNK = 1 << 20
 
 
-def signature(st: os.stat_result) -> str:
-    """The version of a file as this store names it (changes with any rewrite)."""
-    return f"{st.st_size:x}-{st.st_mtime_ns:x}-{st.st_ino:x}"
-
-
-def _info(path: str, st: os.stat_result) -> ObjectInfo:
-    return ObjectInfo(path, st.st_size, signature(st), st.st_mtime_ns)
-
-
-def checked_path(url: str) -> str:
-    """``url`` as a path that names exactly it, else :class:`KeyNotStorable`."""
-    if not url.startswith("/"):
-        raise KeyNotStorable(url, "is not an absolute path; the local store names files by absolute path")
-    if os.path.normpath(url) != url or url.endswith("/"):
-        raise KeyNotStorable(url, "a file system would store this key under another name ('//', '.', '..')")
-    return url
-
-
-class LocalStore(Store):
+class LocalStore(LocalLinks, Store):
     """The files under ``/`` (one instance serves every local target)."""
 
     capabilities = Capabilities(server_versions=False, exact_keys=False, local_paths=True, links=True, appends=True)
@@ -85,7 +68,7 @@ class LocalStore(Store):
         except OSError as exc:
             raise StoreError(root, f"cannot be listed ({exc.strerror}); check the path and its permissions") from None
         if stat.S_ISREG(st.st_mode):
-            yield _info(root, st)
+            yield file_info(root, st)
             return
         yield from self._walk(root)
 
@@ -118,7 +101,7 @@ class LocalStore(Store):
             except OSError:
                 continue  # gone since, or a dangling link: nothing to read
             if stat.S_ISREG(st.st_mode):
-                yield _info(entry.path, st)
+                yield file_info(entry.path, st)
 
     def head(self, url: str) -> ObjectInfo | None:
         path = checked_path(url)
@@ -126,7 +109,7 @@ class LocalStore(Store):
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return _info(path, st) if stat.S_ISREG(st.st_mode) else None
+        return file_info(path, st) if stat.S_ISREG(st.st_mode) else None
 
     @contextlib.contextmanager
     def _open(self, info: ObjectInfo) -> Iterator[int]:
@@ -197,7 +180,7 @@ class LocalStore(Store):
                 os.unlink(temp)
             raise
         fsync_dir(os.path.dirname(path))
-        return _info(path, os.stat(path))
+        return file_info(path, os.stat(path))
 
     def put(self, url: str, data: bytes) -> ObjectInfo:
         path = checked_path(url)
@@ -266,98 +249,3 @@ class LocalStore(Store):
                 if exc.errno != errno.ENOENT:
                     raise
         fsync_dir(os.path.dirname(path))
-
-    # -- the quarantine's operations (capabilities.links and .appends) ---------------------------
-
-    def head_entry(self, url: str) -> ObjectInfo | None:
-        """The file, or a symbolic link that leads nowhere (a dangling link, a loop) as the
-        link itself: what ``atomic.transfer`` keeps when it keeps a link."""
-        path = checked_path(url)
-        try:
-            st = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            st = None
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
-            st = None
-        if st is not None:
-            return _info(path, st) if stat.S_ISREG(st.st_mode) else None
-        try:
-            st = os.lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return _info(path, st) if stat.S_ISLNK(st.st_mode) else None
-
-    def list_entries(self, prefix: Location) -> Iterator[ObjectInfo]:
-        """Every file and symbolic link under ``prefix`` as itself (``lstat``; links are not
-        followed), leaving out temporaries (``atomic``'s and this store's) and lock files."""
-        for dirpath, dirs, names in os.walk(prefix.url):
-            dirs.sort()
-            for name in sorted(names):
-                if is_own_temp(name) or name.startswith(_TEMP) or is_lock_name(name):
-                    continue
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-                    yield _info(path, st)
-
-    def link(self, source: str, target: str, *, sync: bool = True) -> None:
-        target = checked_path(target)
-        try:
-            transfer(checked_path(source), target, keep_source=True, sync=sync)
-        except FileNotFoundError:
-            if os.path.isdir(os.path.dirname(target)):
-                raise
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            transfer(source, target, keep_source=True, sync=sync)
-
-    def rename(self, source: str, target: str) -> None:
-        target = checked_path(target)
-        folder = os.path.dirname(target)
-        os.makedirs(folder, exist_ok=True)
-        _drop_temps_of(target)
-        transfer(checked_path(source), target)
-
-    def append(self, url: str, data: bytes, *, sync: bool = True) -> None:
-        path = checked_path(url)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def sync(self, url: str) -> None:
-        fd = os.open(checked_path(url), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def delete_under(self, prefix: Location) -> None:
-        import shutil
-
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(prefix.url)
-
-
-def _drop_temps_of(target: str) -> None:
-    """Remove the temp files of an earlier copy to ``target`` that a kill cut short. Their writer
-    held ``target``'s lock for their whole life; the caller holds it now, so they are abandoned."""
-    import glob
-
-    pattern = glob.escape(os.path.join(os.path.dirname(target), temp_prefix_for(target))) + "*" + TEMP_SUFFIX
-    for temp in glob.glob(pattern):
-        if temp_target(temp) == target:
-            os.unlink(temp)
