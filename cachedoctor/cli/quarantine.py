@@ -21,7 +21,7 @@ from cachedoctor.report.text import human_size
 
 if TYPE_CHECKING:
     from cachedoctor.repair.quarantine import QuarantineRun
-    from cachedoctor.repair.quarantine_search import Search
+    from cachedoctor.repair.quarantine_search import Prefix, Search
     from cachedoctor.stores.s3 import S3Settings
 
 quarantine_app = typer.Typer(help="List, restore or purge what repair moved aside.", no_args_is_help=True)
@@ -93,13 +93,32 @@ def _described(
 
 
 def _remote(paths: list[str] | None) -> str | None:
-    """The s3:// URL among ``paths`` (its quarantine is in the bucket: ``quarantine_remote.py``)."""
+    """The s3:// URL among ``paths`` (its quarantine is in the bucket: a ``Prefix`` to look in)."""
     from cachedoctor.stores.interface import is_remote
 
     remote = [p for p in paths or () if is_remote(p)]
     if remote and len(paths or ()) > 1:
         raise PathError(remote[0], "give one s3:// prefix on its own; run one command per prefix")
     return remote[0] if remote else None
+
+
+def _look(
+    ctx: typer.Context,
+    paths: list[str] | None,
+    described: DescriptionOptions,
+    trainer: TrainerPathOptions,
+    s3: S3Options,
+) -> Search | Prefix:
+    """Where the quarantines are: an s3:// prefix named on its own (its cache root, in the
+    bucket: the prefix a repair of that URL works in), else the folders :func:`_search` finds."""
+    if url := _remote(paths):
+        from cachedoctor.repair.quarantine_search import Prefix
+        from cachedoctor.repair.remote_flow import one_prefix, where
+        from cachedoctor.stores.connect import store_for
+
+        store = store_for(one_prefix([url]), _s3(ctx, s3))
+        return Prefix(where(store, url)[0].url, store)
+    return _search(paths, described, trainer)
 
 
 def _s3(ctx: typer.Context, s3: S3Options) -> S3Settings:
@@ -110,7 +129,7 @@ def _s3(ctx: typer.Context, s3: S3Options) -> S3Settings:
     return s3_settings(resolve(ctx, s3))
 
 
-def _where(search: Search) -> str:
+def _where(search: Search | Prefix) -> str:
     return " ".join(search.below + search.here) or "the dataset's cache folders"
 
 
@@ -130,13 +149,9 @@ def quarantine_list(
     run_arg, paths = _run_first(paths)
     from cachedoctor.report.quarantine_text import MORE, write_runs
 
-    if url := _remote(paths):
-        from cachedoctor.cli.quarantine_remote import remote_list
-
-        return remote_list(url, _s3(ctx, s3), run_arg, every)
     env = current()
     out = env.stdout
-    search = _search(paths, described, trainer)
+    search = _look(ctx, paths, described, trainer, s3)
     found = search.runs()
     if run_arg is not None:  # one run, file by file
         run_id = search.resolve(run_arg, _where(search))
@@ -165,7 +180,7 @@ def _run_first(paths: list[str] | None) -> tuple[str | None, list[str] | None]:
     return None, paths
 
 
-def _found(search: Search, given: str, verb: str) -> tuple[str, list[tuple[str, QuarantineRun]]]:
+def _found(search: Search | Prefix, given: str, verb: str) -> tuple[str, list[tuple[str, QuarantineRun]]]:
     """The run id ``given`` names (an id, a unique prefix, ``latest``) and where it is."""
     run_id = search.resolve(given, _where(search))
     found = search.find(run_id, verb)
@@ -197,27 +212,29 @@ def quarantine_restore(
     """Put RUN's files back in every cache root at or below PATH... that holds it (one repair run
     is one RUN across all its cache roots); what is there now is quarantined first, so nothing is
     lost."""
-    if url := _remote(paths):
-        from cachedoctor.cli.quarantine_remote import remote_restore
-
-        return remote_restore(url, run_id, force, yes, _s3(ctx, s3))
     from cachedoctor.cli.consent import agreed, require_someone_to_ask
     from cachedoctor.repair.journal import new_run_id
-    from cachedoctor.repair.quarantine import Quarantine, restore
+    from cachedoctor.repair.quarantine_restore import restore
+    from cachedoctor.repair.quarantine_search import Prefix
 
     env = current()
-    run_id, found = _found(_search(paths, described, trainer), run_id, "restore")
+    search = _look(ctx, paths, described, trainer, s3)
+    run_id, found = _found(search, run_id, "restore")
     where = " ".join(base for base, _ in found)
     require_someone_to_ask(env, yes, "restoring", f"{run_id} in {where}", "add --yes to restore")
     files = sum(len(run.files) for _, run in found)
     if not agreed(env, yes, f"Put {files} file(s) back (what is there now is quarantined first)? [y/N] "):
         raise PathError(where, "not restored; pass --yes to restore without asking")
     aside = f"restore-{new_run_id()}"
-    done = [path for base, run in found for path in restore(base, run, aside)]
-    replaced = any(os.path.isdir(Quarantine(base, aside).folder) for base, _ in found)
-    line = f"restored {len(done)} file(s) from {run_id} in {len(found)} cache root(s)"
+    done: list[tuple[str, str]] = []
+    replaced = False
+    for base, run in found:
+        pairs, kept = restore(base, run, aside, force, search.store)
+        done, replaced = done + pairs, replaced or kept
+    one = isinstance(search, Prefix)  # an s3:// prefix: its line names it, as it always has
+    line = f"restored {len(done)} file(s) from {run_id} in {where if one else f'{len(found)} cache root(s)'}"
     if replaced:  # only then is there a run to name: nothing stood where the files went back
-        line += f"; the files they replaced are in quarantine run {aside}"
+        line += f"; the {'objects' if one else 'files'} they replaced are in quarantine run {aside}"
     print(env.wrap(line), file=env.stdout)
     return ExitStatus.CLEAN
 
@@ -236,21 +253,18 @@ def quarantine_purge(
 ) -> int:
     """Delete RUN's quarantine for good, in every cache root at or below PATH... that holds it
     (the only command that deletes data)."""
-    if url := _remote(paths):
-        from cachedoctor.cli.quarantine_remote import remote_purge
-
-        return remote_purge(url, run_id, yes, _s3(ctx, s3))
     from cachedoctor.cli.consent import agreed, require_someone_to_ask
-    from cachedoctor.repair.quarantine import purge
+    from cachedoctor.repair.quarantine_restore import purge
 
     env = current()
-    run_id, found = _found(_search(paths, described, trainer), run_id, "purge")
+    search = _look(ctx, paths, described, trainer, s3)
+    run_id, found = _found(search, run_id, "purge")
     where = " ".join(base for base, _ in found)
     require_someone_to_ask(env, yes, "purging", f"{run_id} in {where}", "add --yes to delete it for good")
     files, size = sum(len(run.files) for _, run in found), sum(run.size for _, run in found)
     if not agreed(env, yes, f"Delete {files} file(s), {human_size(size)}, for good? [y/N] "):
         raise PathError(found[0][1].folder, "not purged; pass --yes to delete it without asking")
-    freed = sum(purge(run) for _, run in found)
+    freed = sum(purge(base, run, search.store) for base, run in found)
     print(f"purged {run_id}: {human_size(freed)} freed", file=env.stdout)
     return ExitStatus.CLEAN
 

@@ -163,3 +163,10 @@ class RepairPlan:
 
     def runnable(self) -> list[Action]:
         return [a for a in self.actions if not a.blocked]
+
+
+def still_failing(url: str, exc: Exception, what: str = "cannot be read", then: str = "try again later") -> RepairError:
+    """One line (exit 2), worded as the scan's, for a request still failing after the store's
+    retries: an endpoint that keeps failing is no bug to show a traceback for; waiting is what
+    to do. ``<why>`` names the request's own URL where it is not ``url``."""
+    return RepairError(url, f"{what} ({str(exc).removeprefix(url + ': ')}); {then}")

@@ -9,6 +9,9 @@ folder beyond that index, and skips hidden folders (``.git``, ``.venv``, caches 
 and ``__pycache__``: a hidden cache root is found when it is named. Symlinked folders are
 followed once, as the scan follows them.
 
+An object-store prefix (``s3://bucket/prefix``) is one cache root, named on its own: a
+:class:`Prefix` answers as a :class:`Search` does, so the commands are written once.
+
 Light on purpose: ``quarantine list`` imports no scan, layout or reader.
 """
 
@@ -19,9 +22,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from cachedoctor.errors import PathError
-from cachedoctor.repair.quarantine import QuarantineRun, find_run, list_runs
+from cachedoctor.repair.quarantine import QuarantineRun
+from cachedoctor.repair.quarantine_runs import find_run, list_runs
 from cachedoctor.repair.run_ids import resolve_run
 from cachedoctor.statedir import STATE_DIR, quarantine_root
+from cachedoctor.stores.interface import Store
 
 MISSING = "no such file or folder; check the path (and that its disk is mounted)"
 #: Where a SimpleTuner checkout keeps the config naming its cache folders (``layouts/simpletuner.py``'s
@@ -39,6 +44,7 @@ class Search:
     here: list[str] = field(default_factory=list)
     given: set[str] = field(default_factory=set)  # the folders of the paths given
     named: set[str] = field(default_factory=set)  # and the cache folders a dataset description names
+    store: Store | None = None  # the local disk's (``connect.local_store``)
 
     @classmethod
     def of(cls, targets: Sequence[str], described: Sequence[str] = ()) -> Search:
@@ -95,6 +101,45 @@ class Search:
                 f"{', '.join(r for r, _ in found)}; name the one you mean: `cachedoctor quarantine {verb} {run_id} ROOT`",
             )
         return found
+
+
+@dataclass(slots=True)
+class Prefix:
+    """One object-store prefix as the place to look: the cache root itself (what ``Search``
+    finds by walking, a prefix names). Its runs are listed once."""
+
+    url: str
+    store: Store
+    _runs: list[QuarantineRun] | None = None
+
+    @property
+    def below(self) -> list[str]:
+        return [self.url]
+
+    @property
+    def here(self) -> list[str]:
+        return []
+
+    @property
+    def given(self) -> set[str]:
+        return {self.url}
+
+    def roots(self) -> list[str]:
+        return [self.url]
+
+    def _listed(self) -> list[QuarantineRun]:
+        if self._runs is None:
+            self._runs = list_runs(self.url, self.store)
+        return self._runs
+
+    def runs(self) -> list[tuple[str, list[QuarantineRun]]]:
+        return [(self.url, runs)] if (runs := self._listed()) else []
+
+    def resolve(self, given: str, where: str) -> str:
+        return resolve_run(given, (r.run_id for r in self._listed()), where)
+
+    def find(self, run_id: str, verb: str = "restore") -> list[tuple[str, QuarantineRun]]:
+        return [(self.url, run) for run in self._listed() if run.run_id == run_id]
 
 
 class AmbiguousRun(PathError):
@@ -160,4 +205,4 @@ def _is_dir(entry: os.DirEntry, followed: set[tuple[int, int]]) -> bool:
     return True
 
 
-__all__ = ["MISSING", "SIMPLETUNER_CONFIGS", "AmbiguousRun", "Search"]
+__all__ = ["MISSING", "SIMPLETUNER_CONFIGS", "AmbiguousRun", "Prefix", "Search"]

@@ -5,7 +5,7 @@ verify, delete. The steps of one object, and what a kill between any two of them
 1. one whole GET (conditional on the scanned ETag), the new bytes made from it (``lossless.py``,
    as on disk) and judged by the scan's own readers and checks (``verify.problems_of`` of the
    bytes in memory): repair never writes an object its own scan would reject;
-2. the server-side copy into the quarantine, verified (``remote_quarantine.py``); the journal
+2. the server-side copy into the quarantine, verified (``quarantine.py``); the journal
    records the kept copy (the object is still the old one: a kill here changes nothing a reader
    sees, and ``recover`` finishes the item);
 3. the PUT of the new bytes, conditional on the old ETag (``If-Match``: a trainer's write since
@@ -33,7 +33,7 @@ from typing import TypeAlias
 from cachedoctor.lifetime import reraise_interrupt
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, NotRewritable, RepairError
 from cachedoctor.repair.peer_scale import UNNAMED, EncoderUsed
-from cachedoctor.repair.remote_quarantine import CopyUnverified, RemoteQuarantine
+from cachedoctor.repair.quarantine import CopyUnverified, Quarantine
 from cachedoctor.repair.replace import crash_point
 from cachedoctor.stores.interface import (
     ObjectChanged,
@@ -90,7 +90,7 @@ class RemoteActor:
     def __init__(
         self,
         store: Store,
-        quarantine: RemoteQuarantine,
+        quarantine: Quarantine,
         record: Callable[[ItemResult], None],
         threads: int | None = None,
         recompute: Recompute | None = None,

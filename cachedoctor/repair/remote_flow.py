@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
-from cachedoctor.repair.model import Declined, RepairError
-from cachedoctor.repair.remote_lock import lock_url, still_failing
+from cachedoctor.repair.model import Declined, RepairError, still_failing
+from cachedoctor.repair.remote_lock import lock_url
 from cachedoctor.repair.remote_run import RemoteSession, changed_by_others, listed, plan_remote
 from cachedoctor.repair.scope import run_scope
 from cachedoctor.stores.interface import Location, ObjectInfo, Store, TransientError, is_remote

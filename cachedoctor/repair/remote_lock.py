@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass
 
 from cachedoctor.repair.journal import process_alive, process_start
-from cachedoctor.repair.model import RepairError
+from cachedoctor.repair.model import RepairError, still_failing
 from cachedoctor.statedir import STATE_DIR
 from cachedoctor.stores.interface import Location, ObjectChanged, ObjectGone, Store, TransientError
 
@@ -97,15 +97,6 @@ class Holder:
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since))
         return f"run {self.run_id}, pid {self.pid} on {self.host}, since {when}"
-
-
-def still_failing(
-    url: str, exc: TransientError, what: str = "cannot be read", then: str = "try again later"
-) -> RepairError:
-    """One line (exit 2), worded as the scan's, for a request still failing after the store's
-    retries: an endpoint that keeps failing is no bug to show a traceback for; waiting is what
-    to do. ``<why>`` names the request's own URL where it is not ``url``."""
-    return RepairError(url, f"{what} ({str(exc).removeprefix(url + ': ')}); {then}")
 
 
 class RemoteLocked(RepairError):
@@ -298,5 +289,4 @@ __all__ = [
     "own_key",
     "read_holder",
     "remote_root",
-    "still_failing",
 ]

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState
+from cachedoctor.repair.quarantine import Quarantine, same_version
 from cachedoctor.repair.remote_act import RemoteActor, info_of, judge
 from cachedoctor.repair.remote_lock import Holder, read_holder, remote_root
-from cachedoctor.repair.remote_quarantine import RemoteQuarantine, same_version
 from cachedoctor.stores.interface import Location, ObjectInfo, Store
 
 
@@ -100,7 +100,7 @@ def _was_missing(actor: RemoteActor, action: Action) -> ItemResult | None:
 
 
 def _written_before_kill(
-    store: Store, quarantine: RemoteQuarantine, action: Action, planned: ObjectInfo, now: ObjectInfo, dest: str
+    store: Store, quarantine: Quarantine, action: Action, planned: ObjectInfo, now: ObjectInfo, dest: str
 ) -> ItemResult:
     """The PUT went through and the kill came before the journal heard of it: read it back."""
     data = store.read_whole(now, now.size)

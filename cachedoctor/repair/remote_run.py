@@ -22,11 +22,11 @@ from dataclasses import replace
 
 from cachedoctor.findings import Finding
 from cachedoctor.repair.journal import Interrupted, Journal, abandon, new_run_id
-from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairPlan, Stat
+from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairPlan, Stat, still_failing
 from cachedoctor.repair.planner import plan_repair
+from cachedoctor.repair.quarantine import Quarantine, quarantine_url
 from cachedoctor.repair.remote_act import Recompute, RemoteActor
-from cachedoctor.repair.remote_lock import PrefixLock, remote_root, still_failing
-from cachedoctor.repair.remote_quarantine import RemoteQuarantine, quarantine_url
+from cachedoctor.repair.remote_lock import PrefixLock, remote_root
 from cachedoctor.repair.remote_recover import roll_forward, survey_remote
 from cachedoctor.stores.interface import Location, ObjectInfo, Store, TransientError
 
@@ -146,7 +146,7 @@ class RemoteSession:
         return self.journal
 
     def _actor(self) -> RemoteActor:
-        quarantine = RemoteQuarantine(self.store, self.location, self.run_id, resumed=self.interrupted is not None)
+        quarantine = Quarantine(self.location.url, self.run_id, self.store, resumed=self.interrupted is not None)
         journal = self._start()
 
         def record(result: ItemResult) -> None:

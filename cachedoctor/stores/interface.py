@@ -123,11 +123,27 @@ class Capabilities:
 
     ``local_paths``: an object's URL is a path another process can open and map, so reads may
     go to worker processes (and be killed there); without it they stay on threads here.
+
+    ``links``: an object can be given a second name (:meth:`Store.link`, a hard link) or a new
+    one (:meth:`Store.rename`) without its bytes being copied, and a name is looked up at no
+    cost. The quarantine keeps a multi-GB file by link or rename then, and looks before it
+    links (a resumed run linked it already; a second version goes beside it, ``name.1``);
+    without it, a kept object is a server-side copy verified by its HEAD.
+
+    ``appends``: an object can be appended to, each append durable before the next step
+    (:meth:`Store.append`, :meth:`Store.sync`). The quarantine writes each record before the file
+    it explains is moved then; without it, the records are kept in memory and the records
+    object is written whole at the end of each batch.
+
+    The last two default to ``False`` (an object store), so a store written before them needs
+    no change.
     """
 
     server_versions: bool
     exact_keys: bool
     local_paths: bool
+    links: bool = False
+    appends: bool = False
 
 
 class Store(abc.ABC):
@@ -193,3 +209,45 @@ class Store(abc.ABC):
         """Delete the object only if its ETag is still ``etag``, else :class:`ObjectChanged`.
         This default cannot tell, and deletes unconditionally."""
         self.delete(url)
+
+    # -- appended for the quarantine (stores with ``links`` or ``appends`` override them) -------
+
+    def head_entry(self, url: str) -> ObjectInfo | None:
+        """:meth:`head`, except that an entry a store keeps as itself rather than as an object
+        (a symbolic link that leads nowhere) is described as itself, so that the quarantine
+        can keep and restore it. This default: :meth:`head`."""
+        return self.head(url)
+
+    def list_entries(self, prefix: Location) -> Iterator[ObjectInfo]:
+        """:meth:`list`, with every entry as stored (a symbolic link as the link itself, not
+        followed, whether or not it leads anywhere): what a quarantine run holds. This
+        default: :meth:`list`."""
+        return self.list(prefix)
+
+    def link(self, source: str, target: str, *, sync: bool = True) -> None:
+        """Give ``source`` the second name ``target`` (no bytes copied); only where
+        :attr:`Capabilities.links`. ``sync=False`` leaves the folder's fsync to the caller."""
+        raise NotImplementedError(f"{type(self).__name__} cannot link; check capabilities.links")
+
+    def rename(self, source: str, target: str) -> None:
+        """Move ``source`` to ``target`` (replacing it) without copying its bytes; only where
+        :attr:`Capabilities.links`. The caller is the only writer of ``target`` (it holds its
+        lock): leftovers of an earlier, killed rename to ``target`` are removed."""
+        raise NotImplementedError(f"{type(self).__name__} cannot rename; check capabilities.links")
+
+    def append(self, url: str, data: bytes, *, sync: bool = True) -> None:
+        """Append ``data`` to the object (created if absent), fsynced unless ``sync=False``
+        (then :meth:`sync` makes it durable); only where :attr:`Capabilities.appends`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot append; check capabilities.appends")
+
+    def sync(self, url: str) -> None:  # noqa: B027 - optional
+        """Make what :meth:`append` wrote to ``url`` with ``sync=False`` durable."""
+
+    def delete_under(self, prefix: Location) -> None:
+        """Remove every object under ``prefix`` (a quarantine run restored or purged). This
+        default: one LIST, then one DELETE per object."""
+        for info in list(self.list(prefix)):
+            try:
+                self.delete(info.url)
+            except ObjectGone:
+                continue

@@ -13,7 +13,10 @@ A file system has no server-side version and no conditional request, so this sto
   (an exclusive ``flock`` on ``.<name>.lock``, the convention ``repair/locks.py`` documents for
   cooperating trainers) while it checks the signature and renames: it excludes every writer
   that takes the same lock, which a server's ``If-Match`` would exclude all of;
-* create-if-absent is ``link(2)`` of a written temporary, which fails if the name exists.
+* create-if-absent is ``link(2)`` of a written temporary, which fails if the name exists;
+* the quarantine's operations (``links``, ``appends``): a file is kept by hard link and moved
+  by rename (``atomic.transfer``: across file systems a fsynced copy), a symbolic link that
+  leads nowhere as the link itself, and records are appended to and fsynced.
 
 Keys are paths, so ``a//b`` and ``..`` cannot be stored as themselves: they raise
 :class:`KeyNotStorable` (``capabilities.exact_keys`` is false) instead of naming another file.
@@ -33,7 +36,6 @@ from cachedoctor.atomic import fsync_dir
 from cachedoctor.statedir import is_lock_name, lock_path
 from cachedoctor.stores.interface import (
     Capabilities,
-    KeyNotStorable,
     Location,
     ObjectChanged,
     ObjectGone,
@@ -41,33 +43,17 @@ from cachedoctor.stores.interface import (
     Store,
     StoreError,
 )
+from cachedoctor.stores.local_links import STORE_TEMP, LocalLinks
+from cachedoctor.stores.local_paths import checked_path, file_info, signature
 
-_TEMP = ".cachedoctor-store-"
+_TEMP = STORE_TEMP
 _CHUNK = 1 << 20
 
 
-def signature(st: os.stat_result) -> str:
-    """The version of a file as this store names it (changes with any rewrite)."""
-    return f"{st.st_size:x}-{st.st_mtime_ns:x}-{st.st_ino:x}"
-
-
-def _info(path: str, st: os.stat_result) -> ObjectInfo:
-    return ObjectInfo(path, st.st_size, signature(st), st.st_mtime_ns)
-
-
-def checked_path(url: str) -> str:
-    """``url`` as a path that names exactly it, else :class:`KeyNotStorable`."""
-    if not url.startswith("/"):
-        raise KeyNotStorable(url, "is not an absolute path; the local store names files by absolute path")
-    if os.path.normpath(url) != url or url.endswith("/"):
-        raise KeyNotStorable(url, "a file system would store this key under another name ('//', '.', '..')")
-    return url
-
-
-class LocalStore(Store):
+class LocalStore(LocalLinks, Store):
     """The files under ``/`` (one instance serves every local target)."""
 
-    capabilities = Capabilities(server_versions=False, exact_keys=False, local_paths=True)
+    capabilities = Capabilities(server_versions=False, exact_keys=False, local_paths=True, links=True, appends=True)
 
     def list(self, prefix: Location) -> Iterator[ObjectInfo]:
         """Every regular file under ``prefix``, in the order of their keys' UTF-8 bytes (an
@@ -82,7 +68,7 @@ class LocalStore(Store):
         except OSError as exc:
             raise StoreError(root, f"cannot be listed ({exc.strerror}); check the path and its permissions") from None
         if stat.S_ISREG(st.st_mode):
-            yield _info(root, st)
+            yield file_info(root, st)
             return
         yield from self._walk(root)
 
@@ -115,7 +101,7 @@ class LocalStore(Store):
             except OSError:
                 continue  # gone since, or a dangling link: nothing to read
             if stat.S_ISREG(st.st_mode):
-                yield _info(entry.path, st)
+                yield file_info(entry.path, st)
 
     def head(self, url: str) -> ObjectInfo | None:
         path = checked_path(url)
@@ -123,7 +109,7 @@ class LocalStore(Store):
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return _info(path, st) if stat.S_ISREG(st.st_mode) else None
+        return file_info(path, st) if stat.S_ISREG(st.st_mode) else None
 
     @contextlib.contextmanager
     def _open(self, info: ObjectInfo) -> Iterator[int]:
@@ -194,7 +180,7 @@ class LocalStore(Store):
                 os.unlink(temp)
             raise
         fsync_dir(os.path.dirname(path))
-        return _info(path, os.stat(path))
+        return file_info(path, os.stat(path))
 
     def put(self, url: str, data: bytes) -> ObjectInfo:
         path = checked_path(url)

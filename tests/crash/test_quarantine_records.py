@@ -20,7 +20,7 @@ import pytest
 import torch
 from factories import peers, save_pt, saved_on
 
-from cachedoctor.repair.quarantine import list_runs
+from cachedoctor.repair.quarantine_runs import list_runs
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]

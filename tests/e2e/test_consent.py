@@ -167,7 +167,7 @@ def test_a_dry_run_and_a_survey_need_no_yes(tmp_path: Path) -> None:
     assert tree(tmp_path) == before
 
 
-# --- s3:// prefixes: the same rule in quarantine_remote.py ------------------------------------
+# --- s3:// prefixes: the same rule (one quarantine command over every store) -----------------
 
 
 @pytest.fixture

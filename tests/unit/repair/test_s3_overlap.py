@@ -11,10 +11,10 @@ from factories import latent, pt_bytes, saved_on
 from s3_repair_helpers import Bucket, findings, kinds
 
 from cachedoctor.repair.model import ItemState
+from cachedoctor.repair.quarantine_restore import restore
+from cachedoctor.repair.quarantine_runs import list_runs
 from cachedoctor.repair.remote_act import CHANGED
 from cachedoctor.repair.remote_lock import PrefixLock, RemoteLocked
-from cachedoctor.repair.remote_quarantine import list_remote_runs
-from cachedoctor.repair.remote_restore import restore_remote
 from cachedoctor.repair.remote_run import RemoteSession, listed, plan_remote
 from cachedoctor.stores.interface import Location
 
@@ -113,9 +113,9 @@ def test_the_records_list_only_what_was_replaced_when_another_writer_wins(bucket
         f".cachedoctor/quarantine/{session.run_id}/.records.jsonl",
         f".cachedoctor/quarantine/{session.run_id}/a.pt",
     ]
-    (run,) = list_remote_runs(store, location)
-    assert [f.relpath for f in run.run.files] == ["a.pt"]
-    done, _ = restore_remote(store, location, run, "restore-run")  # not refused: b.pt is not in it
+    (run,) = list_runs(location.url, store)
+    assert [f.relpath for f in run.files] == ["a.pt"]
+    done, _ = restore(location.url, run, "restore-run", store=store)  # not refused: b.pt is not in it
     assert done == [(bucket.url(f".cachedoctor/quarantine/{session.run_id}/a.pt"), bucket.url("a.pt"))]
     assert bucket.get(bucket.url("a.pt")) == cuda_tagged(1) and bucket.get(bucket.url("b.pt")) == theirs
 

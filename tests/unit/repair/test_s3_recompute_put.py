@@ -11,8 +11,8 @@ from factories import latent, pt_bytes
 from s3_repair_helpers import Bucket
 
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState
+from cachedoctor.repair.quarantine import Quarantine
 from cachedoctor.repair.remote_act import CREATED, RemoteActor
-from cachedoctor.repair.remote_quarantine import RemoteQuarantine
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def bucket(s3_server: object, s3_bucket: str, tmp_path: Path, monkeypatch: pytes
 def made(bucket: Bucket, data: bytes) -> tuple[ItemResult, list[ItemResult]]:
     """``put_made`` of ``data`` for the missing entry ``m.pt``; its result and what was recorded."""
     recorded: list[ItemResult] = []
-    actor = RemoteActor(bucket.store, RemoteQuarantine(bucket.store, bucket.location, "run-1"), recorded.append)
+    actor = RemoteActor(bucket.store, Quarantine(bucket.location.url, "run-1", bucket.store), recorded.append)
     action = Action(ActionKind.RECOMPUTE, bucket.url("m.pt"), bucket.url(), ("missing-entry",))
     return actor.put_made(action, lambda _a: data), recorded
 

@@ -15,9 +15,9 @@ from factories import latent, leaked_view, pt_bytes, saved_on
 from s3_repair_helpers import Bucket, findings, kinds
 
 from cachedoctor.repair.model import ActionKind, ItemState
+from cachedoctor.repair.quarantine_restore import RestoreRefused, restore
+from cachedoctor.repair.quarantine_runs import list_runs
 from cachedoctor.repair.remote_lock import PrefixLock, RemoteLocked
-from cachedoctor.repair.remote_quarantine import list_remote_runs
-from cachedoctor.repair.remote_restore import RestoreRefused, restore_remote
 from cachedoctor.repair.remote_run import NO_RECOMPUTE, NO_SOURCE, RemoteSession, listed, plan_remote
 
 
@@ -82,10 +82,10 @@ def test_a_view_of_a_batch_is_cloned_and_restore_gives_the_old_bytes_back(bucket
     assert kinds(bucket, "sub/v.pt") == []
     assert len(bucket.get(bucket.url("sub/v.pt")) or b"") < len(old)
 
-    (found,) = list_remote_runs(bucket.store, bucket.location)
-    assert (found.run.run_id, [f.relpath for f in found.run.files]) == (session.run_id, ["sub/v.pt"])
-    assert found.run.files[0].reasons == ("batch-leak",)
-    done, aside = restore_remote(bucket.store, bucket.location, found, "restore-1")
+    (found,) = list_runs(bucket.location.url, bucket.store)
+    assert (found.run_id, [f.relpath for f in found.files]) == (session.run_id, ["sub/v.pt"])
+    assert found.files[0].reasons == ("batch-leak",)
+    done, aside = restore(bucket.location.url, found, "restore-1", store=bucket.store)
     assert done == [(bucket.url(f".cachedoctor/quarantine/{session.run_id}/sub/v.pt"), bucket.url("sub/v.pt"))]
     assert bucket.get(bucket.url("sub/v.pt")) == old
     assert aside  # the repaired version was kept first: a restore loses nothing either
@@ -128,15 +128,15 @@ def test_a_restore_does_not_overwrite_an_object_that_changed_since_unless_forced
     repair(bucket, "a.pt")
     trainer = pt_bytes(latent(seed=9))
     bucket.put("a.pt", trainer)  # written again since the repair
-    (found,) = list_remote_runs(bucket.store, bucket.location)
+    (found,) = list_runs(bucket.location.url, bucket.store)
 
     with pytest.raises(RestoreRefused) as refused:
-        restore_remote(bucket.store, bucket.location, found, "restore-1")
+        restore(bucket.location.url, found, "restore-1", store=bucket.store)
     assert refused.value.path == bucket.url("a.pt")
     assert "changed since repair run" in refused.value.message and "--force" in refused.value.message
     assert bucket.get(bucket.url("a.pt")) == trainer
 
-    restore_remote(bucket.store, bucket.location, found, "restore-2", force=True)
+    restore(bucket.location.url, found, "restore-2", force=True, store=bucket.store)
     assert bucket.get(bucket.url("a.pt")) == old
     assert bucket.get(bucket.url(".cachedoctor/quarantine/restore-2/a.pt")) == trainer
 

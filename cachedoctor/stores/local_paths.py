@@ -1,0 +1,29 @@
+"""How the local store names files and their versions (``local.py`` and ``local_links.py``):
+a key is an absolute path that names exactly it, a version is a stat signature."""
+
+from __future__ import annotations
+
+import os
+
+from cachedoctor.stores.interface import KeyNotStorable, ObjectInfo
+
+
+def signature(st: os.stat_result) -> str:
+    """The version of a file as this store names it (changes with any rewrite)."""
+    return f"{st.st_size:x}-{st.st_mtime_ns:x}-{st.st_ino:x}"
+
+
+def file_info(path: str, st: os.stat_result) -> ObjectInfo:
+    return ObjectInfo(path, st.st_size, signature(st), st.st_mtime_ns)
+
+
+def checked_path(url: str) -> str:
+    """``url`` as a path that names exactly it, else :class:`KeyNotStorable`."""
+    if not url.startswith("/"):
+        raise KeyNotStorable(url, "is not an absolute path; the local store names files by absolute path")
+    if os.path.normpath(url) != url or url.endswith("/"):
+        raise KeyNotStorable(url, "a file system would store this key under another name ('//', '.', '..')")
+    return url
+
+
+__all__ = ["checked_path", "file_info", "signature"]
