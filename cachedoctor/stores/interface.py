@@ -123,11 +123,17 @@ class Capabilities:
 
     ``local_paths``: an object's URL is a path another process can open and map, so reads may
     go to worker processes (and be killed there); without it they stay on threads here.
+
+    ``content_etags``: an ``etag`` is a digest of the bytes (S3's MD5 of a one-request upload),
+    so a server-side copy keeps it and equal ETags mean equal bytes. Without it (GCS generation
+    numbers, stat signatures) a copy gets a version of its own, and a HEAD tells a faithful
+    copy by its size only.
     """
 
     server_versions: bool
     exact_keys: bool
     local_paths: bool
+    content_etags: bool = False
 
 
 class Store(abc.ABC):

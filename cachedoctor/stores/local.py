@@ -44,6 +44,7 @@ from cachedoctor.stores.interface import (
 
 _TEMP = ".cachedoctor-store-"
 _CHUNK = 1 << 20
+NAME_MAX = 255  # bytes in one file name: ext4, XFS, btrfs, tmpfs, APFS (an object store allows 1024 in a key)
 
 
 def signature(st: os.stat_result) -> str:
@@ -61,6 +62,8 @@ def checked_path(url: str) -> str:
         raise KeyNotStorable(url, "is not an absolute path; the local store names files by absolute path")
     if os.path.normpath(url) != url or url.endswith("/"):
         raise KeyNotStorable(url, "a file system would store this key under another name ('//', '.', '..')")
+    if any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in url.split("/")):
+        raise KeyNotStorable(url, f"a file name here is longer than a file system's {NAME_MAX} bytes")
     return url
 
 
