@@ -79,11 +79,11 @@ class RemoteQuarantine:
         dest = self.destination(info.url)
         if self.resumed:
             there = self.store.head(dest)
-            if there is not None and same_version(there, info):
+            if there is not None and same_version(there, info, self.store.capabilities.content_etags):
                 self.note(dest, info, reasons, action)
                 return dest  # the interrupted run copied it already
         copied = self.store.copy(info, dest)
-        if not same_version(copied, info):
+        if not same_version(copied, info, self.store.capabilities.content_etags):
             with contextlib.suppress(Exception):  # a wrong copy is no copy: never restored
                 self.store.delete(dest)
             raise CopyUnverified(
@@ -162,10 +162,11 @@ class RemoteQuarantine:
             self._records = read_records(self.store, f"{self.folder}/{RECORDS}")
 
 
-def same_version(copy: ObjectInfo, original: ObjectInfo) -> bool:
+def same_version(copy: ObjectInfo, original: ObjectInfo, content_etags: bool = True) -> bool:
     """Whether ``copy`` holds ``original``'s bytes, as far as a HEAD can tell (size and ETag; size
-    alone for a multipart original, whose ETag a one-request copy does not keep)."""
-    return copy.size == original.size and (multipart(original.etag) or copy.etag == original.etag)
+    alone for a multipart original, whose ETag a one-request copy does not keep, and on a store
+    whose ETags are versions, not digests: ``Capabilities.content_etags``)."""
+    return copy.size == original.size and (not content_etags or multipart(original.etag) or copy.etag == original.etag)
 
 
 def read_records(store: Store, url: str, info: ObjectInfo | None = None) -> dict[str, dict]:

@@ -68,7 +68,7 @@ def roll_forward(actor: RemoteActor, action: Action) -> ItemResult | None:
         return None if action.kind is ActionKind.RECOMPUTE else actor.one(action)
     dest = quarantine.destination(action.path)
     kept = store.head(dest)
-    ours = kept is not None and same_version(kept, planned)
+    ours = kept is not None and same_version(kept, planned, store.capabilities.content_etags)
     if now is None:
         if ours and action.kind is ActionKind.QUARANTINE:
             quarantine.note(dest, planned, action.reasons, action.kind.value)

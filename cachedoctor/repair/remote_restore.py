@@ -56,7 +56,7 @@ def restore_remote(
                 if current is not None:
                     aside.keep(current, ("restore",), f"replaced by restore of {run.run_id}")
                 copied = store.copy(source, item.original)
-                if not same_version(copied, source):
+                if not same_version(copied, source, store.capabilities.content_etags):
                     raise CopyUnverified(f"{item.original}: the restored copy is not the quarantined object")
                 done.append((f"{run.folder}/{item.relpath}", item.original))
         except CopyUnverified as exc:
