@@ -54,3 +54,15 @@ def test_gs_scan_matches_s3_scan(
     assert on_gcs == on_s3
     # a second scan reads through the state database (the objects' versions unchanged)
     assert relative(*cli("scan", "--format", "json", *mode, gs_url)[:2], gs_url)[:2] == on_s3[:2]
+
+
+def test_gs_repair_quarantines_and_the_rescan_is_clean(gcs_server: Any, gcs_bucket: str) -> None:
+    for key, data in planted().items():
+        gcs_server.upload(gcs_bucket, key, data)
+    url = f"gs://{gcs_bucket}/cache"
+    code, out, err = cli("repair", url, "--yes")
+    assert (code, err) == (0, ""), out
+    code, out, _ = cli("scan", "--format", "json", "--no-state", url)
+    assert (code, json.loads(out)["findings"]) == (0, [])
+    code, out, _ = cli("quarantine", "list", url)
+    assert code == 0 and "1 file(s)" in out and "corrupt-archive 1" in out
