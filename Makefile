@@ -70,13 +70,13 @@ TEST_JOBS ?= 2
 test: $(STAMP) bytecode
 	$(PY) -m pytest $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
-# Test tiers. `make check`: the edit loop, tests/unit and tests/e2e less the tests marked `slow`
+# Test tiers. `make check`: the edit loop, tests/unit, tests/stores and tests/e2e less the tests marked `slow`
 # (crash tests, real subprocess sweeps, the golden recomputes); about 2.5 minutes on an idle
 # 2-core machine. `make test`: the whole suite, tests/crash included, what .ci/run runs; about
 # 5 minutes there. Mark a test that starts many processes or takes seconds with @pytest.mark.slow.
 .PHONY: check
 check: $(STAMP) bytecode
-	$(PY) -m pytest -q -m "not slow" $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) tests/unit tests/e2e
+	$(PY) -m pytest -q -m "not slow" $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile) tests/unit tests/stores tests/e2e
 
 # The lint and type gate: ruff's rules, ruff's formatting (check only), mypy (its files and
 # options are in pyproject.toml). All three run, so one report shows every failure.

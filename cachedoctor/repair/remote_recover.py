@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState
-from cachedoctor.repair.quarantine import Quarantine, same_version
+from cachedoctor.repair.quarantine import Quarantine, same_version, versions_kept
 from cachedoctor.repair.remote_act import RemoteActor, info_of, judge
 from cachedoctor.repair.remote_lock import Holder, read_holder, remote_root
 from cachedoctor.stores.interface import Location, ObjectInfo, Store
@@ -68,7 +68,7 @@ def roll_forward(actor: RemoteActor, action: Action) -> ItemResult | None:
         return None if action.kind is ActionKind.RECOMPUTE else actor.one(action)
     dest = quarantine.destination(action.path)
     kept = store.head(dest)
-    ours = kept is not None and same_version(kept, planned)
+    ours = kept is not None and same_version(kept, planned, versions_kept(store))
     if now is None:
         if ours and action.kind is ActionKind.QUARANTINE:
             quarantine.note(dest, planned, action.reasons, action.kind.value)

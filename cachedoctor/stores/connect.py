@@ -1,7 +1,9 @@
 """Open the store a remote URL names, once per bucket per process, with the run's settings.
 
-The scheme picks the member (an absolute path -> ``local.py``, ``s3://`` -> ``s3.py``); a scheme with no member, or a member
-whose extra is not installed, is a :class:`RemoteError` naming the URL and what to install.
+The scheme picks the member (an absolute path -> ``local.py``, ``s3://`` -> ``s3.py``, ``gs://`` ->
+``gcs.py``); a scheme with no member, or a member whose extra is not installed, is a
+:class:`RemoteError` naming the URL and what to install. The S3 settings (endpoint, profile,
+keys) are S3's: a ``gs://`` store takes Google's chain and ``STORAGE_EMULATOR_HOST`` instead.
 """
 
 from __future__ import annotations
@@ -21,17 +23,25 @@ def store_for(url: str, settings: S3Settings | None = None, policy: RetryPolicy 
     if location.scheme == "file":
         return local_store()
     settings = settings or S3Settings()
-    if location.scheme != "s3":
-        raise RemoteError(url, f"no support for {location.scheme}:// yet; cachedoctor reads s3:// URLs")
-    key = (location.scheme, location.bucket, settings)
+    if location.scheme not in ("s3", "gs"):
+        raise RemoteError(url, f"no support for {location.scheme}:// yet; cachedoctor reads s3:// and gs:// URLs")
+    key = (location.scheme, location.bucket, settings if location.scheme == "s3" else S3Settings())
     with _lock:
         store = _stores.get(key)
         if store is None or policy is not None:
-            from cachedoctor.stores.s3 import S3Store
-
-            store = S3Store(location.bucket, settings, policy)
+            store = _open(location, settings, policy)
             _stores[key] = store
         return store
+
+
+def _open(location: Location, settings: S3Settings, policy: RetryPolicy | None) -> Store:
+    if location.scheme == "gs":
+        from cachedoctor.stores.gcs import GCSStore
+
+        return GCSStore(location.bucket, policy)
+    from cachedoctor.stores.s3 import S3Store
+
+    return S3Store(location.bucket, settings, policy)
 
 
 def local_store() -> Store:

@@ -135,8 +135,10 @@ class Capabilities:
     it explains is moved then; without it, the records are kept in memory and the records
     object is written whole at the end of each batch.
 
-    The last two default to ``False`` (an object store), so a store written before them needs
-    no change.
+    ``content_etags``: an ``etag`` is a digest of the bytes (S3's MD5 of a one-request upload),
+    so a server-side copy keeps it and equal ETags mean equal bytes. Without it (GCS generation
+    numbers, stat signatures) a copy gets a version of its own, and a HEAD tells a faithful
+    copy by its size only.
     """
 
     server_versions: bool
@@ -144,6 +146,7 @@ class Capabilities:
     local_paths: bool
     links: bool = False
     appends: bool = False
+    content_etags: bool = False
 
 
 class Store(abc.ABC):

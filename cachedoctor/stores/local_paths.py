@@ -7,6 +7,8 @@ import os
 
 from cachedoctor.stores.interface import KeyNotStorable, ObjectInfo
 
+NAME_MAX = 255  # bytes in one file name: ext4, XFS, btrfs, tmpfs, APFS (an object store allows 1024 in a key)
+
 
 def signature(st: os.stat_result) -> str:
     """The version of a file as this store names it (changes with any rewrite)."""
@@ -23,6 +25,8 @@ def checked_path(url: str) -> str:
         raise KeyNotStorable(url, "is not an absolute path; the local store names files by absolute path")
     if os.path.normpath(url) != url or url.endswith("/"):
         raise KeyNotStorable(url, "a file system would store this key under another name ('//', '.', '..')")
+    if any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in url.split("/")):
+        raise KeyNotStorable(url, f"a file name here is longer than a file system's {NAME_MAX} bytes")
     return url
 
 

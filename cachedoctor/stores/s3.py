@@ -63,7 +63,8 @@ class S3Settings:
 class S3Store(Store):
     """One S3 bucket (or MinIO/R2/Ceph with ``endpoint_url``)."""
 
-    capabilities = Capabilities(server_versions=True, exact_keys=True, local_paths=False)
+    capabilities = Capabilities(server_versions=True, exact_keys=True, local_paths=False, content_etags=True)
+    page_size = 1000  # objects per LIST request (S3's most)
 
     def __init__(self, bucket: str, settings: S3Settings, policy: RetryPolicy | None = None) -> None:
         try:
@@ -170,7 +171,7 @@ class S3Store(Store):
         while True:
 
             async def page(client: Any, token: str | None = token) -> dict[str, Any]:
-                kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": folder, "MaxKeys": 1000}
+                kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": folder, "MaxKeys": self.page_size}
                 if token:
                     kwargs["ContinuationToken"] = token
                 result: dict[str, Any] = await client.list_objects_v2(**kwargs)

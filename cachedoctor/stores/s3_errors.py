@@ -153,9 +153,17 @@ def no_credentials(exc: BaseException) -> bool:
     return type(exc).__name__ in {"NoCredentialsError", "PartialCredentialsError", "ProfileNotFound"}
 
 
-def unreachable(exc: Exception) -> bool:
-    return type(exc).__name__ in {
-        "EndpointConnectionError",
-        "ConnectTimeoutError",
-        "ClientConnectorError",
-    } or isinstance(exc, ConnectionRefusedError)
+def unreachable(exc: BaseException) -> bool:
+    """No connection could be opened (refused, no such host, connect timeout), as opposed to a
+    connection the server opened and then reset: aiobotocore calls both EndpointConnectionError,
+    and only its cause tells them apart. (``gcs.py`` asks this of aiohttp's errors too.)"""
+    import socket
+
+    import aiohttp
+
+    if type(exc).__name__ == "EndpointConnectionError":
+        cause = getattr(exc, "kwargs", {}).get("error")
+        return cause is None or unreachable(cause)
+    return type(exc).__name__ == "ConnectTimeoutError" or isinstance(
+        exc, (aiohttp.ClientConnectorError, ConnectionRefusedError, socket.gaierror)
+    )
