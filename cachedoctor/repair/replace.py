@@ -15,7 +15,6 @@ from cachedoctor.atomic import fsync_dir, temp_target
 from cachedoctor.repair.locks import file_lock
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
 from cachedoctor.repair.quarantine import Quarantine
-from cachedoctor.repair.shards import drop_items
 
 # ``X as X``: moved to swap.py (the steps shards.py takes too), still importable from here
 from cachedoctor.repair.swap import Unfit as Unfit
@@ -40,6 +39,8 @@ def run_action(
     if action.kind is ActionKind.CLEANUP:
         return _cleanup(action)
     if action.kind is ActionKind.DROP_ITEMS:  # several files (an index and its shards): its own steps
+        from cachedoctor.repair.shards import drop_items  # here: only diffusion-pipe folders need it (sqlite3)
+
         return drop_items(action, quarantine)
     with file_lock(path):
         now = Stat.of(path)
