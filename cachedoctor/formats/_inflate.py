@@ -17,8 +17,8 @@ import struct
 import zlib
 from typing import Any, Protocol
 
+from cachedoctor.formats._read_error import ReadError
 from cachedoctor.formats._source import Source
-from cachedoctor.formats.interface import ReadError
 
 STORED, DEFLATED, BZIP2, LZMA = 0, 8, 12, 14
 METHODS = frozenset({STORED, DEFLATED, BZIP2, LZMA})

@@ -2,18 +2,22 @@
 
 Deep mode and gzip-wrapped files read from an in-memory buffer (an ``mmap`` or the inflated
 bytes); the quick path reads only the few ranges it needs through ``os.pread``.
+:func:`growing_window` reads a file's first bytes, more only while a walk over them runs out.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
-from cachedoctor.formats.interface import ReadError
+from cachedoctor.formats._read_error import ReadError
 
 if TYPE_CHECKING:
     from cachedoctor.formats._verdict import Sequence
-    from cachedoctor.formats._zip import ZipDirectory
+    from cachedoctor.formats._zip_directory import ZipDirectory
+
+R = TypeVar("R")
 
 
 class Source:
@@ -72,3 +76,18 @@ class BufferSource(Source):
         if offset < 0 or offset + length > self.size:
             raise ReadError("truncated", f"file ends before byte {offset + length}")
         return self.buffer[offset : offset + length]
+
+
+def growing_window(
+    src: Source, limit: int, walk: Callable[[bytes], R], truncated: Callable[[R], bool]
+) -> tuple[bytes, R]:
+    """Run ``walk`` on the file's first bytes, reading more (up to ``limit``) while it reports
+    running out: the pickles of a file come first, and are small next to its tensors."""
+    size = min(src.size, limit)
+    length = min(size, 4096)  # what a quick read holds already (FileSource.HEAD): most walks stop in it
+    while True:
+        window = src.read_at(0, length)
+        result = walk(window)
+        if length >= size or not truncated(result):
+            return window, result
+        length = min(size, length * 16)

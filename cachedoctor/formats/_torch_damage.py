@@ -12,14 +12,13 @@ import zlib
 
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import Source
+from cachedoctor.formats._torch_pickles import find_pickle
 from cachedoctor.formats._zip import ZipDirectory, read_member
 from cachedoctor.formats.interface import MemberCrc, ReadError
 
 
 def pickle_crc_failure(src: Source, directory: ZipDirectory) -> MemberCrc | None:
     """The ``data.pkl`` torch.load reads, when its bytes fail the CRC-32 recorded for them."""
-    from cachedoctor.formats.torch_zip import find_pickle
-
     found = find_pickle(directory)
     if found is None or found[1].size > LIMITS.pickle_bytes:
         return None

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from cachedoctor.formats._source import FileSource
+from cachedoctor.formats._torch_pickles import pickle_bytes, screen_members
 from cachedoctor.formats._unpickle import RestrictedUnpickler, zip_storage_ref
 from cachedoctor.formats._zip import directory_of, is_zip
 from cachedoctor.formats.interface import ReadError
@@ -16,8 +17,6 @@ from cachedoctor.lifetime import reraise_interrupt
 def read_object(path: str) -> Any:
     """Raises :class:`ReadError` when the file is no readable torch archive, or when its pickle
     names anything outside the allow-list (such a file is reported by the scan, not trusted)."""
-    from cachedoctor.formats.torch_zip import pickle_bytes, screen_members
-
     with open(path, "rb", buffering=0) as handle:
         size = os.fstat(handle.fileno()).st_size
         src = FileSource(handle.fileno(), size)

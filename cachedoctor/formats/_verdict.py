@@ -8,17 +8,11 @@ the scan reports as ``unsafe-pickle`` whatever the file's name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
 
 from cachedoctor.formats._pickle_scan import LIMITS, PickleScan, scan, scan_bytes
-from cachedoctor.formats.interface import ReadError
+from cachedoctor.formats._read_error import ReadError
 
-if TYPE_CHECKING:
-    from cachedoctor.formats._source import Source
-
-R = TypeVar("R")
 _MEMO_BYTES = (
     8 * 1024
 )  # pickles memoised by their bytes: a cache's are small and repeat (hashing a large window costs more than walking it)
@@ -67,21 +61,6 @@ def screen(where: str, data: bytes | memoryview, start: int = 0) -> PickleScan:
     if result.bomb is not None:
         raise bomb(where, result.bomb, result.opcodes, result.unsafe)
     return result
-
-
-def growing_window(
-    src: Source, limit: int, walk: Callable[[bytes], R], truncated: Callable[[R], bool]
-) -> tuple[bytes, R]:
-    """Run ``walk`` on the file's first bytes, reading more (up to ``limit``) while it reports
-    running out: the pickles of a file come first, and are small next to its tensors."""
-    size = min(src.size, limit)
-    length = min(size, 4096)  # what a quick read holds already (FileSource.HEAD): most walks stop in it
-    while True:
-        window = src.read_at(0, length)
-        result = walk(window)
-        if length >= size or not truncated(result):
-            return window, result
-        length = min(size, length * 16)
 
 
 def merge(names: list[str], found: tuple[str, ...] | list[str]) -> None:

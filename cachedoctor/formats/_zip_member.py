@@ -9,11 +9,11 @@ import struct
 from typing import TYPE_CHECKING
 
 from cachedoctor.formats._inflate import DEFLATED, STORED, CapPassed, MemberStream
+from cachedoctor.formats._read_error import ReadError
 from cachedoctor.formats._source import Source
-from cachedoctor.formats.interface import ReadError
 
 if TYPE_CHECKING:
-    from cachedoctor.formats._zip import ZipMember
+    from cachedoctor.formats._zip_directory import ZipMember
 
 __all__ = [
     "DEFLATED",

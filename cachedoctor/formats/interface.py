@@ -9,9 +9,11 @@ Readers never execute anything from the file.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+# ``X as X``: moved to _read_error.py (below _source.py, which raises it), still importable from here
+from cachedoctor.formats._read_error import ReadError as ReadError
+from cachedoctor.formats._read_error import UnreadableFile as UnreadableFile
 from cachedoctor.records import record
 
 if TYPE_CHECKING:
@@ -119,38 +121,6 @@ class FileMeta:
     #: items of a file that holds several (a diffusion-pipe shard): ``(label, problem, message)`` of
     #: each item that does not read; the items that read are in ``tensors`` under ``<label>/<key>``
     item_errors: tuple[tuple[str, str, str], ...] = ()
-
-
-class ReadError(Exception):
-    """The file is not a readable file of the format its bytes (or name) claim.
-
-    ``problem`` is a short stable code (``empty``, ``truncated``, ``bad-zip``,
-    ``missing-data-pkl``, ``bad-pickle``, ``bad-header``, ``bad-gzip``, ``unknown-format``,
-    ``too-large``, ``ambiguous-member``, ``legacy-tar``, and ``resource-bomb``, which the scan
-    reports as ``unsafe-pickle``) and ``message`` a plain sentence for humans.
-    """
-
-    def __init__(self, problem: str, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.problem = problem
-        self.message = message
-        self.details = details
-
-    # Keep ReadError picklable across scan workers despite kwargs.
-    def __reduce__(self) -> tuple[Callable[..., ReadError], tuple[type[ReadError], str, str, dict[str, Any]]]:
-        return (_rebuild_read_error, (type(self), self.problem, self.message, self.details))
-
-
-def _rebuild_read_error(cls: type[ReadError], problem: str, message: str, details: dict[str, Any]) -> ReadError:
-    return cls(problem, message, **details)
-
-
-class UnreadableFile(ReadError):
-    """The operating system would not give us the bytes (permissions, I/O error).
-
-    Unlike other read errors this says nothing about the cache: the scan is incomplete, so
-    it is reported as a could-not-run error (exit 2), not as a finding.
-    """
 
 
 class FormatReader(abc.ABC):

@@ -21,6 +21,7 @@ from cachedoctor.formats import _deep
 from cachedoctor.formats._inflate import BOMB_BYTES, METHODS, STORED, CapPassed, MemberStream, bomb_reason
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
+from cachedoctor.formats._torch_pickles import looks_like_torch
 from cachedoctor.formats._verdict import LOADERS, NP_LOAD, bomb
 from cachedoctor.formats._zip import ZipDirectory, ZipMember, data_offset, directory_of, is_zip, member_stream
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
@@ -51,8 +52,6 @@ def _is_npz(directory: ZipDirectory, src: Source) -> bool:
         return False
     if all(name.endswith(".npy") for name in directory.members) or directory.concat:
         return True  # (an archive after other bytes: only zipfile reads it, which np.load uses)
-    from cachedoctor.formats.torch_zip import looks_like_torch
-
     return not looks_like_torch(directory) and any(_starts_with_magic(src, m) for m in directory.entries[:256])
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from cachedoctor.formats._pickle_opcodes import _ARG
 from cachedoctor.formats._pickle_scan import LIMITS
-from cachedoctor.formats._source import Source
+from cachedoctor.formats._source import Source, growing_window
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, refuse_unfolding, walk
-from cachedoctor.formats._verdict import LOADERS, Sequence, bomb, growing_window, screen_sequence
+from cachedoctor.formats._verdict import LOADERS, Sequence, bomb, screen_sequence
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError
 from cachedoctor.lifetime import reraise_interrupt
 

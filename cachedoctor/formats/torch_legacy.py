@@ -17,9 +17,9 @@ from cachedoctor.formats import _deep
 from cachedoctor.formats._channel_stats import channel_stats
 from cachedoctor.formats._dtypes import ITEMSIZE
 from cachedoctor.formats._pickle_scan import LIMITS
-from cachedoctor.formats._source import BufferSource, Source
+from cachedoctor.formats._source import BufferSource, Source, growing_window
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, StorageRef, legacy_storage_ref, walk
-from cachedoctor.formats._verdict import LOADERS, bomb, growing_window, screen_sequence
+from cachedoctor.formats._verdict import LOADERS, bomb, screen_sequence
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError
 from cachedoctor.lifetime import reraise_interrupt
 

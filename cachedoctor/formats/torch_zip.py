@@ -17,7 +17,13 @@ from cachedoctor.formats._channel_stats import channel_stats
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._torch_damage import damage_error, pickle_crc_failure
-from cachedoctor.formats._torch_pickles import TORCHSCRIPT, screen_members  # noqa: F401 (TORCHSCRIPT re-exported)
+from cachedoctor.formats._torch_pickles import (  # noqa: F401 (TORCHSCRIPT re-exported)
+    TORCHSCRIPT,
+    find_pickle,
+    looks_like_torch,
+    pickle_bytes,
+    screen_members,
+)
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, Walked, walk, zip_storage_ref
 from cachedoctor.formats._verdict import LOADERS, NP_LOAD, bomb, check_size, merge, screen
 from cachedoctor.formats._zip import (
@@ -33,45 +39,6 @@ from cachedoctor.formats._zip_member import data_whatever_named
 from cachedoctor.formats.interface import FileMeta, FormatReader, MemberCrc, ReadError, TensorMeta
 from cachedoctor.formats.npz import check_bombs, screen_arrays, with_arrays
 from cachedoctor.lifetime import reraise_interrupt
-
-
-def find_pickle(directory: ZipDirectory, index: dict[str, ZipMember] | None = None) -> tuple[str, ZipMember] | None:
-    """``(record prefix, member)`` of the ``data.pkl`` torch.load reads, as its reader finds it:
-    the prefix is the first entry's folder, and names match case-insensitively (miniz)."""
-    archive = directory.torch_archive()
-    if archive is None:
-        return None
-    prefix = f"{archive}/"
-    member = (index if index is not None else directory.torch_index()).get(fold(f"{prefix}data.pkl"))
-    return None if member is None else (prefix, member)
-
-
-def looks_like_torch(directory: ZipDirectory) -> bool:
-    """A torch.save archive, even one that died before writing ``data.pkl``."""
-    for name in directory.members:  # exact names first: the usual archive answers on its first member
-        if name.endswith(_TORCH_TAILS) or "/data/" in name:
-            return True
-    for name in directory.members:  # torch's reader ignores letter case
-        lowered = name.lower()
-        if lowered.endswith(_TORCH_TAILS) or "/data/" in lowered:
-            return True
-    return False
-
-
-_TORCH_TAILS = ("/data.pkl", "/version", "/.format_version", "/byteorder")
-
-
-def pickle_bytes(src: Source, directory: ZipDirectory) -> tuple[str, bytes]:
-    """``(record prefix, data.pkl's bytes)``, or ``missing-data-pkl``."""
-    found = find_pickle(directory)
-    if found is None:
-        raise ReadError(
-            "missing-data-pkl",
-            "zip archive without data.pkl: a torch.save that died part way (failed locating file data.pkl)",
-        )
-    prefix, member = found
-    check_size(member.name, member.size)
-    return prefix, read_member(src, member, limit=LIMITS.pickle_bytes)
 
 
 def describe(
@@ -280,7 +247,8 @@ class TorchZipReader(FormatReader):
 
 def read_torch_object(path: str) -> Any:
     """The object a torch.save zip archive holds, with tensors as inert records
-    (:func:`_torch_object.read_object`)."""
+    (:func:`_torch_object.read_object`). Imported here, not at the top: only a layout reading a
+    trainer's own index needs it, never a scan's reader."""
     from cachedoctor.formats._torch_object import read_object
 
     return read_object(path)

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from cachedoctor import keynames
-from cachedoctor.layouts.interface import Expected, RecomputeSpec, SpecOrWhy, Template
+from cachedoctor.layouts.model import Expected, RecomputeSpec, SpecOrWhy, Template
 
 if TYPE_CHECKING:
     from cachedoctor.formats.interface import FileMeta
-    from cachedoctor.layouts.interface import Layout
 
 #: Text-encoder outputs beside latents in one folder, both ``.npz`` (kohya's names; a manifest
 #: describing a kohya cache has the same files): a latent's template must not be one of these.
@@ -29,6 +28,13 @@ _TEMPLATE_TRIES = 12
 #: file among them: a strict majority of 8 catches an encoder with other channels).
 _PEERS = 8
 NO_SIZE = "the layout does not record this entry's latent size (no bucket metadata for it)"
+
+
+class TellsKinds(Protocol):
+    """What a template search asks of the layout that planned an entry: ``Layout`` calls this
+    module for its defaults, so it is named here by the one method used, not imported."""
+
+    def template_kind(self, name: str, role: str) -> str: ...
 
 
 class TemplateFinder:
@@ -55,7 +61,7 @@ class TemplateFinder:
             self.cache[key] = self._search(folder, kind, kind_of)
         return self.cache[key]
 
-    def for_entry(self, path: str, expected: Expected, layout: Layout | None = None) -> Template | None:
+    def for_entry(self, path: str, expected: Expected, layout: TellsKinds | None = None) -> Template | None:
         """The template for the entry at ``path`` (``layout``: the one that planned it)."""
         role = role_of(expected)
 

@@ -31,7 +31,6 @@ Staleness compares an item's ``LastModified`` with the cache entry's time, as mt
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from cachedoctor.layouts._images import is_image, stem
 from cachedoctor.layouts._simpletuner_buckets import Bucket, sizes_from_metadata
+from cachedoctor.layouts._simpletuner_names import embed_path, latent_name
 from cachedoctor.layouts.interface import DatasetPlan, Expected, LayoutError
 
 if TYPE_CHECKING:
@@ -126,8 +126,6 @@ def expect_aws_backend(
     output_dir: str | None,
 ) -> None:
     """Add the expected entries of one ``aws`` image dataset to ``plan``."""
-    from cachedoctor.layouts.simpletuner import embed_path
-
     objects = list_bucket(backend)
     by_key = {info.key: info for info in objects}
     prefix = backend.instance_data_dir or ""
@@ -153,7 +151,7 @@ def expect_aws_backend(
         if vae is not None:
             subfolders = posixpath.dirname(info.key).replace(prefix, "").lstrip("/")
             folder = posixpath.join(vae, subfolders) if subfolders else vae
-            name = hashlib.sha256(image_stem.encode()).hexdigest() + ".pt"
+            name = latent_name(image_stem)
             legacy = image_stem + ".pt"
             if _key(folder, legacy) in by_key and _key(folder, name) not in by_key:
                 name = legacy

@@ -1,7 +1,7 @@
 """``--layout auto``: which layout fits which part of the targets.
 
 A tree may mix trainers (a kohya image folder beside a OneTrainer cache and plain safetensors
-files), so the layout is chosen per subtree. One walk per target, bounded by
+files), so the layout is chosen per subtree. One walk per target (``_scout.py``), bounded by
 ``DETECT_ENTRIES`` directory entries, asks every layout at each folder for its sign
 (:meth:`Layout.claim`: a SimpleTuner config, a OneTrainer ``aggregate.pt``, a kohya latent
 beside its image) and notes the folders holding cache files that no sign explains. Then:
@@ -22,27 +22,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from cachedoctor.layouts import _images
+from cachedoctor.layouts._scout import Scouting, inside, scout
 from cachedoctor.layouts.interface import Claim, DatasetPlan, Layout, LayoutError, LayoutOptions, LayoutPart
 from cachedoctor.layouts.mixed import MixedPlan
 
 COMPARED = "cache files compared with each other only"
 NONE_REASON = f"no trainer layout recognised; {COMPARED}"
-#: What a cache file is called (``formats.CACHE_SUFFIXES``, without importing the readers).
-_CACHE_SUFFIXES = (".pt", ".pth", ".npz", ".npy", ".safetensors", ".ckpt", ".bin", ".latent")
-
-
-@dataclass(slots=True)
-class Scouting:
-    """What one target's bounded walk found."""
-
-    target: str
-    claims: list[tuple[Layout, Claim]] = field(default_factory=list)  # outermost, in the order found
-    #: folders holding cache files that no claim covers, with the layouts their names resemble
-    foreign: list[tuple[str, frozenset[str]]] = field(default_factory=list)
-    exhausted: bool = False  # the budget ran out before the walk did
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,69 +39,7 @@ class Subtree:
     claim: Claim  # the first sign found in it: the reason
 
 
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
-def scout(target: str, layouts: Sequence[Layout]) -> Scouting:
-    """Walk ``target`` (sorted, depth first; symlinked folders followed once; hidden folders and
-    folders a layout calls opaque never listed) until ``DETECT_ENTRIES`` entries are listed."""
-    found = Scouting(target)
-    if not os.path.isdir(target):
-        return found
-    roots: set[str] = set()
-    seen: set[tuple[int, int]] = set()
-    stack, listed = [target], 0
-    while stack:
-        folder = stack.pop()
-        if any(_inside(folder, r) for r in roots):
-            continue  # a claimed subtree is its layout's to plan
-        if listed >= _images.DETECT_ENTRIES:
-            found.exhausted = True
-            break
-        names: set[str] = set()
-        subdirs: list[str] = []
-        try:
-            st = os.stat(folder)
-            if (st.st_dev, st.st_ino) in seen:
-                continue
-            seen.add((st.st_dev, st.st_ino))
-            with os.scandir(folder) as it:
-                for entry in it:  # names only: a cache folder may hold a million files
-                    names.add(entry.name)
-                    if _is_dir(entry) and _walked(entry.name, layouts):
-                        subdirs.append(entry.path)
-        except OSError:
-            continue
-        listed += len(names)
-        claim = next(((lay, c) for lay in layouts if (c := lay.claim(folder, names)) is not None), None)
-        if claim is not None:
-            layout, sign = claim
-            root = sign.root if _inside(sign.root, target) else target
-            sign = Claim(root, sign.marker, sign.sign)
-            found.claims = [c for c in found.claims if not _inside(c[1].root, root)] + [(layout, sign)]
-            found.foreign = [f for f in found.foreign if not _inside(f[0], root)]
-            roots = {c[1].root for c in found.claims}
-            continue
-        if any(n.endswith(_CACHE_SUFFIXES) for n in names):
-            found.foreign.append((folder, frozenset(lay.name for lay in layouts if lay.resembles(names))))
-        stack.extend(sorted(subdirs, reverse=True))
-    return found
-
-
-def _is_dir(entry: os.DirEntry) -> bool:
-    try:
-        return entry.is_dir()  # follows symlinks; a loop stops at ``seen``
-    except OSError:
-        return False
-
-
-def _walked(name: str, layouts: Sequence[Layout]) -> bool:
-    """A subfolder the walk goes into: not hidden, not ``__pycache__``, not opaque to a layout."""
-    return not (name.startswith(".") or name == "__pycache__" or any(lay.opaque(name) for lay in layouts))
-
-
-def split(scouting: Scouting) -> list[Subtree]:
+def split(scouting: Scouting[Layout]) -> list[Subtree]:
     """The subtrees of ``scouting.target`` that one layout has to itself (see the module doc)."""
     return _split(scouting.target, scouting.claims, scouting.foreign)
 
@@ -142,11 +67,11 @@ def _child(folder: str, path: str) -> str:
     return os.path.join(folder, os.path.relpath(path, folder).split(os.sep)[0])
 
 
-def _rest(scouting: Scouting, subtrees: list[Subtree]) -> bool:
+def _rest(scouting: Scouting[Layout], subtrees: list[Subtree]) -> bool:
     """Whether some of the target is no subtree's: cache files outside them, or not looked at."""
     if not subtrees or scouting.exhausted:
         return True
-    return any(not any(_inside(f, s.root) for s in subtrees) for f, _ in scouting.foreign)
+    return any(not any(inside(f, s.root) for s in subtrees) for f, _ in scouting.foreign)
 
 
 def _part(sub: Subtree, options: LayoutOptions) -> tuple[LayoutPart, DatasetPlan | None]:

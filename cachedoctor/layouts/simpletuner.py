@@ -17,7 +17,6 @@ Facts checked against SimpleTuner's code: ``fixtures/datasets/FACTS.md``.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from dataclasses import replace
@@ -29,6 +28,7 @@ from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
 from cachedoctor.layouts._simpletuner_buckets import bucket_sizes
 from cachedoctor.layouts._simpletuner_hazards import hazards, most_common, run_size, text_families
+from cachedoctor.layouts._simpletuner_names import embed_path, latent_name
 from cachedoctor.layouts.interface import (
     Claim,
     DatasetPlan,
@@ -195,10 +195,6 @@ def find_config(targets: list[str]) -> str | None:
     return None
 
 
-def embed_path(cache_dir: str, caption: str, family: str) -> str:
-    return os.path.join(cache_dir, f"{hashlib.md5(caption.encode()).hexdigest()}-{family}.pt")
-
-
 def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | None, family: str | None) -> None:
     data = backend.instance_data_dir
     if data is None or not os.path.isdir(data):
@@ -228,7 +224,7 @@ def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | 
             image_stem = stem(image.name)
             if cache_folder is not None:
                 legacy = image_stem + ".pt"
-                name = hashlib.sha256(image_stem.encode()).hexdigest() + ".pt"
+                name = latent_name(image_stem)
                 if legacy in cache_names and name not in cache_names:
                     name = legacy
                 rel_image = image.name if rel == "." else os.path.join(rel, image.name)

@@ -14,7 +14,7 @@ The steps, under the index's lock, each crash-safe on its own:
 2. a new ``metadata.db`` listing items ``0..k-1`` only (later shards' tables dropped, ``k``'s
    shard's table cut at it: diffusion-pipe's next shard number must not exist, or its
    ``CREATE TABLE`` fails and caching stops) is judged, then put in place as any repair write
-   (``replace.replace_file``: the old index goes to the quarantine first). From this instant the
+   (``swap.replace_file``: the old index goes to the quarantine first). From this instant the
    trainer sees a consistent cache that ends before ``k``;
 3. the shards no item is listed in any more are moved to the quarantine. A crash before this is
    harmless: such a shard is read by no one, the next scan reports it as an orphan.
@@ -36,7 +36,7 @@ import tempfile
 from cachedoctor.repair.locks import file_lock
 from cachedoctor.repair.model import Action, ItemResult, ItemState, Stat
 from cachedoctor.repair.quarantine import Quarantine
-from cachedoctor.repair.replace import crash_point, failed, replace_file
+from cachedoctor.repair.swap import crash_point, failed, replace_file
 
 
 def flagged_items(note: str | None) -> set[int]:

@@ -1,7 +1,7 @@
 """``recover --apply`` resumes an interrupted ``repair --only KIND`` with that run's own scope:
 it finishes what the run was asked to do and nothing more (a batch leak and a torn archive that
 ``--only`` left out stay as they are), on disk and in a bucket alike. The repair is a real
-subprocess SIGKILLed at its first crash point (``CACHEDOCTOR_TEST_KILL_AT``, ``repair/replace.py``)."""
+subprocess SIGKILLed at its first crash point (``CACHEDOCTOR_TEST_KILL_AT``, ``repair/swap.py``)."""
 
 from __future__ import annotations
 

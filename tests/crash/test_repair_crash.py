@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 #: Crash points one replacement passes (mid-write, before-keep, before-replace, after-replace),
 #: one quarantine move passes (before-move, after-move), and one batch of lossless rewrites
 #: passes once (before-record: every file of the batch replaced, the journal not yet told); see
-#: ``repair/replace.py`` and ``repair/batch.py``.
+#: ``repair/swap.py``, ``repair/replace.py`` and ``repair/batch.py``.
 POINTS_PER_REPLACE, POINTS_PER_MOVE, POINTS_PER_BATCH = 4, 2, 1
 TIMEOUT_S = 180
 

@@ -3,7 +3,7 @@ between the verified quarantine copy and the PUT, and between the PUT and the jo
 The lock object the killed repair left is named by the next repair, and cleared by recover.
 
 The repair is a real subprocess (the library's flow, as ``cachedoctor repair s3://`` runs it),
-killed by its own crash point (``CACHEDOCTOR_TEST_KILL_AT_POINT``, ``repair/replace.py``); the
+killed by its own crash point (``CACHEDOCTOR_TEST_KILL_AT_POINT``, ``repair/swap.py``); the
 promises checked: the object ends healthy, its old bytes are in the quarantine exactly once, the
 records say where they came from, the lock object is gone, the journal's run is finished.
 """
