@@ -113,7 +113,7 @@ def _look(
     bucket: the prefix a repair of that URL works in), else the folders :func:`_search` finds."""
     if url := _remote(paths):
         from cachedoctor.repair.quarantine_search import Prefix
-        from cachedoctor.repair.remote_flow import one_prefix, where
+        from cachedoctor.repair.store_flow import one_prefix, where
         from cachedoctor.stores.connect import store_for
 
         store = store_for(one_prefix([url]), _s3(ctx, s3))

@@ -14,7 +14,7 @@ from cachedoctor.repair.journal import Journal
 from cachedoctor.repair.model import Action, ActionKind, ItemResult
 
 if TYPE_CHECKING:
-    from cachedoctor.repair.run import RepairOptions, RepairOutcome
+    from cachedoctor.repair.outcome import RepairOptions, RepairOutcome
 
 
 def share(actions: list[Action], rank: distributed.Rank) -> list[Action]:

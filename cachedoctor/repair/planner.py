@@ -65,7 +65,7 @@ def plan_repair(
     ``layout`` names the layout that planned them (``DatasetPlan.layout_for``: per path);
     ``modalities`` says which encoders were given (``image``, ``text``). ``stat_of`` says what
     is at a path now (a remote cache's planner passes what its listing saw of each object);
-    ``templates`` finds the healthy peers a recompute copies (remote folders: ``remote_recompute.py``)."""
+    ``templates`` finds the healthy peers a recompute copies (remote folders: ``store_recompute.py``)."""
     by_path: dict[str, list[Finding]] = defaultdict(list)
     for finding in findings:  # (a dead repair's own temp file is in every scope: it holds no user data)
         if only is None or finding.kind in only or is_own_temp(os.path.basename(finding.path)):

@@ -13,7 +13,7 @@ from cachedoctor.repair.model import RepairError
 
 if TYPE_CHECKING:
     from cachedoctor.encoders import Encoder
-    from cachedoctor.repair.run import RepairOptions
+    from cachedoctor.repair.outcome import RepairOptions
 
 
 def load_encoders(options: RepairOptions) -> list[Encoder]:

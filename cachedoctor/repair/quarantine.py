@@ -38,12 +38,9 @@ import time
 from dataclasses import dataclass, field
 
 from cachedoctor.lifetime import kill_due, kill_self
+from cachedoctor.repair.quarantine_records import RECORDS, read_records
 from cachedoctor.statedir import QUARANTINE_DIR, STATE_DIR
 from cachedoctor.stores.interface import Location, ObjectGone, ObjectInfo, Store, is_remote
-
-RECORDS = ".records.jsonl"
-#: Records bigger than this are not read (they are advisory).
-RECORDS_LIMIT = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +285,6 @@ class Quarantine:
 
     def _load(self) -> dict[str, dict]:
         if self._records is None:  # a resumed run: its records so far, once
-            from cachedoctor.repair.quarantine_runs import read_records
-
             self._records = read_records(self.store, f"{self.folder}/{RECORDS}")
         return self._records
 

@@ -9,7 +9,7 @@ or re-cached one repair had moved out) is not overwritten unless ``force``: ever
 checked before the first is put back, and the first such file is named in one line.
 
 Who else may write is excluded as the store's writers agree to be (``Capabilities``): with
-server versions, by the prefix's lock object, held throughout (``remote_lock.py``); without,
+server versions, by the prefix's lock object, held throughout (``prefix_lock.py``); without,
 by each file's lock (``repair/locks.py``), held while it is put back. The run is removed once
 every file is back; a restore stopped part way leaves the rest in the run, and the same
 restore again goes on.
@@ -56,7 +56,7 @@ def _prefix_held(store: Store, root: str, run_id: str, command: str) -> Iterator
     if not store.capabilities.server_versions:
         yield
         return
-    from cachedoctor.repair.remote_lock import PrefixLock
+    from cachedoctor.repair.prefix_lock import PrefixLock
 
     with PrefixLock(store, Location.parse(root), run_id, command):
         yield

@@ -13,53 +13,23 @@ Light on purpose: ``quarantine list`` imports no scan, layout or reader.
 
 from __future__ import annotations
 
-import json
-
 from cachedoctor.repair.model import still_failing
 from cachedoctor.repair.quarantine import (
     RECORDS,
-    RECORDS_LIMIT,
     QuarantinedFile,
     QuarantineRun,
     quarantine_url,
     relative,
     root_url,
 )
+from cachedoctor.repair.quarantine_records import read_records
 from cachedoctor.stores.interface import (
     Location,
-    ObjectChanged,
-    ObjectGone,
     ObjectInfo,
     Store,
     StoreError,
     TransientError,
 )
-
-
-def read_records(store: Store, url: str, info: ObjectInfo | None = None) -> dict[str, dict]:
-    """A run's records by path in the run folder (``{}`` when there are none). A line a crash
-    cut short is skipped; the file it explains still counts."""
-    info = info or store.head(url)
-    if info is None:
-        return {}
-    try:
-        try:
-            data = store.read_whole(info, RECORDS_LIMIT)
-        except ObjectChanged:  # appended to since it was listed: read what is there now, once
-            now = store.head(info.url)
-            data = store.read_whole(now, RECORDS_LIMIT) if now is not None else b""
-    except (ObjectGone, ObjectChanged):
-        return {}
-    text = data.decode("utf-8", "replace")
-    out: dict[str, dict] = {}
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("path"), str):
-            out[record["path"]] = record
-    return out
 
 
 def list_runs(root: str, store: Store | None = None) -> list[QuarantineRun]:

@@ -21,6 +21,7 @@ import fcntl
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from cachedoctor.errors import PathError
 from cachedoctor.findings import Finding
@@ -32,7 +33,10 @@ from cachedoctor.scan.state.plan import EXISTING
 from cachedoctor.scan.state.store import default_path
 from cachedoctor.scan.walk import is_under
 from cachedoctor.statedir import STATE_DIR, clock_path, is_lock_name
-from cachedoctor.stores.interface import is_remote
+from cachedoctor.stores.connect import files_here
+
+if TYPE_CHECKING:
+    from cachedoctor.stores.s3 import S3Settings
 
 #: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).
 CRASH_KINDS = frozenset({"partial-write", "corrupt-archive", "non-finite"})
@@ -92,18 +96,14 @@ def survey(
     Targets with nothing to check (no cache file, no dataset entry, no interrupted repair, no
     held lock) raise :class:`PathError` unless ``allow_empty``, as ``scan`` would exit 2.
     ``progress(stage, done, total)`` follows its scans (:mod:`cachedoctor.progress`)."""
-    if any(is_remote(t) for t in targets):  # a remote prefix: its lock object and journal
-        from cachedoctor.repair.remote_flow import survey_remote_targets
-
-        return survey_remote_targets(targets, scan_options)
+    if not all(files_here(t) for t in targets):  # an object store: its lock object and journal
+        return survey_store_targets(targets, scan_options)
     base = scan_options or ScanOptions()
     plan, line = plan_for(layout, targets, options)
-    if plan is not None and any(is_remote(r) for r in plan.roots):  # a dataset whose cache is in a bucket
-        from cachedoctor.repair.remote_flow import survey_remote_targets
-
+    if plan is not None and not all(files_here(r) for r in plan.roots):  # a dataset whose cache is in a bucket
         found = Survey(line)
-        for url in (r for r in plan.roots if is_remote(r)):
-            survey_remote_targets([url], scan_options, plan.remote_settings.get(url), found)
+        for url in (r for r in plan.roots if not files_here(r)):
+            survey_store_targets([url], scan_options, plan.remote_settings.get(url), found)
         return found
     roots = plan.roots if plan is not None else targets
     folders = [r if os.path.isdir(r) else os.path.dirname(r) for r in roots]
@@ -140,6 +140,34 @@ def survey(
 
         others = result.stats.files_skipped + result.stats.files_dataset
         raise PathError(*nothing_to_check(result.targets, dataset=plan is not None, others=others))
+    return out
+
+
+def survey_store_targets(
+    targets: list[str], options: ScanOptions | None, settings: S3Settings | None = None, out: Survey | None = None
+) -> Survey:
+    """``recover``'s survey of a prefix of a store without local paths (``store_flow.py``): its lock object and its interrupted run (remote
+    writes are whole PUTs: no temp objects, no torn ones to read deep). ``settings``: a
+    dataset's own for it; ``out``: a survey to add to (one per cache prefix of a dataset)."""
+    from cachedoctor.repair.model import still_failing
+    from cachedoctor.repair.prefix_lock import lock_url
+    from cachedoctor.repair.store_flow import one_prefix, where
+    from cachedoctor.repair.store_recover import survey_store
+    from cachedoctor.stores.connect import store_for
+    from cachedoctor.stores.interface import TransientError
+
+    url = one_prefix(targets)
+    store = store_for(url, settings or (options.s3 if options is not None else None))
+    location = where(store, url)[0]
+    try:
+        found = survey_store(store, location)
+    except TransientError as exc:  # the lock's HEAD or GET, still failing: one line
+        raise still_failing(lock_url(location), exc) from None
+    out = out if out is not None else Survey(None)
+    if found.locked:
+        (out.stale_locks if found.stale_lock else out.held_locks).append(lock_url(location))
+    if found.interrupted is not None:
+        out.interrupted.append((location.url, found.interrupted))
     return out
 
 

@@ -20,7 +20,7 @@ from cachedoctor.repair.journal import (
 from cachedoctor.repair.model import ActionKind, RepairError, RepairPlan
 
 if TYPE_CHECKING:
-    from cachedoctor.repair.run import RepairOptions
+    from cachedoctor.repair.outcome import RepairOptions
 
 
 def find_interrupted(

@@ -13,66 +13,21 @@ import json
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from cachedoctor.layouts import LayoutName, LayoutOf, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import DatasetPlan, Expected
 from cachedoctor.progress import LOSSLESS, PLAN, RECOMPUTE, RESCAN, Progress, Stages
 from cachedoctor.repair import distributed
 from cachedoctor.repair.act import close, recompute, run_lossless, share
-from cachedoctor.repair.journal import Interrupted, Journal, finish_run, new_run_id
-from cachedoctor.repair.model import ActionKind, Declined, ItemResult, ItemState, RepairError, RepairPlan
+from cachedoctor.repair.journal import Journal, finish_run, new_run_id
+from cachedoctor.repair.model import ActionKind, Declined, ItemResult, ItemState, RepairError
+from cachedoctor.repair.outcome import RepairOptions, RepairOutcome
 from cachedoctor.repair.planner import plan_repair
 from cachedoctor.repair.preconditions import check_devices, load_encoders, require_writable
 from cachedoctor.repair.resume import find_interrupted, run_to_finish
 from cachedoctor.repair.scope import run_scope
-from cachedoctor.scan import ScanOptions, ScanResult, scan
-from cachedoctor.stores.interface import is_remote
-
-
-@dataclass(frozen=True)
-class RepairOptions:
-    #: The scans before and after the repair, exactly as ``scan`` would run with the same settings
-    #: (``cachedoctor.options.scan_options``): deep, exclude, state, reader workers, file timeout.
-    #: A file ``scan`` leaves out is never planned on.
-    scan: ScanOptions = field(default_factory=ScanOptions)
-    encoders: tuple[str, ...] = ()
-    gpus: int | None = None
-    device: str = "cpu"
-    workers: int = 1  # recompute worker processes on ``device`` (the scan's readers are ``scan.workers``)
-    batch_size: int = 8
-    only: frozenset[str] | None = None
-    dry_run: bool = False
-    fresh: bool = False  # abandon an interrupted run instead of finishing it
-    keep_blocked: bool = False  # leave unreadable files that cannot be recomputed in place
-    posterior: str = (
-        "trainer"  # as the trainer caches; "mode": the posterior's mean; "sample": mean + std * noise(seed, path)
-    )
-    seed: int = 0
-    allow_empty: bool = False  # targets with no cache file (and no dataset entry) are no error
-    take_stale_lock: bool = False  # a remote prefix's lock left by a dead repair is cleared (recover --apply)
-
-
-@dataclass
-class RepairOutcome:
-    before: ScanResult
-    plan: RepairPlan
-    layout_line: str | None
-    run_id: str | None = None
-    interrupted: Interrupted | None = None  # the crashed run this one finishes
-
-    @property
-    def resumed(self) -> bool:
-        return self.interrupted is not None
-
-    results: list[ItemResult] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    after: ScanResult | None = None
-    leader: bool = True
-    notes: list[str] = field(default_factory=list)  # about the run itself (a journal moved aside)
-    #: Objects another writer changed during a remote repair (neither the version it scanned nor
-    #: the one it wrote): the rescan's findings in them are not the repair's doing.
-    others: set[str] = field(default_factory=set)
+from cachedoctor.scan import ScanResult, scan
+from cachedoctor.stores.connect import files_here
 
 
 def _scan(
@@ -102,18 +57,18 @@ def repair(
 ) -> RepairOutcome:
     """``progress(stage, done, total)`` follows it stage by stage (:mod:`cachedoctor.progress`):
     scan, plan, lossless, recompute, rescan; on the leader rank only."""
-    if any(is_remote(t) for t in targets):  # s3://: its own flow (remote_flow.py)
-        from cachedoctor.repair.remote_flow import repair_remote
+    if not all(files_here(t) for t in targets):  # an object store: every write a conditional request
+        from cachedoctor.repair.store_flow import repair_store
 
-        return repair_remote(targets, options, argv, confirm, show_plan, progress, options.take_stale_lock)
+        return repair_store(targets, options, argv, confirm, show_plan, progress, options.take_stale_lock)
     planned = plan_for(layout, targets, layout_options)
     dataset = planned[0]
-    if dataset is not None and any(is_remote(r) for r in dataset.roots):  # a SimpleTuner aws dataset
-        from cachedoctor.repair.remote_dataset import repair_dataset
-        from cachedoctor.repair.remote_flow import on_its_own
+    if dataset is not None and not all(files_here(r) for r in dataset.roots):  # a SimpleTuner aws dataset
+        from cachedoctor.repair.store_dataset import repair_dataset
+        from cachedoctor.repair.store_flow import on_its_own
 
         if dataset.layout != "simpletuner":
-            raise on_its_own(next(r for r in dataset.roots if is_remote(r)))
+            raise on_its_own(next(r for r in dataset.roots if not files_here(r)))
         return repair_dataset(
             dataset, planned[1], targets, layout, layout_options, options, argv, confirm, show_plan, progress
         )

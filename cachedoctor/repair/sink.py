@@ -2,8 +2,8 @@
 (``pool.py``, the same for every cache) and the storage the cache lives on.
 
 The local sink opens the image file and writes through ``replace.run_action`` (temp file,
-judged, old file linked into the quarantine, rename). ``remote_recompute.RemoteSink`` GETs the
-image from its bucket and writes one conditional PUT (``remote_act.py``). Everything between,
+judged, old file linked into the quarantine, rename). ``store_recompute.StoreSink`` GETs the
+image from its bucket and writes one conditional PUT (``store_act.py``). Everything between,
 the preparation, the batching, the encoder and the file's bytes, is shared, which is what makes
 a recompute of a remote entry the same bytes as a local one.
 """

@@ -23,12 +23,12 @@ from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
 from cachedoctor.layouts.samplers.census import from_shapes, gather
 from cachedoctor.progress import LIST, SCAN
-from cachedoctor.scan._memcap import FILE_MEMORY
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.folder_chunks import folder_chunks, folder_jobs
 from cachedoctor.scan.folders import Collector, ScanError, ScanStats
+from cachedoctor.scan.options import ScanOptions
 from cachedoctor.scan.state.plan import StateSet
-from cachedoctor.scan.state.sample import Sample, choose
+from cachedoctor.scan.state.sample import choose
 from cachedoctor.scan.targets import OBJECT, PREFIX
 from cachedoctor.scan.walk import (
     Folder,
@@ -48,34 +48,6 @@ if TYPE_CHECKING:
     from cachedoctor.scan.targets import Target
     from cachedoctor.scan.thread_reads import Job
     from cachedoctor.stores.interface import ObjectInfo
-    from cachedoctor.stores.s3 import S3Settings
-
-
-@dataclass(frozen=True, slots=True)
-class ScanOptions:
-    deep: bool = False
-    workers: int | None = None  # None: one per CPU
-    chunk_size: int = 64
-    exclude: tuple[str, ...] = ()  # globs on paths relative to each target, and on base names
-    #: The state database: ``None`` (read everything, record nothing), ``"auto"``
-    #: (``<target>/.cachedoctor/state.sqlite`` per folder target), ``"existing"`` (only where one
-    #: is already there), or a path (one database for every target).
-    state: str | None = None
-    sample: Sample | None = None  # deep-read this share, chosen through the state (implies deep reads)
-    deep_changed: bool = False  # read deep whatever changed since the state's record (recover)
-    file_timeout: float | None = 10.0  # seconds to judge one file before it is reported (read-timeout)
-    #: Bytes a reader may allocate for one file before it is reported (unsafe-pickle,
-    #: resource-bomb); ``None``: no cap. See ``_memcap.FILE_MEMORY``.
-    file_memory: int | None = FILE_MEMORY
-    world_size: int | None = None  # the training run's ranks (rank-imbalance); None: from the trainer's config
-    batch_size: int | None = None  # its batch size per rank; None: from the trainer's config
-    s3: S3Settings | None = None  # how to reach s3:// targets (None: the standard AWS chain)
-
-    @property
-    def mode(self) -> str:
-        if self.sample is not None:
-            return f"deep sample {self.sample.text}"
-        return "deep" if self.deep else "quick"
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from cachedoctor.scan.state.plan import StateSet, plan_folder
 from cachedoctor.scan.walk import Folder
 
 if TYPE_CHECKING:
-    from cachedoctor.scan.engine import ScanOptions
+    from cachedoctor.scan.options import ScanOptions
     from cachedoctor.scan.pool import Chunk
     from cachedoctor.scan.targets import Target
     from cachedoctor.scan.thread_reads import Job

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from cachedoctor.stores.interface import Location, RemoteError, Store
+from cachedoctor.stores.interface import Capabilities, Location, RemoteError, Store, is_remote
 from cachedoctor.stores.s3 import RetryPolicy, S3Settings
 
 _stores: dict[tuple[str, str, S3Settings], Store] = {}
@@ -42,6 +42,31 @@ def _open(location: Location, settings: S3Settings, policy: RetryPolicy | None) 
     from cachedoctor.stores.s3 import S3Store
 
     return S3Store(location.bucket, settings, policy)
+
+
+def capabilities_of(target: str) -> Capabilities:
+    """What the store holding ``target`` (a path or a URL) promises, from its member alone:
+    nothing is opened, nothing is sent, no extra is needed. Callers choose by this, never by
+    the scheme."""
+    if not is_remote(target):
+        from cachedoctor.stores.local import LocalStore
+
+        return LocalStore.capabilities
+    scheme = Location.parse(target).scheme
+    if scheme == "gs":
+        from cachedoctor.stores.gcs import GCSStore
+
+        return GCSStore.capabilities
+    if scheme != "s3":
+        raise RemoteError(target, f"no support for {scheme}:// yet; cachedoctor reads s3:// and gs:// URLs")
+    from cachedoctor.stores.s3 import S3Store
+
+    return S3Store.capabilities
+
+
+def files_here(target: str) -> bool:
+    """Whether ``target``'s objects are files this machine opens by path (``local_paths``)."""
+    return capabilities_of(target).local_paths
 
 
 def local_store() -> Store:

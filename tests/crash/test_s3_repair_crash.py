@@ -22,8 +22,8 @@ from factories import latent, pt_bytes, saved_on
 from s3_repair_helpers import Bucket, kinds
 
 from cachedoctor.repair.journal import interrupted_run
-from cachedoctor.repair.remote_lock import RemoteLocked, remote_root
-from cachedoctor.repair.remote_run import RemoteSession
+from cachedoctor.repair.prefix_lock import PrefixLocked, journal_home
+from cachedoctor.repair.store_session import StoreSession
 
 pytestmark = pytest.mark.slow
 TESTS = Path(__file__).resolve().parents[1]
@@ -33,12 +33,12 @@ CHILD = textwrap.dedent(
     import sys
     from s3_repair_helpers import Bucket, findings
     import boto3
-    from cachedoctor.repair.remote_run import RemoteSession, listed, plan_remote
+    from cachedoctor.repair.store_session import StoreSession, listed, plan_listed
 
     bucket = Bucket(boto3.client("s3"), sys.argv[1])
     store, location = bucket.store, bucket.location
-    with RemoteSession(store, location, ["repair", location.url]) as session:
-        plan = plan_remote(findings(bucket, *sys.argv[2:]), location, listed(store, location))
+    with StoreSession(store, location, ["repair", location.url]) as session:
+        plan = plan_listed(findings(bucket, *sys.argv[2:]), location, listed(store, location))
         session.act(plan)
     print(session.run_id)
     """
@@ -74,14 +74,14 @@ def test_recover_finishes_a_repair_killed_around_its_put(bucket: Bucket, point: 
     killed = child(bucket, *old, kill_at=point)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert bucket.keys(".cachedoctor/lock") == [".cachedoctor/lock"]  # left by the kill
-    run = interrupted_run(remote_root(bucket.location))
+    run = interrupted_run(journal_home(bucket.location))
     assert run is not None and len(run.unfinished) == 2
-    with pytest.raises(RemoteLocked) as locked:  # a plain repair names the dead holder and the way out
-        RemoteSession(bucket.store, bucket.location).__enter__()
+    with pytest.raises(PrefixLocked) as locked:  # a plain repair names the dead holder and the way out
+        StoreSession(bucket.store, bucket.location).__enter__()
     assert f"run {run.run_id}, pid " in locked.value.message
     assert f"that process is gone: `cachedoctor recover {bucket.url()} --apply` clears the lock" in locked.value.message
 
-    with RemoteSession(bucket.store, bucket.location, ["recover"], take_stale=True, command="recover") as session:
+    with StoreSession(bucket.store, bucket.location, ["recover"], take_stale=True, command="recover") as session:
         results = session.finish_interrupted()
 
     assert session.run_id == run.run_id
@@ -98,4 +98,4 @@ def test_recover_finishes_a_repair_killed_around_its_put(bucket: Bucket, point: 
     assert {p: (r["original"], r["reasons"]) for p, r in records.items()} == {
         rel: (bucket.url(rel), ["device-tagged"]) for rel in old
     }
-    assert interrupted_run(remote_root(bucket.location)) is None
+    assert interrupted_run(journal_home(bucket.location)) is None

@@ -36,7 +36,7 @@ def _states(outcome: RepairOutcome) -> list[tuple[str, str, str]]:
 def test_the_store_repair_on_the_local_store_equals_the_file_pipeline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cachedoctor.repair.remote_flow import repair_remote
+    from cachedoctor.repair.store_flow import repair_store
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the store flow's journal
     by_store, by_files = tmp_path / "store" / "vae", tmp_path / "files" / "vae"
@@ -45,7 +45,7 @@ def test_the_store_repair_on_the_local_store_equals_the_file_pipeline(
     before = _digests(by_store)
     options = RepairOptions(scan=ScanOptions(workers=1))
 
-    stored = repair_remote([str(by_store)], options, ["repair"], lambda _: True, lambda _: None)
+    stored = repair_store([str(by_store)], options, ["repair"], lambda _: True, lambda _: None)
     filed = repair(
         [str(by_files)], LayoutName.AUTO, LayoutOptions(), options, ["repair"], lambda _: True, lambda _: None
     )

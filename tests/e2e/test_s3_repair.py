@@ -16,8 +16,8 @@ from cli_run import cli
 from factories import latent, pt_bytes, saved_on
 from s3_repair_helpers import Bucket, kinds
 
-from cachedoctor.repair.remote_dataset import LOCAL_BESIDE
-from cachedoctor.repair.remote_lock import PrefixLock
+from cachedoctor.repair.prefix_lock import PrefixLock
+from cachedoctor.repair.store_dataset import LOCAL_BESIDE
 
 
 @pytest.fixture

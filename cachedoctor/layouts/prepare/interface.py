@@ -43,7 +43,7 @@ PREPARERS = {
 
 def prepare_image(spec: RecomputeSpec, downscale: int, data: bytes | None = None) -> Prepared:
     """The source of ``spec`` prepared as its trainer prepares it, for a ``downscale``x encoder.
-    ``data``: the source's bytes, already fetched (an image in a bucket: ``repair/remote_recompute.py``);
+    ``data``: the source's bytes, already fetched (an image in a bucket: ``repair/store_recompute.py``);
     decoded from memory exactly as the file would be."""
     name = PREPARERS.get(spec.prepare)
     if name is None:

@@ -11,11 +11,11 @@ from factories import latent, pt_bytes, saved_on
 from s3_repair_helpers import Bucket, findings, kinds
 
 from cachedoctor.repair.model import ItemState
+from cachedoctor.repair.prefix_lock import PrefixLock, PrefixLocked
 from cachedoctor.repair.quarantine_restore import restore
 from cachedoctor.repair.quarantine_runs import list_runs
-from cachedoctor.repair.remote_act import CHANGED
-from cachedoctor.repair.remote_lock import PrefixLock, RemoteLocked
-from cachedoctor.repair.remote_run import RemoteSession, listed, plan_remote
+from cachedoctor.repair.store_act import CHANGED
+from cachedoctor.repair.store_session import StoreSession, listed, plan_listed
 from cachedoctor.stores.interface import Location
 
 
@@ -65,7 +65,7 @@ def test_of_two_overlapping_repairs_that_start_together_the_later_lets_go(bucket
     first = other_lock(bucket, "nest", "run-a")
     later = other_lock(bucket, "nest/t", "run-b")  # both hold their own lock: now each looks
 
-    with pytest.raises(RemoteLocked) as stopped:
+    with pytest.raises(PrefixLocked) as stopped:
         later.exclude_overlaps([])  # it sees the earlier one above it, and lets go
     assert stopped.value.path == bucket.url(".cachedoctor/lock")
     assert bucket.keys("t/.cachedoctor/") == []
@@ -79,7 +79,7 @@ def test_the_earlier_of_two_stops_when_the_later_never_saw_it(bucket: Bucket) ->
     later = other_lock(bucket, "nest/t", "run-b")  # it looked before the first one's lock was there
     first.outwait = 0.0
 
-    with pytest.raises(RemoteLocked) as stopped:
+    with pytest.raises(PrefixLocked) as stopped:
         first.exclude_overlaps(listed(bucket.store, first.location))
     assert stopped.value.path == bucket.url("t/.cachedoctor/lock")
     assert bucket.keys(".cachedoctor/") == []  # released: the later one goes on alone
@@ -100,8 +100,8 @@ def test_the_records_list_only_what_was_replaced_when_another_writer_wins(bucket
 
     store.put_if_match = another_writer_first  # type: ignore[method-assign]
     try:
-        with RemoteSession(store, location, ["repair", location.url]) as session:
-            plan = plan_remote(findings(bucket, "a.pt", "b.pt"), location, listed(store, location))
+        with StoreSession(store, location, ["repair", location.url]) as session:
+            plan = plan_listed(findings(bucket, "a.pt", "b.pt"), location, listed(store, location))
             results = {r.path: (r.state, r.message) for r in session.act(plan)}
     finally:
         del store.put_if_match  # type: ignore[method-assign]

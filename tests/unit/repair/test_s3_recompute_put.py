@@ -1,4 +1,4 @@
-"""The write end of a remote recompute (``RemoteActor.put_made``) against moto's S3 server: a
+"""The write end of a remote recompute (``StoreActor.put_made``) against moto's S3 server: a
 missing entry is created only while it is still missing (``If-None-Match: *``), so a trainer
 that re-cached it since the scan keeps its object; the new bytes are judged before any request."""
 
@@ -12,7 +12,7 @@ from s3_repair_helpers import Bucket
 
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState
 from cachedoctor.repair.quarantine import Quarantine
-from cachedoctor.repair.remote_act import CREATED, RemoteActor
+from cachedoctor.repair.store_act import CREATED, StoreActor
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def bucket(s3_server: object, s3_bucket: str, tmp_path: Path, monkeypatch: pytes
 def made(bucket: Bucket, data: bytes) -> tuple[ItemResult, list[ItemResult]]:
     """``put_made`` of ``data`` for the missing entry ``m.pt``; its result and what was recorded."""
     recorded: list[ItemResult] = []
-    actor = RemoteActor(bucket.store, Quarantine(bucket.location.url, "run-1", bucket.store), recorded.append)
+    actor = StoreActor(bucket.store, Quarantine(bucket.location.url, "run-1", bucket.store), recorded.append)
     action = Action(ActionKind.RECOMPUTE, bucket.url("m.pt"), bucket.url(), ("missing-entry",))
     return actor.put_made(action, lambda _a: data), recorded
 

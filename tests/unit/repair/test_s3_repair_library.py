@@ -15,10 +15,10 @@ from factories import latent, leaked_view, pt_bytes, saved_on
 from s3_repair_helpers import Bucket, findings, kinds
 
 from cachedoctor.repair.model import ActionKind, ItemState
+from cachedoctor.repair.prefix_lock import PrefixLock, PrefixLocked
 from cachedoctor.repair.quarantine_restore import RestoreRefused, restore
 from cachedoctor.repair.quarantine_runs import list_runs
-from cachedoctor.repair.remote_lock import PrefixLock, RemoteLocked
-from cachedoctor.repair.remote_run import NO_RECOMPUTE, NO_SOURCE, RemoteSession, listed, plan_remote
+from cachedoctor.repair.store_session import NO_RECOMPUTE, NO_SOURCE, StoreSession, listed, plan_listed
 
 
 @pytest.fixture
@@ -35,9 +35,9 @@ def cuda_tagged() -> bytes:
 def repair(bucket: Bucket, *rels: str):  # type: ignore[no-untyped-def]
     """List, judge, plan and act as ``cachedoctor repair`` does; the session and its results."""
     store, location = bucket.store, bucket.location
-    with RemoteSession(store, location, ["repair", location.url]) as session:
+    with StoreSession(store, location, ["repair", location.url]) as session:
         infos = listed(store, location)
-        plan = plan_remote(findings(bucket, *rels), location, infos)
+        plan = plan_listed(findings(bucket, *rels), location, infos)
         results = session.act(plan)
     return session, plan, results
 
@@ -112,8 +112,8 @@ def test_an_unreadable_object_is_moved_out_by_copy_verify_delete(bucket: Bucket)
 def test_an_object_rewritten_after_the_listing_is_left_alone(bucket: Bucket) -> None:
     bucket.put("a.pt", cuda_tagged())
     store, location = bucket.store, bucket.location
-    with RemoteSession(store, location) as session:
-        plan = plan_remote(findings(bucket, "a.pt"), location, listed(store, location))
+    with StoreSession(store, location) as session:
+        plan = plan_listed(findings(bucket, "a.pt"), location, listed(store, location))
         bucket.put("a.pt", pt_bytes(latent(seed=8)))  # the trainer writes the object again
         results = session.act(plan)
     assert [(r.state, r.message) for r in results] == [
@@ -162,7 +162,7 @@ def test_a_second_repair_of_a_locked_prefix_stops_naming_the_holder_and_an_error
 ) -> None:
     old = cuda_tagged()
     bucket.put("a.pt", old)
-    with PrefixLock(bucket.store, bucket.location, "run-held-by-the-test"), pytest.raises(RemoteLocked) as locked:
+    with PrefixLock(bucket.store, bucket.location, "run-held-by-the-test"), pytest.raises(PrefixLocked) as locked:
         repair(bucket, "a.pt")
     assert locked.value.path == bucket.url(".cachedoctor/lock")
     assert locked.value.message.startswith(
@@ -171,7 +171,7 @@ def test_a_second_repair_of_a_locked_prefix_stops_naming_the_holder_and_an_error
     assert locked.value.message.endswith(" UTC); wait for it to finish")
     assert bucket.get(bucket.url("a.pt")) == old and bucket.keys(".cachedoctor/") == []
 
-    with pytest.raises(ZeroDivisionError), RemoteSession(bucket.store, bucket.location):
+    with pytest.raises(ZeroDivisionError), StoreSession(bucket.store, bucket.location):
         assert bucket.keys(".cachedoctor/") == [".cachedoctor/lock"]
         1 / 0  # noqa: B018
     assert bucket.keys(".cachedoctor/") == []
@@ -180,8 +180,8 @@ def test_a_second_repair_of_a_locked_prefix_stops_naming_the_holder_and_an_error
 def test_a_rewrite_costs_one_get_one_copy_one_head_and_one_put(bucket: Bucket) -> None:
     bucket.put("a.pt", cuda_tagged())
     store, location = bucket.store, bucket.location
-    with RemoteSession(store, location) as session:
-        plan = plan_remote(findings(bucket, "a.pt"), location, listed(store, location))
+    with StoreSession(store, location) as session:
+        plan = plan_listed(findings(bucket, "a.pt"), location, listed(store, location))
         before = store.requests  # type: ignore[attr-defined]
         session.act(plan)
         spent = store.requests - before  # type: ignore[attr-defined]
@@ -202,8 +202,8 @@ def test_an_object_whose_quarantine_copy_does_not_verify_is_neither_replaced_nor
     bucket.put("a.pt", old_tagged)
     bucket.put("t.pt", old_torn)
     store, location = WrongCopy(bucket.name, S3Settings()), bucket.location
-    with RemoteSession(store, location) as session:
-        results = session.act(plan_remote(findings(bucket, "a.pt", "t.pt"), location, listed(store, location)))
+    with StoreSession(store, location) as session:
+        results = session.act(plan_listed(findings(bucket, "a.pt", "t.pt"), location, listed(store, location)))
     assert [(r.path, r.state) for r in results] == [
         (bucket.url("a.pt"), ItemState.FAILED),
         (bucket.url("t.pt"), ItemState.FAILED),
@@ -223,7 +223,7 @@ def test_of_eight_repairs_racing_for_one_prefix_exactly_one_gets_the_lock(bucket
     def take(lock: PrefixLock) -> str:
         try:
             lock.acquire()
-        except RemoteLocked as exc:
+        except PrefixLocked as exc:
             return exc.message
         return "held"
 

@@ -1,6 +1,8 @@
-"""Carrying out a repair plan on a remote cache: each object replaced by one PUT, its old version
-first copied into the quarantine and the copy verified; an unfixable object moved out by copy,
-verify, delete. The steps of one object, and what a kill between any two of them leaves:
+"""Carrying out a repair plan through a store's conditional requests (any ``Store``; the path of
+object stores, ``store_flow.py``): each object replaced by one conditional write, its old
+version first copied into the quarantine and the copy verified; an unfixable object moved out
+by copy, verify, conditional delete. The steps of one object, and what a kill between any two
+of them leaves:
 
 1. one whole GET (conditional on the scanned ETag), the new bytes made from it (``lossless.py``,
    as on disk) and judged by the scan's own readers and checks (``verify.problems_of`` of the
@@ -13,8 +15,8 @@ verify, delete. The steps of one object, and what a kill between any two of them
 4. the journal records the item verified (a kill between 3 and 4 leaves a replaced object whose
    row says "kept": ``recover`` reads it, finds it healthy and closes the item).
 
-A recompute (``remote_recompute.py``) replaces step 1: the entry's source image is fetched and
-encoded by the local recompute's own loop, and its bytes come to :meth:`RemoteActor.put_made`
+A recompute (``store_recompute.py``) replaces step 1: the entry's source image is fetched and
+encoded by the local recompute's own loop, and its bytes come to :meth:`StoreActor.put_made`
 for steps 2-4; a missing entry has nothing to keep and is created by a PUT conditional on there
 still being no object (``If-None-Match: *``: a trainer that re-cached it meanwhile wins).
 
@@ -79,11 +81,11 @@ def judge(
     return problems_of(action, "", data, encoder=encoder, notes=notes, scale=scale)
 
 
-#: Runs a run's recompute actions through ``actor.put_made`` (``remote_recompute.recomputer``).
-Recompute: TypeAlias = "Callable[[list[Action], RemoteActor], None]"
+#: Runs a run's recompute actions through ``actor.put_made`` (``store_recompute.recomputer``).
+Recompute: TypeAlias = "Callable[[list[Action], StoreActor], None]"
 
 
-class RemoteActor:
+class StoreActor:
     """Runs the actions of one run on one prefix. ``record(result)`` is told each step (a kept
     copy as a ``planned`` result naming it, then the end state), under the actor's lock."""
 
@@ -264,7 +266,7 @@ __all__ = [
     "NOT_HERE",
     "THREADS",
     "Recompute",
-    "RemoteActor",
+    "StoreActor",
     "info_of",
     "judge",
     "new_bytes",

@@ -1,17 +1,17 @@
-"""A repair of a remote cache (``s3://bucket/prefix``): the seam between the scan's findings
-and the writes, and the session that keeps them safe.
+"""A repair through a store's conditional requests (``store_flow.py``): the seam between the
+scan's findings and the writes, and the session that keeps them safe.
 
-:func:`plan_remote` turns findings (paths are the objects' URLs) into the same actions the
+:func:`plan_listed` turns findings (paths are the objects' URLs) into the same actions the
 local planner makes, each carrying the facts of the object it is conditional on. Those facts
 come from a LIST made *before* the scan: an object rewritten between that LIST and the scan's
 read, or after it, fails the condition of every request repair makes on it (``If-Match``) and
 is skipped, so repair only ever acts on the version its scan judged.
 
-A :class:`RemoteSession` holds the prefix's lock object for its whole life (scan, plan, writes),
-keeps the journal locally (``remote_lock.remote_root``), finishes an interrupted run first
-(``remote_recover.roll_forward``, under that run's id and quarantine folder) and carries out a
-plan (``remote_act.py``). Without a dataset a recompute is blocked per item, as on disk (its
-source is unknown); with one (``remote_dataset.py``) the session is given a ``recompute``.
+A :class:`StoreSession` holds the prefix's lock object for its whole life (scan, plan, writes),
+keeps the journal locally (``prefix_lock.journal_home``), finishes an interrupted run first
+(``store_recover.roll_forward``, under that run's id and quarantine folder) and carries out a
+plan (``store_act.py``). Without a dataset a recompute is blocked per item, as on disk (its
+source is unknown); with one (``store_dataset.py``) the session is given a ``recompute``.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from cachedoctor.findings import Finding
 from cachedoctor.repair.journal import Interrupted, Journal, abandon, new_run_id
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairPlan, Stat, still_failing
 from cachedoctor.repair.planner import plan_repair
+from cachedoctor.repair.prefix_lock import PrefixLock, journal_home
 from cachedoctor.repair.quarantine import Quarantine, quarantine_url
-from cachedoctor.repair.remote_act import Recompute, RemoteActor
-from cachedoctor.repair.remote_lock import PrefixLock, remote_root
-from cachedoctor.repair.remote_recover import roll_forward, survey_remote
+from cachedoctor.repair.store_act import Recompute, StoreActor
+from cachedoctor.repair.store_recover import roll_forward, survey_store
 from cachedoctor.stores.interface import Location, ObjectInfo, Store, TransientError
 
 NO_SOURCE = "its source is unknown: repair with the dataset (--config naming its SimpleTuner aws dataset)"
@@ -41,7 +41,7 @@ def listed(store: Store, location: Location) -> dict[str, ObjectInfo]:
     return {info.url: info for info in store.list(location) if not info.key.startswith(own)}
 
 
-def plan_remote(
+def plan_listed(
     findings: Iterable[Finding],
     location: Location,
     infos: Mapping[str, ObjectInfo],
@@ -72,8 +72,8 @@ def plan_remote(
     return plan
 
 
-class RemoteSession:
-    """``with RemoteSession(store, location, argv) as session:`` one repair (or ``recover``) of
+class StoreSession:
+    """``with StoreSession(store, location, argv) as session:`` one repair (or ``recover``) of
     one prefix: the lock is taken on entry and released on exit, an error too."""
 
     def __init__(
@@ -91,25 +91,25 @@ class RemoteSession:
         self.argv = argv or []
         self.fresh = fresh
         self.take_stale = take_stale
-        self.root = remote_root(location)
+        self.root = journal_home(location)
         self.interrupted: Interrupted | None = None
         self.run_id = new_run_id()
         self.lock = PrefixLock(store, location, self.run_id, command)
         self.journal: Journal | None = None
         self.results: list[ItemResult] = []
-        #: How recomputes are made (``remote_recompute.recomputer``; ``None``: they are blocked),
+        #: How recomputes are made (``store_recompute.recomputer``; ``None``: they are blocked),
         #: and the encoders the journal records for them (``recover`` reuses them).
         self.recompute: Recompute | None = None
         self.encoders: tuple[str, ...] = ()
         self.fingerprint: str | None = None
         self.scope: str | None = None  # ``scope.run_scope`` of the run's options (``recover`` keeps it)
-        self.written: dict[str, str | None] = {}  # what its actors wrote (``RemoteActor.written``)
+        self.written: dict[str, str | None] = {}  # what its actors wrote (``StoreActor.written``)
 
-    def __enter__(self) -> RemoteSession:
+    def __enter__(self) -> StoreSession:
         self.lock.acquire(take_stale=self.take_stale)
         try:
             try:
-                self.interrupted = survey_remote(self.store, self.location).interrupted
+                self.interrupted = survey_store(self.store, self.location).interrupted
             except TransientError as exc:  # the lock's own GET: nothing changed but the lock
                 raise still_failing(self.lock.url, exc) from None
             if self.interrupted is not None and self.fresh:
@@ -145,7 +145,7 @@ class RemoteSession:
             )
         return self.journal
 
-    def _actor(self) -> RemoteActor:
+    def _actor(self) -> StoreActor:
         quarantine = Quarantine(self.location.url, self.run_id, self.store, resumed=self.interrupted is not None)
         journal = self._start()
 
@@ -154,12 +154,12 @@ class RemoteSession:
             if result.state is not ItemState.PLANNED:
                 self.results.append(result)
 
-        actor = RemoteActor(self.store, quarantine, record, recompute=self.recompute)
+        actor = StoreActor(self.store, quarantine, record, recompute=self.recompute)
         actor.written = self.written
         return actor
 
     def finish_interrupted(self) -> list[ItemResult]:
-        """Roll the interrupted run's unfinished items forward (``remote_recover.py``)."""
+        """Roll the interrupted run's unfinished items forward (``store_recover.py``)."""
         if self.interrupted is None or not self.interrupted.unfinished:
             return []
         actor = self._actor()
@@ -210,4 +210,4 @@ def changed_by_others(
     return out
 
 
-__all__ = ["NO_RECOMPUTE", "NO_SOURCE", "RemoteSession", "changed_by_others", "listed", "plan_remote"]
+__all__ = ["NO_RECOMPUTE", "NO_SOURCE", "StoreSession", "changed_by_others", "listed", "plan_listed"]

@@ -1,11 +1,16 @@
-"""``cachedoctor repair s3://bucket/prefix`` and ``recover s3://...``: the remote twin of
-``run.repair`` (which hands remote targets here) and of ``recover.survey``.
+"""``cachedoctor repair s3://bucket/prefix`` and ``recover s3://...``: a repair whose every write
+is a compare-and-swap request on a :class:`~cachedoctor.stores.interface.Store` (a versioned
+read, a kept copy, a replace or delete conditional on the version scanned). ``run.repair`` hands
+it every target whose store has no local paths (``Capabilities.local_paths``: an object store,
+``s3://`` or ``gs://``); it runs on any store, the local disk included, where it gives the file
+pipeline's results byte for byte (``tests/e2e/test_repair_seam.py``), but there the file
+pipeline (``batch.py``, ``replace.py``: shared fsyncs, hard links, one rename) is faster.
 
 The order is what keeps it safe: take the prefix's lock; LIST the prefix (the versions every
 later request is conditional on) and stop while a repair of an overlapping prefix holds its own
-lock (``remote_lock.PrefixLock.exclude_overlaps``); finish an interrupted run of it (its items
-were confirmed when it started: ``remote_recover.roll_forward``; then LIST again); scan it (the scan's own remote reader, the
-same checks as on disk); plan; show the plan and ask; act (``remote_act.py``); release the
+lock (``prefix_lock.PrefixLock.exclude_overlaps``); finish an interrupted run of it (its items
+were confirmed when it started: ``store_recover.roll_forward``; then LIST again); scan it (the scan's own remote reader, the
+same checks as on disk); plan; show the plan and ask; act (``store_act.py``); release the
 lock; rescan. A dry run takes no lock and writes nothing, not even the journal.
 """
 
@@ -16,15 +21,13 @@ from typing import TYPE_CHECKING
 
 from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
 from cachedoctor.repair.model import Declined, RepairError, still_failing
-from cachedoctor.repair.remote_lock import lock_url
-from cachedoctor.repair.remote_run import RemoteSession, changed_by_others, listed, plan_remote
 from cachedoctor.repair.scope import run_scope
+from cachedoctor.repair.store_session import StoreSession, changed_by_others, listed, plan_listed
 from cachedoctor.stores.interface import Location, ObjectInfo, Store, TransientError, is_remote
 
 if TYPE_CHECKING:
     from cachedoctor.repair.model import RepairPlan
-    from cachedoctor.repair.recover import Survey
-    from cachedoctor.repair.run import RepairOptions, RepairOutcome
+    from cachedoctor.repair.outcome import RepairOptions, RepairOutcome
     from cachedoctor.scan import ScanOptions, ScanResult
     from cachedoctor.stores.s3 import S3Settings
 
@@ -78,7 +81,7 @@ def _head(store: Store, url: str) -> ObjectInfo | None:
         raise still_failing(url, exc) from None
 
 
-def repair_remote(
+def repair_store(
     targets: list[str],
     options: RepairOptions,
     argv: list[str],
@@ -89,7 +92,7 @@ def repair_remote(
 ) -> RepairOutcome:
     """See the module's docstring. ``take_stale``: a lock whose holder is provably gone is
     cleared (``recover --apply``); else it stops the repair with one line."""
-    from cachedoctor.repair.run import RepairOutcome
+    from cachedoctor.repair.outcome import RepairOutcome
     from cachedoctor.stores.connect import store_for
 
     url = one_prefix(targets)
@@ -101,7 +104,7 @@ def repair_remote(
         show_plan(outcome)
         outcome.after = before if not outcome.plan.runnable() else None
         return outcome
-    with RemoteSession(store, lock_location(store, url), argv, fresh=options.fresh, take_stale=take_stale) as session:
+    with StoreSession(store, lock_location(store, url), argv, fresh=options.fresh, take_stale=take_stale) as session:
         session.scope = run_scope(options.only, options.keep_blocked)
         first = where(store, url)  # listed once the lock is held: it shows a lock taken under it meanwhile
         if first[0] != session.location:
@@ -109,7 +112,7 @@ def repair_remote(
         session.exclude_overlaps(first[1])  # before anything is written, an interrupted run's items too
         if options.encoders:  # new recomputes are blocked (no dataset); an interrupted run's are finished
             from cachedoctor.encoders import load_encoder
-            from cachedoctor.repair.remote_recompute import recomputer
+            from cachedoctor.repair.store_recompute import recomputer
 
             session.recompute = recomputer(options, lambda u: store_for(u, s3_of(options.scan)), {})
             session.encoders = options.encoders
@@ -161,34 +164,9 @@ def _plan(
     before: ScanResult, location: Location, infos: dict[str, ObjectInfo], options: RepairOptions, stages: Stages
 ) -> RepairPlan:
     stages.start(PLAN, len(before.findings))
-    plan = plan_remote(before.findings, location, infos, options.only, options.keep_blocked)
+    plan = plan_listed(before.findings, location, infos, options.only, options.keep_blocked)
     stages.finish(PLAN)
     return plan
 
 
-def survey_remote_targets(
-    targets: list[str], options: ScanOptions | None, settings: S3Settings | None = None, out: Survey | None = None
-) -> Survey:
-    """``recover``'s survey of a remote prefix: its lock object and its interrupted run (remote
-    writes are whole PUTs: no temp objects, no torn ones to read deep). ``settings``: a
-    dataset's own for it; ``out``: a survey to add to (one per cache prefix of a dataset)."""
-    from cachedoctor.repair.recover import Survey
-    from cachedoctor.repair.remote_recover import survey_remote
-    from cachedoctor.stores.connect import store_for
-
-    url = one_prefix(targets)
-    store = store_for(url, settings or (s3_of(options) if options is not None else None))
-    location = where(store, url)[0]
-    try:
-        found = survey_remote(store, location)
-    except TransientError as exc:  # the lock's HEAD or GET, still failing: one line
-        raise still_failing(lock_url(location), exc) from None
-    out = out if out is not None else Survey(None)
-    if found.locked:
-        (out.stale_locks if found.stale_lock else out.held_locks).append(lock_url(location))
-    if found.interrupted is not None:
-        out.interrupted.append((location.url, found.interrupted))
-    return out
-
-
-__all__ = ["on_its_own", "one_prefix", "repair_remote", "survey_remote_targets", "where"]
+__all__ = ["on_its_own", "one_prefix", "repair_store", "where"]

@@ -1,12 +1,13 @@
-"""Recomputing entries of a remote cache: the local recompute's loop, with a bucket at both ends.
+"""Recomputing entries of a cache repaired through its store's conditional requests
+(``store_flow.py``): the local recompute's loop, with a store at both ends.
 
 What makes the new object the same bytes a local recompute would write for that item is that
 nothing of the making is remote-specific: the planner's spec (``Layout.recompute_spec``), the
 preparer (``layouts/prepare/``, decoding the image from the fetched bytes), the batching, the
 encoder, its thread settings and the file's bytes (``recompute.build_file``) are the local
-ones (``pool.work``). Only the two ends differ (:class:`RemoteSink`): the image is one
+ones (``pool.work``). Only the two ends differ (:class:`StoreSink`): the image is one
 conditional GET (its facts from the dataset's listing, or one HEAD when the plan has none),
-and the entry is written by ``RemoteActor.put_made`` (judged, old version kept, one conditional
+and the entry is written by ``StoreActor.put_made`` (judged, old version kept, one conditional
 PUT, journaled).
 
 Where it runs: in this process, on one device, batches of ``--batch-size`` with the source GETs
@@ -15,7 +16,7 @@ Worker processes would each need their own S3 client and journal writer for what
 one GET and one PUT: the encoder is the cost, and one device runs it.
 
 A template (the healthy peer whose container, keys and dtypes a new entry copies) must be a
-file for torch to load: :class:`RemoteTemplates` keeps the few peers it reads per folder in the
+file for torch to load: :class:`ListedTemplates` keeps the few peers it reads per folder in the
 prefix's local state folder, named by URL and ETag, and the verification reads them there.
 """
 
@@ -37,10 +38,10 @@ if TYPE_CHECKING:
     from cachedoctor.layouts.interface import RecomputeSpec
     from cachedoctor.layouts.prepare import Prepared
     from cachedoctor.repair.model import Action, ItemResult
+    from cachedoctor.repair.outcome import RepairOptions
     from cachedoctor.repair.peer_scale import EncoderUsed
-    from cachedoctor.repair.remote_act import Recompute, RemoteActor
-    from cachedoctor.repair.run import RepairOptions
     from cachedoctor.repair.sink import Make
+    from cachedoctor.repair.store_act import Recompute, StoreActor
 
 #: A source image larger than this is not read (a training image is a few MB).
 SOURCE_LIMIT = 512 << 20
@@ -51,11 +52,11 @@ SCALE_PEERS = 24
 _TEMPLATE_LIMIT = 64 << 20
 
 
-class RemoteSink:
+class StoreSink:
     """``pool.work``'s two ends for one remote run (see the module's docstring)."""
 
     def __init__(
-        self, actor: RemoteActor, source_store: Callable[[str], Store], sources: Mapping[str, ObjectInfo]
+        self, actor: StoreActor, source_store: Callable[[str], Store], sources: Mapping[str, ObjectInfo]
     ) -> None:
         self.actor = actor
         self.source_store = source_store
@@ -89,21 +90,21 @@ class RemoteSink:
 def recomputer(
     options: RepairOptions, source_store: Callable[[str], Store], sources: Mapping[str, ObjectInfo]
 ) -> Recompute:
-    """What a :class:`~cachedoctor.repair.remote_run.RemoteSession` runs its recomputes with."""
+    """What a :class:`~cachedoctor.repair.store_session.StoreSession` runs its recomputes with."""
 
-    def run(actions: list[Action], actor: RemoteActor) -> None:
+    def run(actions: list[Action], actor: StoreActor) -> None:
         from cachedoctor.repair.pool import devices_for, make_batches, work
         from cachedoctor.repair.posterior import Models
 
         models = Models(options.encoders, options.posterior, options.seed)
         device = devices_for(options.gpus, options.device, options.workers)[0]
-        sink = RemoteSink(actor, source_store, sources)
+        sink = StoreSink(actor, source_store, sources)
         work(make_batches(actions, options.batch_size), models, device, actor.quarantine.run_id, actor.record, 1, sink)
 
     return run
 
 
-class RemoteTemplates(TemplateFinder):
+class ListedTemplates(TemplateFinder):
     """Templates for the entries of remote cache folders, from the listing of their prefix:
     up to :attr:`peers` healthy objects per folder, each copied once into ``home``: enough for
     the write-time check to judge a recompute's scale by (``peer_scale.py``), which cannot list
@@ -152,4 +153,4 @@ class RemoteTemplates(TemplateFinder):
         return path
 
 
-__all__ = ["SOURCE_LIMIT", "RemoteSink", "RemoteTemplates", "recomputer"]
+__all__ = ["SOURCE_LIMIT", "ListedTemplates", "StoreSink", "recomputer"]

@@ -1,11 +1,12 @@
-"""Finishing a remote repair that was killed: each item its journal left unfinished is rolled
-forward from what the bucket shows now, without a scan.
+"""Finishing a repair through a store's conditional requests (``store_flow.py``) that was killed:
+each item its journal left unfinished is rolled forward from what the store shows now, without
+a scan.
 
 The journal (local) says which items were planned and which had their old version kept; the
 object's ETag now, against the one the plan was made on, says how far the item got:
 
 * still the planned version: nothing a reader sees has changed; the item is done again from
-  step 1 (``remote_act.py``): the copy already in the quarantine is found by one HEAD and
+  step 1 (``store_act.py``): the copy already in the quarantine is found by one HEAD and
   reused, so the quarantine holds each object once;
 * gone: a move whose DELETE went through (its copy is in the quarantine: done), or an object
   someone else removed (skipped);
@@ -26,14 +27,14 @@ from dataclasses import dataclass
 
 from cachedoctor.repair.journal import Interrupted, interrupted_run
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState
+from cachedoctor.repair.prefix_lock import Holder, journal_home, read_holder
 from cachedoctor.repair.quarantine import Quarantine, same_version, versions_kept
-from cachedoctor.repair.remote_act import RemoteActor, info_of, judge
-from cachedoctor.repair.remote_lock import Holder, read_holder, remote_root
+from cachedoctor.repair.store_act import StoreActor, info_of, judge
 from cachedoctor.stores.interface import Location, ObjectInfo, Store
 
 
 @dataclass(frozen=True)
-class RemoteSurvey:
+class StoreSurvey:
     """What a crash left for one remote prefix: its lock object and its interrupted run."""
 
     location: Location
@@ -50,13 +51,13 @@ class RemoteSurvey:
         return not self.locked and self.interrupted is None
 
 
-def survey_remote(store: Store, location: Location) -> RemoteSurvey:
+def survey_store(store: Store, location: Location) -> StoreSurvey:
     """One HEAD (and a GET when a lock is there), and the local journal."""
     holder, locked = read_holder(store, location)
-    return RemoteSurvey(location, holder, locked, interrupted_run(remote_root(location)))
+    return StoreSurvey(location, holder, locked, interrupted_run(journal_home(location)))
 
 
-def roll_forward(actor: RemoteActor, action: Action) -> ItemResult | None:
+def roll_forward(actor: StoreActor, action: Action) -> ItemResult | None:
     """Finish one unfinished item of an interrupted run (see the module's docstring); ``None``:
     a recompute to be done again."""
     store, quarantine = actor.store, actor.quarantine
@@ -85,7 +86,7 @@ def roll_forward(actor: RemoteActor, action: Action) -> ItemResult | None:
     return _written_before_kill(store, quarantine, action, planned, now, dest)
 
 
-def _was_missing(actor: RemoteActor, action: Action) -> ItemResult | None:
+def _was_missing(actor: StoreActor, action: Action) -> ItemResult | None:
     """A missing entry: still missing (``None``: made again), or there now, written by the
     killed run or by the trainer since: read back and judged either way."""
     now = actor.store.head(action.path)
@@ -119,4 +120,4 @@ def _written_before_kill(
     )
 
 
-__all__ = ["RemoteSurvey", "roll_forward", "survey_remote"]
+__all__ = ["StoreSurvey", "roll_forward", "survey_store"]

@@ -1,5 +1,6 @@
-"""Where a remote cache's repair keeps its own things, and the lock that lets one repair at a
-time change a prefix.
+"""Where a repair through a store's conditional requests (``store_flow.py``) keeps its own things,
+and the lock that lets one such repair at a time change a prefix: one object created only if
+absent (``Store.put_if_absent``), which every store implements (on a disk, ``link(2)``).
 
 An object store has no ``flock``. The convention is one object, ``<prefix>/.cachedoctor/lock``,
 created with a conditional PUT (``If-None-Match: *``, which S3, MinIO and moto honour): the
@@ -11,7 +12,7 @@ decides whether an interrupted run's process is gone. A holder on another host c
 judged from here: the line says to delete the object by hand once that repair is known dead.
 
 The journal is not in the bucket: it is local (SQLite needs a file system), under the user
-cache directory, one folder per bucket and prefix (``remote_root``), beside the remote scan's
+cache directory, one folder per bucket and prefix (``journal_home``), beside the remote scan's
 state. Two machines repairing one prefix therefore do not see each other's journals; the lock
 is what keeps them apart.
 """
@@ -46,7 +47,7 @@ def lock_url(location: Location) -> str:
     return own_key(location, LOCK)
 
 
-def remote_root(location: Location) -> str:
+def journal_home(location: Location) -> str:
     """The local folder that stands for ``location`` as a cache root does (its
     ``.cachedoctor/journal.sqlite``): ``$XDG_CACHE_HOME/cachedoctor/remote/<scheme>/<bucket>/
     <hash of the prefix>.repair``, so that each prefix has its own journal."""
@@ -99,7 +100,7 @@ class Holder:
         return f"run {self.run_id}, pid {self.pid} on {self.host}, since {when}"
 
 
-class RemoteLocked(RepairError):
+class PrefixLocked(RepairError):
     """Another repair holds the prefix (one line: who, since when, how to clear a stale lock)."""
 
 
@@ -108,7 +109,7 @@ def read_holder(store: Store, location: Location) -> tuple[Holder | None, bool]:
     return _holder_at(store, lock_url(location))
 
 
-def locked_error(location: Location, holder: Holder | None) -> RemoteLocked:
+def locked_error(location: Location, holder: Holder | None) -> PrefixLocked:
     url = lock_url(location)
     who = holder.describe() if holder else "an unreadable lock object"
     if holder is not None and holder.gone:
@@ -119,7 +120,7 @@ def locked_error(location: Location, holder: Holder | None) -> RemoteLocked:
         then = "wait for it to finish"
     else:
         then = f"wait for it to finish; if it is dead, delete the lock object by hand (aws s3 rm {url})"
-    return RemoteLocked(url, f"another repair holds this prefix ({who}); {then}")
+    return PrefixLocked(url, f"another repair holds this prefix ({who}); {then}")
 
 
 def ancestor_locks(location: Location) -> list[str]:
@@ -152,7 +153,7 @@ def _holder_at(store: Store, url: str) -> tuple[Holder | None, bool]:
         return None, True
 
 
-def overlap_error(location: Location, url: str, holder: Holder | None) -> RemoteLocked:
+def overlap_error(location: Location, url: str, holder: Holder | None) -> PrefixLocked:
     """Another repair holds a prefix above or under ``location``: one line naming its lock."""
     who = holder.describe() if holder else "an unreadable lock object"
     prefix = url.rsplit(f"/{STATE_DIR}/", 1)[0]
@@ -160,7 +161,7 @@ def overlap_error(location: Location, url: str, holder: Holder | None) -> Remote
         then = f"that process is gone: `cachedoctor recover {prefix} --apply` finishes its run and clears the lock"
     else:
         then = "the two would change the same objects; wait for it to finish, then run this repair again"
-    return RemoteLocked(url, f"a repair of the overlapping prefix {prefix} holds this lock ({who}); {then}")
+    return PrefixLocked(url, f"a repair of the overlapping prefix {prefix} holds this lock ({who}); {then}")
 
 
 class PrefixLock:
@@ -178,7 +179,7 @@ class PrefixLock:
         self.held = False
 
     def acquire(self, take_stale: bool = False) -> None:
-        """Create the lock object, or raise :class:`RemoteLocked`. ``take_stale``: a lock whose
+        """Create the lock object, or raise :class:`PrefixLocked`. ``take_stale``: a lock whose
         holder is provably gone is deleted first (``recover --apply``). An endpoint that keeps
         failing is one line saying to try again later (:func:`still_failing`)."""
         try:
@@ -206,7 +207,7 @@ class PrefixLock:
         raise locked_error(self.location, holder)
 
     def exclude_overlaps(self, listed_urls: Iterable[str], ours: Collection[str] = ()) -> None:
-        """Once the lock is held: stop (release, :class:`RemoteLocked`) while a repair of an
+        """Once the lock is held: stop (release, :class:`PrefixLocked`) while a repair of an
         overlapping prefix holds its own: an ancestor's (one HEAD each, the bucket root's too)
         or one under this prefix (``listed_urls``: a listing made after :meth:`acquire`). Taking
         the lock first, then looking, means of two that start together at least one sees the
@@ -282,11 +283,11 @@ class PrefixLock:
 __all__ = [
     "Holder",
     "PrefixLock",
-    "RemoteLocked",
+    "PrefixLocked",
     "ancestor_locks",
+    "journal_home",
     "lock_url",
     "nested_locks",
     "own_key",
     "read_holder",
-    "remote_root",
 ]

@@ -1,12 +1,13 @@
-"""``cachedoctor repair --config X`` where a dataset keeps its cache in a bucket (a SimpleTuner
-``aws`` dataset): the dataset's plan, and the remote repair of each of its cache prefixes.
+"""``cachedoctor repair --config X`` where a dataset keeps its cache in a store without local paths
+(a SimpleTuner ``aws`` dataset's bucket): the dataset's plan, and the repair of each of its
+cache prefixes through the store's conditional requests (``store_flow.py``).
 
-It is ``remote_flow.repair_remote`` with the dataset beside it, in the same order: each remote
+It is ``store_flow.repair_store`` with the dataset beside it, in the same order: each remote
 cache prefix's lock is taken (and its interrupted run finished); each prefix is listed (the
 versions every later request is conditional on); the whole plan is scanned (the scan compares
 the bucket's objects with the dataset's items, as on disk); the local planner plans, with the
 listing's facts for each object and templates read from the bucket; then each prefix's actions
-run in its session, recomputes through ``remote_recompute.py``. A dry run takes no lock.
+run in its session, recomputes through ``store_recompute.py``. A dry run takes no lock.
 
 A local cache folder named by the same config (a local text-embed cache beside an ``aws``
 image dataset) is not repaired in this run: its actions are blocked with the reason, and a
@@ -22,14 +23,14 @@ from typing import TYPE_CHECKING
 
 from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
 from cachedoctor.repair.model import ActionKind, Declined, RepairError, RepairPlan, Stat
-from cachedoctor.repair.remote_run import NO_TEMPS, RemoteSession, changed_by_others, listed
 from cachedoctor.repair.scope import run_scope
+from cachedoctor.repair.store_session import NO_TEMPS, StoreSession, changed_by_others, listed
 from cachedoctor.stores.interface import Location, ObjectInfo, Store, is_remote
 
 if TYPE_CHECKING:
     from cachedoctor.layouts import LayoutName, LayoutOptions
     from cachedoctor.layouts.interface import DatasetPlan, Expected
-    from cachedoctor.repair.run import RepairOptions, RepairOutcome
+    from cachedoctor.repair.outcome import RepairOptions, RepairOutcome
     from cachedoctor.scan import ScanResult
 
 LOCAL_BESIDE = (
@@ -38,7 +39,7 @@ LOCAL_BESIDE = (
 )
 
 
-def remote_roots(plan: DatasetPlan | None) -> list[str]:
+def store_roots(plan: DatasetPlan | None) -> list[str]:
     return [r for r in plan.roots if is_remote(r)] if plan is not None else []
 
 
@@ -57,15 +58,15 @@ def repair_dataset(
     """See the module's docstring."""
     from cachedoctor.encoders import load_encoder
     from cachedoctor.extras import require_torch
-    from cachedoctor.repair.remote_recompute import recomputer
-    from cachedoctor.repair.run import RepairOutcome
+    from cachedoctor.repair.outcome import RepairOutcome
+    from cachedoctor.repair.store_recompute import recomputer
     from cachedoctor.stores.connect import store_for
 
     if options.encoders:
         require_torch("repair")
     encoders = [load_encoder(spec) for spec in options.encoders]  # validates the specs, loads nothing
     fingerprint = ",".join(e.fingerprint() for e in encoders) or None
-    roots = remote_roots(plan)
+    roots = store_roots(plan)
     stores = {r: store_for(r, plan.remote_settings.get(r, options.scan.s3)) for r in roots}
 
     def source_store(url: str) -> Store:  # the dataset's images: its bucket, its settings
@@ -75,10 +76,10 @@ def repair_dataset(
 
     stages = Stages(progress)
     with contextlib.ExitStack() as stack:
-        sessions: dict[str, RemoteSession] = {}
+        sessions: dict[str, StoreSession] = {}
         results = []
         for root in roots if not options.dry_run else ():
-            session = RemoteSession(
+            session = StoreSession(
                 stores[root], Location.parse(root), argv, fresh=options.fresh, take_stale=options.take_stale_lock
             )
             stack.enter_context(session)
@@ -133,7 +134,7 @@ def repair_dataset(
     return outcome
 
 
-def _same_model(session: RemoteSession, fingerprint: str | None) -> None:
+def _same_model(session: StoreSession, fingerprint: str | None) -> None:
     """One cache, one model: an interrupted run's recomputes are finished with its encoder."""
     run = session.interrupted
     if run is None or not run.fingerprint or fingerprint == run.fingerprint:
@@ -168,8 +169,8 @@ def plan_dataset(
     """The local planner's actions, each remote one rooted at its prefix with its object's facts
     from ``infos`` (prefix -> URL -> listed object); local ones blocked (``LOCAL_BESIDE``)."""
     from cachedoctor.repair.planner import plan_repair
-    from cachedoctor.repair.remote_lock import remote_root
-    from cachedoctor.repair.remote_recompute import RemoteTemplates
+    from cachedoctor.repair.prefix_lock import journal_home
+    from cachedoctor.repair.store_recompute import ListedTemplates
 
     def root_of(path: str) -> str | None:
         return next((r for r in infos if path.startswith(r.rstrip("/") + "/")), None)
@@ -186,8 +187,8 @@ def plan_dataset(
     def store_of(url: str) -> Store:
         return stores[root_of(url) or next(iter(stores))]
 
-    home = remote_root(Location.parse(next(iter(infos)))) if infos else ""
-    templates = RemoteTemplates({f.path for f in before.findings}, every, store_of, home)
+    home = journal_home(Location.parse(next(iter(infos)))) if infos else ""
+    templates = ListedTemplates({f.path for f in before.findings}, every, store_of, home)
     out = plan_repair(
         before.findings,
         plan.roots,
@@ -214,4 +215,4 @@ def plan_dataset(
     return out
 
 
-__all__ = ["LOCAL_BESIDE", "plan_dataset", "remote_roots", "repair_dataset"]
+__all__ = ["LOCAL_BESIDE", "plan_dataset", "repair_dataset", "store_roots"]

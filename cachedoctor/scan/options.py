@@ -1,0 +1,43 @@
+"""What a scan is asked: :class:`ScanOptions`, in a module of its own so that the parts of a scan
+(``engine.py``, ``folder_chunks.py``) and its callers import it without importing each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cachedoctor.scan._memcap import FILE_MEMORY
+
+if TYPE_CHECKING:
+    from cachedoctor.scan.state.sample import Sample
+    from cachedoctor.stores.s3 import S3Settings
+
+
+@dataclass(frozen=True, slots=True)
+class ScanOptions:
+    deep: bool = False
+    workers: int | None = None  # None: one per CPU
+    chunk_size: int = 64
+    exclude: tuple[str, ...] = ()  # globs on paths relative to each target, and on base names
+    #: The state database: ``None`` (read everything, record nothing), ``"auto"``
+    #: (``<target>/.cachedoctor/state.sqlite`` per folder target), ``"existing"`` (only where one
+    #: is already there), or a path (one database for every target).
+    state: str | None = None
+    sample: Sample | None = None  # deep-read this share, chosen through the state (implies deep reads)
+    deep_changed: bool = False  # read deep whatever changed since the state's record (recover)
+    file_timeout: float | None = 10.0  # seconds to judge one file before it is reported (read-timeout)
+    #: Bytes a reader may allocate for one file before it is reported (unsafe-pickle,
+    #: resource-bomb); ``None``: no cap. See ``_memcap.FILE_MEMORY``.
+    file_memory: int | None = FILE_MEMORY
+    world_size: int | None = None  # the training run's ranks (rank-imbalance); None: from the trainer's config
+    batch_size: int | None = None  # its batch size per rank; None: from the trainer's config
+    s3: S3Settings | None = None  # how to reach s3:// targets (None: the standard AWS chain)
+
+    @property
+    def mode(self) -> str:
+        if self.sample is not None:
+            return f"deep sample {self.sample.text}"
+        return "deep" if self.deep else "quick"
+
+
+__all__ = ["ScanOptions"]
