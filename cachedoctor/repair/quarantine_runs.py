@@ -13,7 +13,6 @@ Light on purpose: ``quarantine list`` imports no scan, layout or reader.
 
 from __future__ import annotations
 
-from cachedoctor.repair.model import still_failing
 from cachedoctor.repair.quarantine import (
     RECORDS,
     QuarantinedFile,
@@ -51,6 +50,8 @@ def list_runs(root: str, store: Store | None = None) -> list[QuarantineRun]:
         try:  # (read before anything is changed: still failing, one line)
             records = read_records(store, "", records_info) if records_info is not None else {}
         except TransientError as exc:
+            from cachedoctor.repair.model import still_failing  # (model imports the layouts: not on the light path)
+
             raise still_failing(f"{base}/{run_id}", exc) from None
         files, moved = [], False
         for rel, info in sorted(objects.items()):
