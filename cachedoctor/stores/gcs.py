@@ -19,12 +19,9 @@ one given; a store pointed at an emulator connects anonymously and never asks th
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import json
 import os
-import threading
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -47,7 +44,7 @@ from cachedoctor.stores.interface import (
     Store,
     TransientError,
 )
-from cachedoctor.stores.s3_errors import RetryPolicy, ShortRead, is_stall, message, unreachable
+from cachedoctor.stores.retrying import Retrying, RetryPolicy, ShortRead
 
 _T = TypeVar("_T")
 
@@ -60,11 +57,12 @@ class _TooLong(Exception):
 Answer = tuple[int, Any, bytes]
 
 
-class GCSStore(Store):
+class GCSStore(Retrying, Store):
     """One GCS bucket (or an emulator's, with ``endpoint`` or ``STORAGE_EMULATOR_HOST``)."""
 
     capabilities = Capabilities(server_versions=True, exact_keys=True, local_paths=False)
     page_size = 1000  # objects per listing request (the JSON API's most)
+    endpoint_hint = "check STORAGE_EMULATOR_HOST and the network"
 
     def __init__(
         self, bucket: str, policy: RetryPolicy | None = None, endpoint: str | None = None, token: str | None = None
@@ -78,9 +76,6 @@ class GCSStore(Store):
             ) from None
         self.bucket = bucket
         self.policy = policy or RetryPolicy()
-        self.retries = 0  # requests retried (for tests and the scan's notes)
-        self.requests = 0  # requests sent, retries included
-        self._count_lock = threading.Lock()
         endpoint = endpoint or os.environ.get("STORAGE_EMULATOR_HOST") or None
         if endpoint and "://" not in endpoint:
             endpoint = f"http://{endpoint}"
@@ -92,8 +87,7 @@ class GCSStore(Store):
         )
         self.root = self.fs._location.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.policy.stall)
-        self._transient = transient_types()
-        self._inflight: set[concurrent.futures.Future[Any]] = set()
+        self._start_requests(transient_types())
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -135,58 +129,15 @@ class GCSStore(Store):
         result: dict[str, Any] = json.loads(body) if body.strip() else {}
         return result
 
-    def _run(self, make: Callable[[], Awaitable[_T]], url: str) -> _T:
-        """Run ``make()`` on gcsfs's loop with this store's retry policy."""
-        attempt = stalls = 0
-        while True:
-            with self._count_lock:
-                self.requests += 1
-            try:
-                return self._once(make, url)
-            except (ObjectGone, ObjectChanged, RemoteError, TransientError):
-                raise  # said by this module's own reading code, or cancelled: final
-            except self._transient as exc:
-                failure: BaseException = exc
-                stalls += is_stall(exc)
-                if stalls >= self.policy.stall_attempts:
-                    raise TransientError(
-                        f"{url}: no answer within {self.policy.stall:g} s, {stalls} times: the server stalls"
-                    ) from None
-            except Exception as exc:
-                final = final_error(exc, url, self.bucket)
-                if final is not None:
-                    raise final from None
-                failure = exc
-            attempt += 1
-            if attempt >= self.policy.attempts:
-                if unreachable(failure):
-                    raise RemoteError(
-                        url,
-                        f"cannot reach the endpoint ({message(failure)}); check STORAGE_EMULATOR_HOST and the network",
-                    ) from None
-                raise TransientError(f"{url}: still failing after {attempt} attempts: {message(failure)}") from None
-            with self._count_lock:
-                self.retries += 1
-            time.sleep(self.policy.delay(attempt))
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop = self.fs.loop
+        return loop
 
-    def _once(self, make: Callable[[], Awaitable[_T]], url: str) -> _T:
-        """One request on gcsfs's loop, abandoned by :meth:`cancel_all`."""
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(make(), self.policy.deadline), self.fs.loop)
-        with self._count_lock:
-            self._inflight.add(future)
-        try:
-            return future.result()
-        except concurrent.futures.CancelledError:
-            raise TransientError(f"{url}: abandoned (the command stopped waiting for it)") from None
-        finally:
-            with self._count_lock:
-                self._inflight.discard(future)
+    def _coroutine(self, make: Callable[[], Awaitable[_T]]) -> Awaitable[_T]:
+        return asyncio.wait_for(make(), self.policy.deadline)
 
-    def cancel_all(self) -> None:
-        with self._count_lock:
-            pending = list(self._inflight)
-        for future in pending:
-            future.cancel()
+    def _final(self, exc: BaseException, url: str) -> Exception | None:
+        return final_error(exc, url, self.bucket)
 
     def _info(self, item: dict[str, Any]) -> ObjectInfo:
         return ObjectInfo(

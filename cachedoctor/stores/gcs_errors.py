@@ -17,7 +17,7 @@ import secrets
 import time
 
 from cachedoctor.stores.interface import ObjectChanged, ObjectGone, RemoteError
-from cachedoctor.stores.s3_errors import ShortRead, message
+from cachedoctor.stores.retrying import ShortRead, message
 
 #: Statuses GCS sends for "try again later" (Google's retry strategy: 408, 429 and 5xx).
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})

@@ -15,8 +15,6 @@ the scan's bounded thread pool keeps that many requests in flight.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -32,17 +30,8 @@ from cachedoctor.stores.interface import (
     Store,
     TransientError,
 )
-from cachedoctor.stores.s3_errors import (
-    RetryPolicy,
-    ShortRead,
-    etag_of,
-    final_error,
-    is_stall,
-    message,
-    seconds_ns,
-    transient_types,
-    unreachable,
-)
+from cachedoctor.stores.retrying import Retrying, RetryPolicy, ShortRead
+from cachedoctor.stores.s3_errors import etag_of, final_error, seconds_ns, transient_types
 
 _T = TypeVar("_T")
 
@@ -60,11 +49,12 @@ class S3Settings:
     token: str | None = None
 
 
-class S3Store(Store):
+class S3Store(Retrying, Store):
     """One S3 bucket (or MinIO/R2/Ceph with ``endpoint_url``)."""
 
     capabilities = Capabilities(server_versions=True, exact_keys=True, local_paths=False, content_etags=True)
     page_size = 1000  # objects per LIST request (S3's most)
+    endpoint_hint = "check --s3-endpoint-url and the network"
 
     def __init__(self, bucket: str, settings: S3Settings, policy: RetryPolicy | None = None) -> None:
         try:
@@ -76,9 +66,6 @@ class S3Store(Store):
         self.bucket = bucket
         self.settings = settings
         self.policy = policy or RetryPolicy()
-        self.retries = 0  # requests retried (for tests and the scan's notes)
-        self.requests = 0  # requests sent, retries included
-        self._count_lock = threading.Lock()  # the scan's threads count here at once
         client_kwargs: dict[str, Any] = {}
         if settings.region:
             client_kwargs["region_name"] = settings.region
@@ -100,67 +87,24 @@ class S3Store(Store):
             skip_instance_cache=True,
             use_listings_cache=False,
         )
-        self._transient = transient_types()
-        self._inflight: set[concurrent.futures.Future[Any]] = set()
+        self._start_requests(transient_types())
 
-    # -- plumbing ------------------------------------------------------------------------------
+    # -- plumbing (the requests themselves: retrying.Retrying) ----------------------------------
 
-    def _run(self, make: Callable[[Any], Awaitable[_T]], url: str) -> _T:
-        """Run ``make(client)`` on s3fs's loop with this store's retry policy."""
-        attempt = stalls = 0
-        while True:
-            with self._count_lock:
-                self.requests += 1
-            try:
-                return self._once(make, url)
-            except (ObjectGone, ObjectChanged, RemoteError, TransientError):
-                raise  # said by this module's own reading code (a body longer than listed), or cancelled: final
-            except self._transient as exc:
-                failure: BaseException = exc
-                stalls += is_stall(exc)
-                if stalls >= self.policy.stall_attempts:
-                    raise TransientError(
-                        f"{url}: no answer within {self.policy.stall:g} s, {stalls} times: the server stalls"
-                    ) from None
-            except Exception as exc:
-                final = final_error(exc, url, self.bucket)
-                if final is not None:
-                    raise final from None
-                failure = exc
-            attempt += 1
-            if attempt >= self.policy.attempts:
-                if isinstance(failure, Exception) and unreachable(failure):
-                    raise RemoteError(
-                        url, f"cannot reach the endpoint ({message(failure)}); check --s3-endpoint-url and the network"
-                    ) from None
-                raise TransientError(f"{url}: still failing after {attempt} attempts: {message(failure)}") from None
-            with self._count_lock:
-                self.retries += 1
-            time.sleep(self.policy.delay(attempt))
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop = self.fs.loop
+        return loop
 
-    def _once(self, make: Callable[[Any], Awaitable[_T]], url: str) -> _T:
-        """One request on s3fs's loop, abandoned by :meth:`cancel_all`."""
-        future = asyncio.run_coroutine_threadsafe(self._call(make), self.fs.loop)
-        with self._count_lock:
-            self._inflight.add(future)
-        try:
-            return future.result()
-        except concurrent.futures.CancelledError:
-            raise TransientError(f"{url}: abandoned (the command stopped waiting for it)") from None
-        finally:
-            with self._count_lock:
-                self._inflight.discard(future)
+    def _coroutine(self, make: Callable[[Any], Awaitable[_T]]) -> Awaitable[_T]:
+        return self._call(make)
+
+    def _final(self, exc: BaseException, url: str) -> Exception | None:
+        return final_error(exc, url, self.bucket)
 
     async def _call(self, make: Callable[[Any], Awaitable[_T]]) -> _T:
         await self.fs.set_session()
         client = await self.fs.get_s3(self.bucket)
         return await asyncio.wait_for(make(client), self.policy.deadline)
-
-    def cancel_all(self) -> None:
-        with self._count_lock:
-            pending = list(self._inflight)
-        for future in pending:
-            future.cancel()
 
     # -- the interface -------------------------------------------------------------------------
 

@@ -9,12 +9,14 @@ jittered exponential backoff (:class:`RetryPolicy`) until the policy's attempts 
 from __future__ import annotations
 
 import asyncio
-import random
-import re
-from dataclasses import dataclass
 from typing import Any
 
 from cachedoctor.stores.interface import ObjectChanged, ObjectGone, RemoteError
+from cachedoctor.stores.retrying import RetryPolicy as RetryPolicy  # (re-exported: their home before retrying.py)
+from cachedoctor.stores.retrying import ShortRead as ShortRead
+from cachedoctor.stores.retrying import is_stall as is_stall
+from cachedoctor.stores.retrying import message as message
+from cachedoctor.stores.retrying import unreachable as unreachable
 
 #: Error codes S3 (and MinIO, R2, Ceph) send for "try again later".
 _RETRY_CODES = frozenset(
@@ -38,27 +40,6 @@ _MISSING_BUCKET = frozenset({"NoSuchBucket"})
 _GONE_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _CHANGED_CODES = frozenset({"PreconditionFailed", "412"})
 _EXISTS_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Capped exponential backoff with full jitter (AWS's recommendation for throttling)."""
-
-    attempts: int = 6
-    base: float = 0.1  # seconds before the first retry, at most
-    cap: float = 5.0
-    #: A stalled server (no byte for ``stall`` seconds) is tried this many times, not ``attempts``:
-    #: a stall is seldom cured by waiting, and each try costs the whole ``stall``.
-    stall_attempts: int = 2
-    stall: float = 20.0  # seconds without a byte (botocore's read timeout)
-    deadline: float = 300.0  # seconds for one request, body included (a body that trickles)
-
-    def delay(self, attempt: int) -> float:
-        return random.uniform(0, min(self.cap, self.base * (2**attempt)))
-
-
-class ShortRead(Exception):
-    """The server sent fewer bytes than it said it would (a reset mid-body)."""
 
 
 def _code(exc: BaseException) -> str | None:
@@ -129,41 +110,5 @@ def seconds_ns(value: Any) -> int:
     return int(value.timestamp()) * 1_000_000_000
 
 
-def is_stall(exc: BaseException) -> bool:
-    """A request that timed out (no answer, or a body that stopped), as opposed to one refused."""
-    return isinstance(exc, asyncio.TimeoutError) or type(exc).__name__ in {"ReadTimeoutError", "AioReadTimeoutError"}
-
-
-def message(exc: BaseException) -> str:
-    """``exc`` on one line, without botocore's "(reached max retries: 0)": its retries are off,
-    and the count that means something is this module's. A message whose first line ends with a
-    colon goes on (botocore's "Parameter validation failed:" gives its reason on the next)."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    text = " ".join(lines) if lines[0].endswith(":") else lines[0]
-    text = _BOTO_RETRIES.sub("", text)
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-_BOTO_RETRIES = re.compile(r" \(reached max retries: \d+\)")
-
-
 def no_credentials(exc: BaseException) -> bool:
     return type(exc).__name__ in {"NoCredentialsError", "PartialCredentialsError", "ProfileNotFound"}
-
-
-def unreachable(exc: BaseException) -> bool:
-    """No connection could be opened (refused, no such host, connect timeout), as opposed to a
-    connection the server opened and then reset: aiobotocore calls both EndpointConnectionError,
-    and only its cause tells them apart. (``gcs.py`` asks this of aiohttp's errors too.)"""
-    import socket
-
-    import aiohttp
-
-    if type(exc).__name__ == "EndpointConnectionError":
-        cause = getattr(exc, "kwargs", {}).get("error")
-        return cause is None or unreachable(cause)
-    return type(exc).__name__ == "ConnectTimeoutError" or isinstance(
-        exc, (aiohttp.ClientConnectorError, ConnectionRefusedError, socket.gaierror)
-    )
