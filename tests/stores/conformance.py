@@ -20,9 +20,11 @@ What the contract pins, beyond the docstrings of ``stores/interface.py``:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -32,8 +34,10 @@ from cachedoctor.stores.interface import (
     ObjectChanged,
     ObjectGone,
     ObjectInfo,
+    RemoteError,
     Store,
     StoreError,
+    TransientError,
 )
 
 DATA = bytes(range(256)) * 40  # 10,240 bytes, no two neighbours alike
@@ -71,6 +75,35 @@ class StoreHarness:
 
     def keys(self, infos: Iterator[ObjectInfo] | list[ObjectInfo]) -> list[str]:
         return [info.url.removeprefix(self.prefix + "/") for info in infos]
+
+
+def object_store_harness(store: Any, other: Any, broken: Any, proxy: Any, prefix: str) -> Iterator[StoreHarness]:
+    """The harness of a network store: ``store`` and ``other`` (a second client, the other
+    writer) on the server, ``broken`` behind ``proxy`` (``tests/s3_proxy.py``, which fails any
+    HTTP), a fresh ``prefix``. Its page size is put back after the test."""
+
+    @contextlib.contextmanager
+    def failing(mode: str) -> Iterator[tuple[Store, str]]:
+        proxy.fail(mode, times=1_000_000)
+        try:
+            yield broken, prefix
+        finally:
+            proxy.clear()
+
+    def set_page_size(size: int) -> None:
+        store.page_size = size
+
+    yield StoreHarness(
+        store=store,
+        prefix=prefix,
+        other=other,
+        failing=failing,
+        failure_modes=("reset", "throttle"),
+        object_error=TransientError,
+        listing_error=RemoteError,
+        set_page_size=set_page_size,
+    )
+    store.page_size = type(store).page_size
 
 
 def one_line(exc: BaseException, url: str) -> None:

