@@ -27,20 +27,23 @@ read again by the next scan.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sqlite3
 import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from cachedoctor import __version__
 from cachedoctor.errors import PathError
 from cachedoctor.faults import is_full, move_aside, reason
 from cachedoctor.scan.state.db import connect, guarded, immediate, seal, unseal
-from cachedoctor.statedir import STATE_FILE, clock_path, state_db_path
-from cachedoctor.stores.interface import Location, ObjectInfo, is_remote
+from cachedoctor.scan.state.places import cache_home as cache_home  # (re-exported)
+from cachedoctor.scan.state.places import default_path as default_path
+from cachedoctor.scan.state.sigs import Sig, sig_of
+from cachedoctor.scan.state.sigs import sig_of_info as sig_of_info
+from cachedoctor.statedir import STATE_FILE, clock_path
+from cachedoctor.stores.interface import is_remote
 
 SCHEMA_VERSION = 3  # 2: sealed rows; 3: peer keys by key family (keynames), with the key held
 _FLUSH_ROWS = 2000
@@ -49,19 +52,6 @@ _FLUSH_SECONDS = 0.25
 
 class StateError(PathError):
     """A state database named with ``--state`` that cannot be used (exit 2)."""
-
-
-class Sig(NamedTuple):
-    """What a file looked like: any change to its bytes changes one of these."""
-
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-    ino: int
-
-
-def sig_of(st: os.stat_result) -> Sig:
-    return Sig(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 class Row(NamedTuple):
@@ -79,41 +69,6 @@ class Upsert(NamedTuple):
     deep_scan: int | None
     xxh3: str | None
     outcome: str
-
-
-def default_path(root: str, environ: Mapping[str, str] | None = None) -> str:
-    """The state database a scan of ``root`` uses unless told otherwise: inside a local root
-    (``statedir.py``); for a store whose objects are not local files, on this machine, not in
-    the bucket (writing to a bucket that is only scanned would need write access and would race
-    other readers), under the user cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``):
-    ``cachedoctor/remote/<scheme>/<bucket>/<short hash of the prefix>.sqlite``."""
-    if not is_remote(root):
-        return state_db_path(root)
-    location = Location.parse(root)
-    digest = hashlib.sha256(location.key.encode("utf-8")).hexdigest()[:16]
-    return os.path.join(
-        cache_home(environ), "cachedoctor", "remote", location.scheme, location.bucket, f"{digest}.sqlite"
-    )
-
-
-def cache_home(environ: Mapping[str, str] | None = None) -> str:
-    """The user cache dir (XDG): ``$XDG_CACHE_HOME``, or ``~/.cache``."""
-    env = os.environ if environ is None else environ
-    home = env.get("XDG_CACHE_HOME", "").strip()
-    return home if os.path.isabs(home) else os.path.join(os.path.expanduser("~"), ".cache")
-
-
-def sig_of_info(info: ObjectInfo) -> Sig:
-    """The change test of one listed object, from its listing alone: size, LastModified (as
-    ``mtime_ns`` and ``ctime_ns``: an object has no separate change time) and the version's
-    digest in ``ino``. A store with server versions needs no "racy" rule: a local file can be
-    rewritten within one clock tick and keep its size and mtime, so a stat cannot vouch for
-    it, but an object cannot be changed in place, and every write gives it a new version."""
-    version = int.from_bytes(hashlib.blake2b(info.etag.encode("utf-8"), digest_size=8).digest(), "big") & _SIGNED
-    return Sig(info.size, info.mtime_ns, info.mtime_ns, version)
-
-
-_SIGNED = (1 << 63) - 1  # SQLite integers are signed 64-bit
 
 
 def producer_id() -> str:

@@ -1,0 +1,36 @@
+"""Where a scan's state database lives unless ``--state`` says: inside a local cache root, or,
+for a store whose objects are not local files, in the user cache folder on this machine."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+
+from cachedoctor.statedir import state_db_path
+from cachedoctor.stores.interface import Location, is_remote
+
+
+def default_path(root: str, environ: Mapping[str, str] | None = None) -> str:
+    """The state database a scan of ``root`` uses unless told otherwise: inside a local root
+    (``statedir.py``); for a store whose objects are not local files, on this machine, not in
+    the bucket (writing to a bucket that is only scanned would need write access and would race
+    other readers), under the user cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``):
+    ``cachedoctor/remote/<scheme>/<bucket>/<short hash of the prefix>.sqlite``."""
+    if not is_remote(root):
+        return state_db_path(root)
+    location = Location.parse(root)
+    digest = hashlib.sha256(location.key.encode("utf-8")).hexdigest()[:16]
+    return os.path.join(
+        cache_home(environ), "cachedoctor", "remote", location.scheme, location.bucket, f"{digest}.sqlite"
+    )
+
+
+def cache_home(environ: Mapping[str, str] | None = None) -> str:
+    """The user cache dir (XDG): ``$XDG_CACHE_HOME``, or ``~/.cache``."""
+    env = os.environ if environ is None else environ
+    home = env.get("XDG_CACHE_HOME", "").strip()
+    return home if os.path.isabs(home) else os.path.join(os.path.expanduser("~"), ".cache")
+
+
+__all__ = ["cache_home", "default_path"]
