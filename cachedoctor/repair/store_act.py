@@ -15,6 +15,11 @@ of them leaves:
 4. the journal records the item verified (a kill between 3 and 4 leaves a replaced object whose
    row says "kept": ``recover`` reads it, finds it healthy and closes the item).
 
+A conditional request whose answer is lost is retried by the store, and the retry is refused
+(the first attempt did it): a PUT refused whose object holds exactly the new bytes is this
+repair's own write; a DELETE that finds nothing left the object where a move wants it. The kept
+copy is given up only when another writer's version stands in the object's place.
+
 A recompute (``store_recompute.py``) replaces step 1: the entry's source image is fetched and
 encoded by the local recompute's own loop, and its bytes come to :meth:`StoreActor.put_made`
 for steps 2-4; a missing entry has nothing to keep and is created by a PUT conditional on there
@@ -26,9 +31,8 @@ waits overlap. The journal (local SQLite) is written under the actor's lock, the
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeAlias
 
@@ -176,8 +180,8 @@ class StoreActor:
             if action.before is not None:
                 return self.replace_with(action, info_of(action), data)
             crash_point("remote-before-put")
-            if not self.store.put_if_absent(action.path, data):
-                return ItemResult(action.path, action.kind, ItemState.SKIPPED, CREATED)
+            if not self.store.put_if_absent(action.path, data) and self.own_write(action.path, data) is None:
+                return ItemResult(action.path, action.kind, ItemState.SKIPPED, CREATED)  # (not a lost answer of ours)
             self.written[action.path] = None
             crash_point("remote-after-put")
             return ItemResult(action.path, action.kind, ItemState.VERIFIED, "written and checked", None, 0, len(data))
@@ -217,8 +221,16 @@ class StoreActor:
         """Steps 2-4: the old version kept, then one PUT conditional on it."""
         dest = self.keep(action, info)
         crash_point("remote-before-put")
-        with self.abandoned_if_refused(dest):
+        try:
             new = self.store.put_if_match(action.path, data, info.etag)
+        except ObjectGone:
+            raise  # deleted by another writer since the scan: the kept copy is all that is left of it
+        except ObjectChanged:
+            found = self.own_write(action.path, data)
+            if found is None:  # another writer's version: the copy replaced nothing
+                self.quarantine.abandon(dest)
+                raise
+            new = found  # the PUT went through and its answer was lost: the retry met our own version
         if new.size != len(data):
             raise TransientError(f"{action.path}: wrote {len(data)} bytes, the server holds {new.size}")
         self.quarantine.replaced(dest, new.etag)
@@ -228,27 +240,35 @@ class StoreActor:
             action.path, action.kind, ItemState.VERIFIED, "written and checked", dest, info.size, len(data)
         )
 
+    def own_write(self, url: str, data: bytes) -> ObjectInfo | None:
+        """The object at ``url`` if it holds exactly ``data`` (read back whole: an ETag is not a
+        digest on every store), else ``None``. A conditional PUT is retried by the store when its
+        answer is lost; the retry is then refused, because the first attempt wrote this version."""
+        now = self.store.head(url)
+        if now is None or now.size != len(data):
+            return None
+        try:
+            return now if self.store.read_whole(now, len(data)) == data else None
+        except (ObjectGone, ObjectChanged):
+            return None
+
     def move(self, action: Action) -> ItemResult:
         info = info_of(action)
         dest = self.keep(action, info)
         crash_point("remote-before-delete")
-        with self.abandoned_if_refused(dest):
+        try:
             self.store.delete_if_match(action.path, info.etag)
+        except ObjectGone:
+            pass  # gone: this DELETE went through and its answer was lost, or another writer deleted
+            # it; either way the object is out of the cache and its bytes are in the kept copy
+        except ObjectChanged:  # another writer's version stands: the copy replaced nothing
+            self.quarantine.abandon(dest)
+            raise
         crash_point("remote-after-delete")
         why = "moved to the quarantine"
         if action.note:
             why += f" (not recomputed: {action.note}; the trainer re-caches it)"
         return ItemResult(action.path, action.kind, ItemState.VERIFIED, why, dest, info.size, 0)
-
-    @contextlib.contextmanager
-    def abandoned_if_refused(self, dest: str) -> Iterator[None]:
-        """A PUT or DELETE the server refused (the object changed or went since the scan) changed
-        nothing: the copy kept for it is given up, so the records list only what was replaced."""
-        try:
-            yield
-        except (ObjectChanged, ObjectGone):
-            self.quarantine.abandon(dest)
-            raise
 
     def keep(self, action: Action, info: ObjectInfo) -> str:
         """Step 2: the verified copy, then the journal told (before anything changes)."""
