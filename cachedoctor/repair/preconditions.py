@@ -14,6 +14,7 @@ from cachedoctor.repair.model import RepairError
 if TYPE_CHECKING:
     from cachedoctor.encoders import Encoder
     from cachedoctor.repair.outcome import RepairOptions
+    from cachedoctor.scan import ScanResult
 
 
 def load_encoders(options: RepairOptions) -> list[Encoder]:
@@ -63,3 +64,20 @@ def require_writable(roots: list[str]) -> None:
                 f"the cache folder {why}, so nothing can be repaired in place and nothing was changed; make it "
                 f"writable ({fix}), or copy the cache to a writable disk and run the same command on the copy",
             )
+
+
+def require_something(before: ScanResult, options: RepairOptions) -> None:
+    """Targets with nothing to check (no cache file, no dataset entry) stop a repair as they stop
+    a scan (exit 2), unless ``--allow-empty``: a mistyped folder or prefix is not "repaired".
+    Every repair path asks this of its first scan (``run.py``, ``store_flow.py``)."""
+    if not (before.empty or before.unchecked) or options.allow_empty:
+        return
+    from cachedoctor.report.outcome import nothing_to_check
+
+    excluded = bool(options.scan.exclude)
+    if before.empty:
+        others = before.stats.files_skipped + before.stats.files_dataset
+        raise RepairError(
+            *nothing_to_check(before.targets, dataset=before.dataset is not None, others=others, excluded=excluded)
+        )
+    raise RepairError(*nothing_to_check(before.unchecked, excluded=excluded))

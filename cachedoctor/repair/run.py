@@ -23,7 +23,7 @@ from cachedoctor.repair.journal import Journal, finish_run, new_run_id
 from cachedoctor.repair.model import ActionKind, Declined, ItemResult, ItemState, RepairError
 from cachedoctor.repair.outcome import RepairOptions, RepairOutcome
 from cachedoctor.repair.planner import plan_repair
-from cachedoctor.repair.preconditions import check_devices, load_encoders, require_writable
+from cachedoctor.repair.preconditions import check_devices, load_encoders, require_something, require_writable
 from cachedoctor.repair.resume import find_interrupted, run_to_finish
 from cachedoctor.repair.scope import run_scope
 from cachedoctor.scan import ScanResult, scan
@@ -99,19 +99,8 @@ def repair(
     # its journal in a root that is clean now, and must be closed there.
     roots_seen = sorted(set(roots_acted) | {r if os.path.isdir(r) else os.path.dirname(r) for r in roots})
     interrupted = find_interrupted(roots_seen, journal_rank, options, outcome.notes)
-    if (before.empty or before.unchecked) and interrupted is None and not options.allow_empty:
-        from cachedoctor.report.outcome import nothing_to_check  # (an interrupted run is something)
-
-        if before.empty:
-            raise RepairError(
-                *nothing_to_check(
-                    before.targets,
-                    dataset=before.dataset is not None,
-                    others=before.stats.files_skipped + before.stats.files_dataset,
-                    excluded=bool(options.scan.exclude),
-                )
-            )
-        raise RepairError(*nothing_to_check(before.unchecked, excluded=bool(options.scan.exclude)))
+    if interrupted is None:  # (an interrupted run is something to do)
+        require_something(before, options)
     fingerprints = ",".join(e.fingerprint() for e in encoders) or None
     interrupted = run_to_finish(interrupted, roots_acted, journal_rank, options, fingerprints, plan)
     outcome.run_id = interrupted.run_id if interrupted else new_run_id()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from cachedoctor.progress import PLAN, RESCAN, Progress, Stages
 from cachedoctor.repair.model import Declined, RepairError, still_failing
+from cachedoctor.repair.preconditions import require_something
 from cachedoctor.repair.scope import run_scope
 from cachedoctor.repair.store_session import StoreSession, changed_by_others, listed, plan_listed
 from cachedoctor.stores.interface import Location, ObjectInfo, Store, TransientError, is_remote
@@ -100,6 +101,7 @@ def repair_store(
     stages = Stages(progress)
     if options.dry_run:
         before, location, infos = _scan(store, url, options.scan, stages.progress)
+        require_something(before, options)
         outcome = RepairOutcome(before, _plan(before, location, infos, options, stages), None)
         show_plan(outcome)
         outcome.after = before if not outcome.plan.runnable() else None
@@ -121,6 +123,8 @@ def repair_store(
         before, location, infos = _scan(
             store, url, options.scan, stages.progress, first if session.interrupted is None else None
         )
+        if session.interrupted is None and not finished:  # (a finished interrupted run was something)
+            require_something(before, options)
         outcome = RepairOutcome(before, _plan(before, location, infos, options, stages), None)
         outcome.run_id, outcome.interrupted = session.run_id, session.interrupted
         outcome.results = list(finished)

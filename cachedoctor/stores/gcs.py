@@ -222,7 +222,12 @@ class GCSStore(Retrying, Store):
         if generation is not None:
             target += f"&ifGenerationMatch={generation}"
         body, headers = multipart(Location.parse(url).key, data)
-        return self._run(lambda: self._json("POST", target, headers, body), url)
+        try:
+            return self._run(lambda: self._json("POST", target, headers, body), url)
+        except ObjectGone:  # a 404 to an upload that needs no object there: the bucket is not there
+            if generation not in (None, "0"):
+                raise
+            raise missing_bucket(url, self.bucket) from None
 
     def put(self, url: str, data: bytes) -> ObjectInfo:
         return self._info(self._upload(url, data, None))

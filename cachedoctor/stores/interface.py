@@ -51,7 +51,7 @@ class Location:
         bucket, _, key = rest.partition("/")
         if not bucket:
             raise RemoteError(url, "names no bucket; write s3://bucket/prefix")
-        return cls(scheme, bucket, key.strip("/") if key.endswith("/") else key)
+        return cls(scheme, bucket, key.rstrip("/"))  # (only trailing: a key may begin with "/")
 
     @property
     def url(self) -> str:

@@ -69,6 +69,9 @@ class StoreHarness:
     refused: frozenset[str] = field(default_factory=frozenset)
     #: makes the store list in pages of this many objects (``None``: it has no pages)
     set_page_size: Callable[[int], None] | None = None
+    #: a store and a prefix whose container does not exist (a bucket no one made; a folder
+    #: under a regular file)
+    missing: tuple[Store, str] | None = None
 
     def url(self, key: str) -> str:
         return f"{self.prefix}/{key}"
@@ -77,7 +80,9 @@ class StoreHarness:
         return [info.url.removeprefix(self.prefix + "/") for info in infos]
 
 
-def object_store_harness(store: Any, other: Any, broken: Any, proxy: Any, prefix: str) -> Iterator[StoreHarness]:
+def object_store_harness(
+    store: Any, other: Any, broken: Any, proxy: Any, prefix: str, missing: tuple[Store, str]
+) -> Iterator[StoreHarness]:
     """The harness of a network store: ``store`` and ``other`` (a second client, the other
     writer) on the server, ``broken`` behind ``proxy`` (``tests/s3_proxy.py``, which fails any
     HTTP), a fresh ``prefix``. Its page size is put back after the test."""
@@ -102,6 +107,7 @@ def object_store_harness(store: Any, other: Any, broken: Any, proxy: Any, prefix
         object_error=TransientError,
         listing_error=RemoteError,
         set_page_size=set_page_size,
+        missing=missing,
     )
     store.page_size = type(store).page_size
 
@@ -311,6 +317,19 @@ class StoreConformance:
         assert harness.store.put_if_absent(url, b"again") is False
         harness.store.delete(url)
         assert harness.store.head(url) is None
+
+    # -- a place that is not there ----------------------------------------------------------------
+
+    def test_writes_where_there_is_no_container_are_one_line(self, harness: StoreHarness) -> None:
+        """A repair's first write (its lock, made only if absent) into a bucket no one made, or
+        a folder that cannot be, is the store's one-line error, not a verdict on one object."""
+        assert harness.missing is not None
+        store, prefix = harness.missing
+        url = f"{prefix}/.cachedoctor/lock"
+        for write in (lambda: store.put_if_absent(url, b"lock"), lambda: store.put(url, DATA)):
+            with pytest.raises(StoreError) as caught:
+                write()
+            one_line(caught.value, prefix.rsplit("/", 1)[0])
 
     # -- a store that keeps failing --------------------------------------------------------------
 

@@ -37,7 +37,10 @@ def stores(gcs_server: Any) -> Iterator[tuple[GCSStore, GCSStore, GCSStore, S3Pr
 @pytest.fixture
 def harness(stores: tuple[GCSStore, GCSStore, GCSStore, S3Proxy]) -> Iterator[StoreHarness]:
     store, other, broken, proxy = stores
-    yield from object_store_harness(store, other, broken, proxy, f"gs://{BUCKET}/{uuid.uuid4().hex}")
+    prefix = f"gs://{BUCKET}/{uuid.uuid4().hex}"
+    nowhere = f"no-bucket-{uuid.uuid4().hex[:12]}"
+    missing = (GCSStore(nowhere), f"gs://{nowhere}/c")
+    yield from object_store_harness(store, other, broken, proxy, prefix, missing)
 
 
 class TestGCSStore(StoreConformance):

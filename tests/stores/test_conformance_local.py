@@ -31,7 +31,9 @@ def harness(tmp_path: Path) -> StoreHarness:
         blocker.write_bytes(b"not a folder")
         yield LocalStore(), str(blocker / "cache")
 
+    (tmp_path / "a-regular-file").write_bytes(b"not a folder")
     return StoreHarness(
+        missing=(LocalStore(), str(tmp_path / "a-regular-file" / "cache")),
         store=LocalStore(),
         prefix=str(root),
         other=LocalStore(),

@@ -42,7 +42,10 @@ def stores(s3_server: Any) -> Iterator[tuple[S3Store, S3Store, S3Store, S3Proxy]
 @pytest.fixture
 def harness(stores: tuple[S3Store, S3Store, S3Store, S3Proxy]) -> Iterator[StoreHarness]:
     store, other, broken, proxy = stores
-    yield from object_store_harness(store, other, broken, proxy, f"s3://{BUCKET}/{uuid.uuid4().hex}")
+    prefix = f"s3://{BUCKET}/{uuid.uuid4().hex}"
+    nowhere = f"no-bucket-{uuid.uuid4().hex[:12]}"
+    missing = (S3Store(nowhere, store.settings), f"s3://{nowhere}/c")
+    yield from object_store_harness(store, other, broken, proxy, prefix, missing)
 
 
 class TestS3Store(StoreConformance):
