@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import BinaryIO, TextIO, TypeVar
 
 from cachedoctor.lifetime import kill_due, kill_self
+from cachedoctor.statedir import name_stem
 
 TEMP_PREFIX = ".cachedoctor-"
 TEMP_SUFFIX = ".tmp"
@@ -185,11 +186,12 @@ def _copy_link(src: str, dest: str) -> None:
 
 def temp_prefix_for(path: str) -> str:
     """The temp-file prefix for writing ``path``; :func:`temp_target` inverts it."""
-    return f"{TEMP_PREFIX}{os.path.basename(path)}-"
+    return f"{TEMP_PREFIX}{name_stem(os.path.basename(path))}-"
 
 
 def temp_target(temp_path: str) -> str | None:
-    """The file an own temp file was going to become (``.cachedoctor-<name>-XXXXXXXX.tmp``)."""
+    """The file an own temp file was going to become (``.cachedoctor-<name>-XXXXXXXX.tmp``); for
+    a name too long to carry, its stem (``statedir.name_stem``), whose lock is the file's."""
     name = os.path.basename(temp_path)
     if not is_own_temp(name):
         return None

@@ -54,10 +54,26 @@ def clock_path(db_path: str) -> str:
     return os.path.join(os.path.dirname(db_path), CLOCK_FILE)
 
 
+def name_stem(name: str) -> str:
+    """What a file's lock and temp names carry of its name: the name itself, or, for a name too
+    long to carry with a prefix and suffix within the file system's 255 bytes a name, its first
+    200 bytes and a hash of the whole (``<first bytes>~<hash>``): still unique per file."""
+    raw = os.fsencode(name)
+    if len(raw) <= _STEM_MAX:
+        return name
+    import hashlib
+
+    return f"{os.fsdecode(raw[:200])}~{hashlib.sha256(raw).hexdigest()[:16]}"
+
+
+_STEM_MAX = 230  # leaves room for ".cachedoctor-" + "-XXXXXXXX.tmp" (22 bytes) or "." + ".lock"
+
+
 def lock_path(path: str) -> str:
-    """The lock file guarding writes to ``path``: ``<folder>/.<name>.lock``."""
+    """The lock file guarding writes to ``path``: ``<folder>/.<name>.lock`` (the convention any
+    cooperating writer can follow; a name too long for it: ``name_stem``)."""
     folder, name = os.path.split(path)
-    return os.path.join(folder, f".{name}{_LOCK_SUFFIX}")
+    return os.path.join(folder, f".{name_stem(name)}{_LOCK_SUFFIX}")
 
 
 def is_lock_name(name: str) -> bool:
@@ -75,6 +91,7 @@ __all__ = [
     "is_state_dir_name",
     "journal_path",
     "lock_path",
+    "name_stem",
     "quarantine_root",
     "state_db_path",
     "state_dir",

@@ -218,8 +218,10 @@ def nothing_to_check(
         also = f" ({special}, never opened)"
     if dataset:
         also += ", and the dataset expects none"
-    if targets and all("://" in t for t in targets):  # s3:// prefixes: no disk to mount
-        hint = "check the bucket and prefix (an s3:// target names the objects under prefix/)"
+    if targets and all("://" in t for t in targets):  # bucket prefixes: no disk to mount
+        scheme = targets[0].split("://", 1)[0]
+        named = "an s3://" if scheme == "s3" else f"a {scheme}://"
+        hint = f"check the bucket and prefix ({named} target names the objects under prefix/)"
         if excluded:
             hint += " and the --exclude patterns"
     elif excluded:

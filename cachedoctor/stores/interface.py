@@ -47,10 +47,10 @@ class Location:
             return cls("file", "", url[1:].rstrip("/") if url != "/" else "")
         scheme, sep, rest = url.partition("://")
         if not sep or not scheme:
-            raise RemoteError(url, "not a remote URL; write s3://bucket/prefix")
+            raise RemoteError(url, "not a remote URL; write s3://bucket/prefix or gs://bucket/prefix")
         bucket, _, key = rest.partition("/")
         if not bucket:
-            raise RemoteError(url, "names no bucket; write s3://bucket/prefix")
+            raise RemoteError(url, f"names no bucket; write {scheme}://bucket/prefix")
         return cls(scheme, bucket, key.rstrip("/"))  # (only trailing: a key may begin with "/")
 
     @property

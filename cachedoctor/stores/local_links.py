@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterator
 
 from cachedoctor.atomic import TEMP_SUFFIX, is_own_temp, temp_prefix_for, temp_target, transfer
-from cachedoctor.statedir import is_lock_name
+from cachedoctor.statedir import is_lock_name, name_stem
 from cachedoctor.stores.interface import Location, ObjectInfo
 from cachedoctor.stores.local_paths import checked_path, file_info
 
@@ -115,5 +115,5 @@ def _drop_temps_of(target: str) -> None:
 
     pattern = glob.escape(os.path.join(os.path.dirname(target), temp_prefix_for(target))) + "*" + TEMP_SUFFIX
     for temp in glob.glob(pattern):
-        if temp_target(temp) == target:
+        if temp_target(temp) == os.path.join(os.path.dirname(target), name_stem(os.path.basename(target))):
             os.unlink(temp)
