@@ -7,6 +7,7 @@ line naming what is wrong and what to do (:class:`RepairError`), before any file
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from cachedoctor.repair.model import RepairError
@@ -54,8 +55,16 @@ def require_writable(roots: list[str]) -> None:
     place: one line naming it and what to do, before anything is written (``repair`` and
     ``recover --apply`` alike)."""
     from cachedoctor.fsinfo import not_writable
+    from cachedoctor.statedir import quarantine_root, state_dir
 
     for root in roots:
+        for own in (state_dir(root), quarantine_root(root)):  # where the replaced files go
+            if os.path.lexists(own) and not os.path.isdir(own):
+                raise RepairError(
+                    own,
+                    "is not a folder, and repair keeps what it replaces there; nothing was changed. "
+                    "Move it aside, then run the same command again",
+                )
         why = not_writable(root)
         if why is not None:
             fix = "remount it read-write" if "read-only" in why else "fix its permissions, or run as its owner"

@@ -11,7 +11,11 @@ NAME_MAX = 255  # bytes in one file name: ext4, XFS, btrfs, tmpfs, APFS (an obje
 
 
 def signature(st: os.stat_result) -> str:
-    """The version of a file as this store names it (changes with any rewrite)."""
+    """The version of a file as this store names it: its size, mtime and inode, which a rename
+    over it or a write that moves the mtime changes. A writer that rewrites a file in place and
+    sets its mtime back is not seen (the ctime would see it, but the quarantine's hard link
+    changes the ctime too, so the version would not survive keeping the file): writers are held
+    out by the per-file lock instead, as the conditional writes take it."""
     return f"{st.st_size:x}-{st.st_mtime_ns:x}-{st.st_ino:x}"
 
 

@@ -42,3 +42,31 @@ def test_a_read_only_cache_is_named_with_what_to_do(tmp_path: Path, command: lis
         )
         assert "cachedoctor repair` again" not in out + err
         assert _tree(cache) == before
+
+
+def _files(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.parametrize("blocked", [".cachedoctor", ".cachedoctor/quarantine"])
+def test_a_file_where_the_quarantine_goes_is_named_with_what_to_do(tmp_path: Path, blocked: str) -> None:
+    """A regular file where repair keeps what it replaces (a stray file, a botched copy): one
+    line naming it, exit 2, nothing changed. Before, each item failed with "Not a directory",
+    exit 1, naming no path (found by an adversarial review, rebuilt here first)."""
+    cache = tmp_path / "cache"
+    peers(cache, dtype=torch.float32)
+    save_pt(cache / "leak.pt", torch.randn(7, 4, 8, 8)[1])  # batch-leak: a rewrite
+    (cache / blocked).parent.mkdir(parents=True, exist_ok=True)
+    (cache / blocked).write_bytes(b"not a folder")
+    before = _files(cache)
+    code, out, err = cli("repair", str(cache), "--yes", "--no-state")
+    assert code == 2, out + err
+    assert err == (
+        f"cachedoctor: error: {cache / blocked}: is not a folder, and repair keeps what it replaces there; "
+        "nothing was changed. Move it aside, then run the same command again\n"
+    )
+    assert _files(cache) == before
