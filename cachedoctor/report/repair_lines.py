@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cachedoctor.report.text import terminal_safe
 from cachedoctor.stores.interface import is_remote
 
 if TYPE_CHECKING:  # type-only: printing must not import the CLI's machinery
@@ -84,9 +85,9 @@ class Lines:
 def shown_path(path: str, cwd: str) -> str:
     """As ``scan``'s table shows a path: relative to ``cwd`` when it lies below it, else absolute."""
     if is_remote(path):  # an s3:// URL is shown whole
-        return path
+        return terminal_safe(path)
     rel = os.path.relpath(path, cwd)
-    return path if rel.startswith("..") else rel
+    return terminal_safe(path if rel.startswith("..") else rel)
 
 
 __all__ = ["LIMIT", "Lines", "shown_path", "whole"]

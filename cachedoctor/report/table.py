@@ -9,7 +9,7 @@ from typing import TextIO
 from cachedoctor.findings import Finding
 from cachedoctor.report.interface import Renderer
 from cachedoctor.report.outcome import ScanReport
-from cachedoctor.report.text import human_size, wrap_line
+from cachedoctor.report.text import human_size, terminal_safe, wrap_line
 from cachedoctor.stores.interface import is_remote
 
 _PER_KIND = 8  # files listed per kind, and the worst files, unless --verbose (then all)
@@ -135,9 +135,9 @@ class TableRenderer(Renderer):
 
     def _rel(self, path: str) -> str:
         if is_remote(path):  # an s3:// URL is shown whole
-            return path
+            return terminal_safe(path)
         rel = os.path.relpath(path, self.cwd)
-        return path if rel.startswith("..") else rel
+        return terminal_safe(path if rel.startswith("..") else rel)
 
     @staticmethod
     def _worst(findings: list[Finding]) -> list[tuple[str, list[Finding]]]:

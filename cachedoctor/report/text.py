@@ -21,8 +21,19 @@ def displayable(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """A path as a terminal may show it: each control character (a newline, an escape sequence,
+    a carriage return) written ``\\xNN``, so a file or key name can neither forge a line of the
+    report ("repaired: the rescan is clean") nor drive the terminal. Other names are unchanged."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def relative(path: str, cwd: str) -> str:
-    """``path`` relative to ``cwd`` when it lies below it, else as given (as the table shows it)."""
+    """``path`` relative to ``cwd`` when it lies below it, else as given (as the table shows it;
+    each machine format then escapes it its own way, a terminal with :func:`terminal_safe`)."""
     if is_remote(path):  # an s3:// URL is shown whole
         return path
     try:
