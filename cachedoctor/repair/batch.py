@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from cachedoctor.atomic import TEMP_SUFFIX, fsync_dir, temp_prefix_for
 from cachedoctor.faults import could_not_write
-from cachedoctor.repair.locks import held
+from cachedoctor.file_locks import held
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
 from cachedoctor.repair.quarantine import Quarantine
 from cachedoctor.repair.replace import crash_point, failed

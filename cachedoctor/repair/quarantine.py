@@ -106,11 +106,11 @@ def versions_kept(store: Store) -> bool:
     return store.capabilities.content_etags or store.capabilities.links
 
 
-def same_version(copy: ObjectInfo, original: ObjectInfo, content_etags: bool = True) -> bool:
+def same_version(copy: ObjectInfo, original: ObjectInfo, exact: bool = True) -> bool:
     """Whether ``copy`` holds ``original``'s bytes, as far as a HEAD can tell (size and ETag; size
-    alone for a multipart original, whose ETag a one-request copy does not keep, and on a store
-    whose ETags are versions, not digests: ``Capabilities.content_etags``)."""
-    return copy.size == original.size and (not content_etags or multipart(original.etag) or copy.etag == original.etag)
+    alone for a multipart original, whose ETag a one-request copy does not keep, and where a
+    copy has a version of its own: ``exact`` is :func:`versions_kept` of the store)."""
+    return copy.size == original.size and (not exact or multipart(original.etag) or copy.etag == original.etag)
 
 
 class Quarantine:

@@ -10,7 +10,7 @@ checked before the first is put back, and the first such file is named in one li
 
 Who else may write is excluded as the store's writers agree to be (``Capabilities``): with
 server versions, by the prefix's lock object, held throughout (``prefix_lock.py``); without,
-by each file's lock (``repair/locks.py``), held while it is put back. The run is removed once
+by each file's lock (``file_locks.py``), held while it is put back. The run is removed once
 every file is back; a restore stopped part way leaves the rest in the run, and the same
 restore again goes on.
 """
@@ -67,7 +67,7 @@ def _file_held(store: Store, url: str) -> contextlib.AbstractContextManager[obje
     on it (``Capabilities.server_versions``)."""
     if store.capabilities.server_versions:
         return contextlib.nullcontext()
-    from cachedoctor.repair.locks import file_lock
+    from cachedoctor.file_locks import file_lock
 
     return file_lock(url)
 

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 
 from cachedoctor.atomic import fsync_dir, temp_target
-from cachedoctor.repair.locks import file_lock
+from cachedoctor.file_locks import file_lock
 from cachedoctor.repair.model import Action, ActionKind, ItemResult, ItemState, RepairError, Stat
 from cachedoctor.repair.quarantine import Quarantine
 

@@ -33,7 +33,7 @@ import shutil
 import sqlite3
 import tempfile
 
-from cachedoctor.repair.locks import file_lock
+from cachedoctor.file_locks import file_lock
 from cachedoctor.repair.model import Action, ItemResult, ItemState, Stat
 from cachedoctor.repair.quarantine import Quarantine
 from cachedoctor.repair.swap import crash_point, failed, replace_file

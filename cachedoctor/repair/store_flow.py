@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from cachedoctor.repair.model import RepairPlan
     from cachedoctor.repair.outcome import RepairOptions, RepairOutcome
     from cachedoctor.scan import ScanOptions, ScanResult
-    from cachedoctor.stores.s3 import S3Settings
 
 
 def one_prefix(targets: list[str]) -> str:
@@ -97,7 +96,7 @@ def repair_store(
     from cachedoctor.stores.connect import store_for
 
     url = one_prefix(targets)
-    store = store_for(url, s3_of(options.scan))
+    store = store_for(url, options.scan.s3)
     stages = Stages(progress)
     if options.dry_run:
         before, location, infos = _scan(store, url, options.scan, stages.progress)
@@ -116,7 +115,7 @@ def repair_store(
             from cachedoctor.encoders import load_encoder
             from cachedoctor.repair.store_recompute import recomputer
 
-            session.recompute = recomputer(options, lambda u: store_for(u, s3_of(options.scan)), {})
+            session.recompute = recomputer(options, lambda u: store_for(u, options.scan.s3), {})
             session.encoders = options.encoders
             session.fingerprint = ",".join(load_encoder(e).fingerprint() for e in options.encoders)
         finished = session.finish_interrupted()  # (then the listing is made again: it changed)
@@ -138,11 +137,6 @@ def repair_store(
     outcome.after, _, after = _scan(store, url, options.scan, stages.renamed(RESCAN))
     outcome.others = changed_by_others(infos, after, session.written)  # not this repair's doing
     return outcome
-
-
-def s3_of(options: ScanOptions) -> S3Settings | None:
-    """The scan's S3 settings (``--s3-endpoint-url`` ...; ``None``: the standard AWS chain)."""
-    return options.s3
 
 
 def _scan(

@@ -9,13 +9,11 @@ even when it holds spaces. A shell command is printed whole on a line of its own
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cachedoctor.report.text import terminal_safe
-from cachedoctor.stores.interface import is_remote
+from cachedoctor.report.text import shown_path
 
 if TYPE_CHECKING:  # type-only: printing must not import the CLI's machinery
     from cachedoctor.cli.environment import Environment
@@ -82,12 +80,4 @@ class Lines:
         return whole(shown_path(path, self.env.cwd))
 
 
-def shown_path(path: str, cwd: str) -> str:
-    """As ``scan``'s table shows a path: relative to ``cwd`` when it lies below it, else absolute."""
-    if is_remote(path):  # an s3:// URL is shown whole
-        return terminal_safe(path)
-    rel = os.path.relpath(path, cwd)
-    return terminal_safe(path if rel.startswith("..") else rel)
-
-
-__all__ = ["LIMIT", "Lines", "shown_path", "whole"]
+__all__ = ["LIMIT", "Lines", "whole"]

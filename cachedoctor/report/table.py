@@ -9,8 +9,7 @@ from typing import TextIO
 from cachedoctor.findings import Finding
 from cachedoctor.report.interface import Renderer
 from cachedoctor.report.outcome import ScanReport
-from cachedoctor.report.text import human_size, terminal_safe, wrap_line
-from cachedoctor.stores.interface import is_remote
+from cachedoctor.report.text import human_size, shown_path, wrap_line
 
 _PER_KIND = 8  # files listed per kind, and the worst files, unless --verbose (then all)
 _WORST = 10
@@ -134,10 +133,7 @@ class TableRenderer(Renderer):
         line(f"{verdict} {hint}".strip(), "bold")
 
     def _rel(self, path: str) -> str:
-        if is_remote(path):  # an s3:// URL is shown whole
-            return terminal_safe(path)
-        rel = os.path.relpath(path, self.cwd)
-        return terminal_safe(path if rel.startswith("..") else rel)
+        return shown_path(path, self.cwd)
 
     @staticmethod
     def _worst(findings: list[Finding]) -> list[tuple[str, list[Finding]]]:

@@ -43,6 +43,15 @@ def relative(path: str, cwd: str) -> str:
     return path if rel == ".." or rel.startswith(".." + os.sep) else rel
 
 
+def shown_path(path: str, cwd: str) -> str:
+    """As the scan table and the repair report show a path: relative to ``cwd`` when it lies below
+    it, else absolute (an object store's URL whole), terminal-safe."""
+    if is_remote(path):  # an s3:// URL is shown whole
+        return terminal_safe(path)
+    rel = os.path.relpath(path, cwd)
+    return terminal_safe(path if rel.startswith("..") else rel)
+
+
 def human_size(n: float) -> str:
     """Bytes for people, in binary units (what the scan table and repair's plan print)."""
     for unit in ("B", "KB", "MB", "GB", "TB"):

@@ -10,7 +10,7 @@ A file system has no server-side version and no conditional request, so this sto
 * a write goes to an ``O_EXCL`` temporary beside the target, is fsynced, and is renamed over it
   (readers see the old or the new bytes, never a half), then the folder is fsynced;
 * compare-and-swap (:meth:`put_if_match`, :meth:`delete_if_match`) holds the per-file lock
-  (an exclusive ``flock`` on ``.<name>.lock``, the convention ``repair/locks.py`` documents for
+  (an exclusive ``flock`` on ``.<name>.lock``, the convention ``file_locks.py`` documents for
   cooperating trainers) while it checks the signature and renames: it excludes every writer
   that takes the same lock, which a server's ``If-Match`` would exclude all of;
 * create-if-absent is ``link(2)`` of a written temporary, which fails if the name exists;
@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import secrets
 import stat
 from collections.abc import Iterator
 
 from cachedoctor.atomic import fsync_dir
-from cachedoctor.statedir import is_lock_name, lock_path
+from cachedoctor.statedir import is_lock_name
 from cachedoctor.stores.interface import (
     Capabilities,
     Location,
@@ -42,6 +41,7 @@ from cachedoctor.stores.interface import (
     ObjectInfo,
     Store,
     StoreError,
+    TransientError,
 )
 from cachedoctor.stores.local_links import STORE_TEMP, LocalLinks
 from cachedoctor.stores.local_paths import checked_path, file_info, signature
@@ -212,13 +212,17 @@ class LocalStore(LocalLinks, Store):
 
     @contextlib.contextmanager
     def _locked(self, path: str) -> Iterator[None]:
-        """The per-file lock of cooperating writers, held for one compare-and-swap."""
-        fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        """The per-file lock of cooperating writers (``file_locks.held``), held for one
+        compare-and-swap; a writer that keeps it past the lock's timeout fails this request."""
+        from filelock import Timeout
+
+        from cachedoctor.file_locks import LOCK_TIMEOUT_S, held
+
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+            with held(path):
+                yield
+        except Timeout:
+            raise TransientError(f"{path}: another writer held its lock for {LOCK_TIMEOUT_S:g} s") from None
 
     def _current(self, path: str, etag: str) -> None:
         try:

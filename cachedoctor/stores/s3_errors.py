@@ -12,11 +12,7 @@ import asyncio
 from typing import Any
 
 from cachedoctor.stores.interface import ObjectChanged, ObjectGone, RemoteError
-from cachedoctor.stores.retrying import RetryPolicy as RetryPolicy  # (re-exported: their home before retrying.py)
-from cachedoctor.stores.retrying import ShortRead as ShortRead
-from cachedoctor.stores.retrying import is_stall as is_stall
-from cachedoctor.stores.retrying import message as message
-from cachedoctor.stores.retrying import unreachable as unreachable
+from cachedoctor.stores.retrying import ShortRead, message
 
 #: Error codes S3 (and MinIO, R2, Ceph) send for "try again later".
 _RETRY_CODES = frozenset(

@@ -21,7 +21,7 @@ from conformance import StoreConformance, StoreHarness, object_store_harness
 from s3_proxy import S3Proxy
 
 from cachedoctor.stores.gcs import GCSStore
-from cachedoctor.stores.s3_errors import RetryPolicy
+from cachedoctor.stores.retrying import RetryPolicy
 
 BUCKET = "store-conformance"
 FAST = RetryPolicy(attempts=3, base=0.001, cap=0.002)

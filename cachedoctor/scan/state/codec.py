@@ -21,7 +21,7 @@ from cachedoctor.stores.interface import is_remote
 def finding_to_json(f: Finding, folder: str) -> list[Any]:
     """Paths inside ``folder`` are kept by name, so a cache moved with ``mv`` (same inodes and
     times, so its rows still match) reports its files where they are now."""
-    prefix = _inside(folder)
+    prefix = inside(folder)
     path = f.path[len(prefix) :] if f.path.startswith(prefix) else f.path
     return [f.kind, f.severity.value, path, f.message, f.fix.value, f.source, dict(f.details)]
 
@@ -39,11 +39,11 @@ def finding_from_json(row: list[Any], folder: str) -> Finding:
     )
 
 
-def _inside(folder: str) -> str:
+def inside(folder: str) -> str:
     """What the path of a file in ``folder`` starts with. A URL's folder is taken as written, and
     its names joined back as written (:func:`_joined`): a key is no path, and the folder of
     ``a//b.pt`` is ``a/``; stripped, the name was ``/b.pt``, which ``os.path.join`` took for an
-    absolute path, and a rescan named the finding ``/b.pt``."""
+    absolute path, and a rescan named the finding ``/b.pt``. (``plan.py`` cuts names with it too.)"""
     return folder + "/" if is_remote(folder) else folder.rstrip(os.sep) + os.sep
 
 

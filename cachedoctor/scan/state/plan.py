@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from cachedoctor.findings import Finding
 from cachedoctor.scan.outcome import Outcome
-from cachedoctor.scan.state.codec import finding_from_json, finding_to_json, outcome_from_text
+from cachedoctor.scan.state.codec import finding_from_json, finding_to_json, inside, outcome_from_text
 from cachedoctor.scan.state.store import Row, Sig, StateStore, default_path, sig_of, sig_of_info
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def plan_folder(
     up to the folder lookup is the whole cost of a rescan of an unchanged folder, so it keeps
     to one ``stat`` per file and builds no per-file objects.
     """
-    cut = name_start(folder)
+    cut = len(inside(folder))
     sigs: list[Sig | None] = []
     numbers = array("Q")
     settled = True
@@ -184,13 +184,6 @@ def plan_folder(
     return plan_rows(store, folder, files, sigs, digest, deep=deep, deep_changed=deep_changed, chosen=chosen), None
 
 
-def name_start(folder: str) -> int:
-    """Where a file's name starts in its path under ``folder``. A folder of an object store can
-    end in ``/`` (the key ``a//b.pt`` lies in the folder ``a/``, named ``b.pt``), so only the
-    file-system root is cut short."""
-    return 1 if folder == os.sep else len(folder) + 1
-
-
 def plan_rows(
     store: StateStore,
     folder: str,
@@ -204,7 +197,7 @@ def plan_rows(
 ) -> FolderPlan:
     """The file-by-file half of a folder's plan, from each file's signature (``None``: it could
     not be had, the read reports why)."""
-    cut = name_start(folder)
+    cut = len(inside(folder))
     plan = FolderPlan(digest=digest)
     rows = store.rows(folder)
     for path, sig in zip(files, sigs, strict=False):

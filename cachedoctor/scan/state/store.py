@@ -38,7 +38,6 @@ from cachedoctor import __version__
 from cachedoctor.errors import PathError
 from cachedoctor.faults import is_full, move_aside, reason
 from cachedoctor.scan.state.db import connect, guarded, immediate, seal, unseal
-from cachedoctor.scan.state.places import cache_home as cache_home  # (re-exported)
 from cachedoctor.scan.state.places import default_path as default_path
 from cachedoctor.scan.state.sigs import Sig, sig_of
 from cachedoctor.scan.state.sigs import sig_of_info as sig_of_info
