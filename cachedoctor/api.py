@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from cachedoctor.errors import PathError, UsageError
@@ -40,8 +40,10 @@ from cachedoctor.settings import Settings
 from cachedoctor.settings import load as load_settings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cachedoctor.layouts.interface import Expected
+    from cachedoctor.layouts.interface import DatasetPlan, Expected
     from cachedoctor.progress import Progress
+    from cachedoctor.scan import ScanOptions, ScanResult
+    from cachedoctor.sharding.ranks import RankGroup
 
 MISSING = "no such file or folder; check the path (and that its disk is mounted)"
 
@@ -83,6 +85,7 @@ def audit(
     baseline: str | None = None,
     write_baseline: str | None = None,
     progress: Progress | None = None,
+    ranks: RankGroup | None = None,
 ) -> ScanReport:
     """Scan ``targets`` (default: the settings' ``paths``) as ``cachedoctor scan`` does.
 
@@ -90,19 +93,45 @@ def audit(
     of the current folder). ``write_baseline`` records today's findings there and then reports
     none of them, as ``--write-baseline`` does; ``baseline`` leaves out those recorded in it.
     ``progress(stage, done, total)`` is told how far the scan has got (:mod:`cachedoctor.progress`).
+    ``ranks``: the ranks of a ``torchrun`` job (:class:`~cachedoctor.sharding.ranks.RankGroup`),
+    each scanning its shard; every rank gets the same report, the whole cache's.
     """
-    from cachedoctor import baseline as baselines
-    from cachedoctor.layouts import plan_for
-    from cachedoctor.options import layout_name, layout_options, scan_options
-    from cachedoctor.repair.preview import preview
     from cachedoctor.scan import scan
+    from cachedoctor.sharding.interface import Shard
 
     settings = settings if settings is not None else load_settings()
+    if baseline and write_baseline:
+        raise UsageError("pass baseline or write_baseline, not both")
+    job = prepare(targets, settings, model_family, output_dir)
+    options = job.options if ranks is None else replace(job.options, shard=Shard(ranks.rank, ranks.world), ranks=ranks)
+    result = scan(job.roots, options, progress=progress, dataset=job.plan, watch=job.existing)
+    return report_of(result, settings, job, baseline=baseline, write_baseline=write_baseline)
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a scan of the settings' targets is, before it runs (:func:`prepare`)."""
+
+    options: ScanOptions
+    plan: DatasetPlan | None
+    layout_line: str | None
+    existing: list[str]  # the targets named, absolute
+    local: list[str]
+    roots: list[str]  # what the scan walks: the targets, or the layout's cache folders
+    model_family: str | None = None
+    output_dir: str | None = None
+
+
+def prepare(
+    targets: Sequence[str] | None, settings: Settings, model_family: str | None = None, output_dir: str | None = None
+) -> Job:
+    """The scan the settings describe: its options, the layout's plan of the dataset, its roots."""
+    from cachedoctor.layouts import plan_for
+    from cachedoctor.options import layout_name, layout_options, scan_options
+
     given = list(settings.paths.value if targets is None else targets)
     if not given and not settings.config.value and not settings.kohya_config.value and not settings.manifest.value:
         raise UsageError("nothing to scan: name a cache folder, or set config, kohya-config or manifest")
-    if baseline and write_baseline:
-        raise UsageError("pass baseline or write_baseline, not both")
     options = scan_options(settings)
     if options.sample is not None and options.state is None:
         raise UsageError("a sample chooses its files through the state database; it needs state")
@@ -111,7 +140,22 @@ def audit(
     _no_layout_for_urls(settings, local, remote)
     plan, layout_line = plan_for(layout_name(settings), local, layout_options(settings, model_family, output_dir))
     roots = _outermost_remote(plan.roots + remote) if plan is not None else existing
-    result = scan(roots, options, progress=progress, dataset=plan, watch=existing)
+    return Job(options, plan, layout_line, existing, local, roots, model_family, output_dir)
+
+
+def report_of(
+    result: ScanResult,
+    settings: Settings,
+    job: Job,
+    *,
+    baseline: str | None = None,
+    write_baseline: str | None = None,
+) -> ScanReport:
+    """The verdict on a scan's result: severity overrides, the baseline, ``fail-on``, and what
+    repair would do (the same for a whole scan and for the merge of its shards' parts)."""
+    from cachedoctor import baseline as baselines
+    from cachedoctor.repair.preview import preview
+
     summary = ScanSummary.of(result)
     summary.findings = apply_severity(summary.findings, settings.severity.value)
     suppressed = None
@@ -123,10 +167,11 @@ def audit(
         baseline = write_baseline
     elif baseline:
         summary.findings, suppressed = baselines.suppress(baseline, summary.findings)
+    plan, local = job.plan, job.local
     return ScanReport(
         summary,
         FailOn(settings.fail_on.value),
-        layout_line,
+        job.layout_line,
         suppressed=suppressed,
         baseline=baseline,
         baseline_written=bool(write_baseline),
@@ -134,7 +179,7 @@ def audit(
         repair=preview(
             summary.findings,
             result.targets,
-            lambda paths: _expected_again(settings, local, paths, model_family, output_dir),
+            lambda paths: _expected_again(settings, local, paths, job.model_family, job.output_dir),
             plan.layout_for if plan else None,  # per path: a tree that mixes trainers has one layout per part
         ),
     )

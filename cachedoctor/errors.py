@@ -17,3 +17,14 @@ class PathError(Exception):
 class UsageError(Exception):
     """Options that cannot go together or a value that makes no sense: one line, exit 2, like a
     :class:`PathError` but tied to no path."""
+
+
+class RankStopped(BaseException):
+    """A rank of a job split over ranks ends with exit 2: ``line`` is the one line to print, or
+    ``None`` where another rank prints it (``sharding/ranks.py``). A ``BaseException``, as
+    ``KeyboardInterrupt``: the scan's handlers that keep one bad file from stopping a scan must
+    not take it for a bad file."""
+
+    def __init__(self, line: str | None) -> None:
+        super().__init__(line or "stopped: another rank reported why")
+        self.line = line

@@ -35,7 +35,7 @@ from cachedoctor.cli.environment import Environment
 from cachedoctor.cli.help import plain
 from cachedoctor.cli.lazy import LazyCommand, LazyGroup
 from cachedoctor.cli.usage import sentence
-from cachedoctor.errors import PathError, UsageError
+from cachedoctor.errors import PathError, RankStopped, UsageError
 from cachedoctor.exit_status import ExitStatus
 
 
@@ -46,6 +46,7 @@ class _Commands(LazyGroup):
         LazyCommand("scan", "cachedoctor.cli.scan", "scan"),
         LazyCommand("repair", "cachedoctor.cli.repair", "repair"),
         LazyCommand("recover", "cachedoctor.cli.recover", "recover"),
+        LazyCommand("merge", "cachedoctor.cli.merge", "merge"),
         LazyCommand("explain", "cachedoctor.cli.explain", "explain"),
         LazyCommand("manifest", "cachedoctor.cli.manifest", "manifest_app"),
         LazyCommand("quarantine", "cachedoctor.cli.quarantine", "quarantine_app"),
@@ -101,6 +102,10 @@ def _run(argv: list[str], env: Environment) -> int:
         return ExitStatus.ERROR
     except UsageError as exc:
         env.error(str(exc))
+        return ExitStatus.ERROR
+    except RankStopped as exc:  # one rank of a split job prints the line, every rank exits 2
+        if exc.line:
+            env.error(exc.line)
         return ExitStatus.ERROR
     except ClickException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `cachedoctor`: show the help

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from cachedoctor.cli.environment import NORMAL, QUIET, current
+from cachedoctor.cli.environment import QUIET, current
 from cachedoctor.cli.option_groups import (
     DatasetOptions,
     KohyaOptions,
@@ -34,9 +34,10 @@ from cachedoctor.cli.options import (
     SampleOption,
     WorkersOption,
 )
-from cachedoctor.cli.report_file import check_writable, write_report
+from cachedoctor.cli.report_file import check_writable
+from cachedoctor.cli.scan_output import join_ranks, merge_and_render, render, write_part
 from cachedoctor.cli.settings import resolve
-from cachedoctor.errors import PathError, UsageError
+from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
 from cachedoctor.report.interface import OutputFormat
 from cachedoctor.report.outcome import FailOn
@@ -75,6 +76,20 @@ def scan(
     ] = None,
     terminal: TerminalOptions,
     progress: ProgressOptions,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            metavar="K/N",
+            help="Scan shard K (0..N-1) of N and write it as a part for `cachedoctor merge` (job arrays).",
+        ),
+    ] = None,
+    merge: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--merge", metavar="PART", help="Merge the parts of a --shard run into one report (as `cachedoctor merge`)."
+        ),
+    ] = None,
     allow_empty: AllowEmptyOption = None,
     training_run: TrainingRunOptions,
     s3: S3Options,
@@ -82,7 +97,6 @@ def scan(
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit
     from cachedoctor.cli.progress import progress_display
-    from cachedoctor.report import renderer_for
 
     env = current()
     env.configure(**terminal.values())
@@ -109,6 +123,10 @@ def scan(
         )
     if baseline and write_baseline:
         raise UsageError("pass --baseline or --write-baseline, not both")
+    if merge:
+        if shard or paths:
+            raise UsageError("--merge judges the parts by the settings they were scanned with: pass the parts alone")
+        return merge_and_render(merge, fmt, output, write_baseline)
     if (
         not settings.paths.value
         and not settings.config.value
@@ -118,46 +136,34 @@ def scan(
         raise UsageError(NO_PATH)
     if output is not None and (unwritable := check_writable(output)):  # before the scan, not after it
         raise UsageError(unwritable)
+    if shard is not None:
+        return write_part(settings, shard, output, trainer.values(), baseline, write_baseline)
     if fmt is not OutputFormat.TABLE and output is None:  # a machine format is the whole run's output:
         env.verbosity = min(env.verbosity, QUIET)  # no progress beside it, as repair --format json
-    with progress_display(env, settings, "scan") as shown:
-        report = audit(
-            None,
-            settings,
-            **trainer.values(),
-            baseline=baseline,
-            write_baseline=write_baseline,
-            progress=shown,
-        )
-    if report.nothing_to_check:  # one line, exit 2, no report: there was nothing to report on
-        raise PathError(*report.empty_problem())
-    quiet, verbose = env.verbosity < NORMAL, env.verbosity > NORMAL
-    renderer = renderer_for(fmt, env.cwd, width=env.width, quiet=quiet, verbose=verbose, output=output)
-    if output is None:
-        if report.suppressed is not None and fmt is OutputFormat.TABLE and env.verbosity >= NORMAL:
-            done = (
-                f"recorded in {report.baseline}; later scans with --baseline {report.baseline} hide them"
-                if report.baseline_written
-                else f"left out by {report.baseline}"
+    ranks = join_ranks()
+    if ranks is not None and not ranks.leader:
+        env.verbosity = min(env.verbosity, QUIET)  # rank 0 shows the progress and prints the report
+    done = False
+    try:
+        with progress_display(env, settings, "scan") as shown:
+            report = audit(
+                None,
+                settings,
+                **trainer.values(),
+                baseline=baseline,
+                write_baseline=write_baseline if ranks is None or ranks.leader else None,
+                progress=shown,
+                ranks=ranks,
             )
-            print(env.wrap(f"baseline: {report.suppressed} finding(s) {done}"), file=env.stdout)
-        renderer.render(report, env.stdout, color=env.color(env.stdout_isatty))
-    else:
-        error = write_report(output, lambda out: renderer.render(report, out, color=False))
-        if error:
-            env.error(error)
-            return ExitStatus.ERROR
-        if fmt is not OutputFormat.TABLE and env.stdout_isatty:
-            table = renderer_for(OutputFormat.TABLE, env.cwd, width=env.width, quiet=quiet, verbose=verbose)
-            table.render(report, env.stdout, color=env.color(env.stdout_isatty))
-    for problem in report.scan.errors:
-        hint = (
-            "scan again (the store did not serve it)"
-            if "://" in problem.path
-            else "fix its permissions or move it out of the cache, then scan again"
-        )
-        env.error(f"{problem.path}: {problem.message}; {hint}")
-    return report.exit_code
+        if ranks is not None and not ranks.leader:  # rank 0 prints the verdict and exits with it
+            done = True
+            return ExitStatus.CLEAN if report.exit_code != ExitStatus.ERROR else ExitStatus.ERROR
+        code = render(report, fmt, output)
+        done = True
+        return code
+    finally:
+        if ranks is not None:
+            ranks.close(wait=done)  # rank 0 after its report, the others at once
 
 
 __all__ = ["scan"]

@@ -9,7 +9,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cachedoctor.sharding.ranks import RankGroup
 
 GATHER_TIMEOUT_S = 1800
 
@@ -37,12 +40,22 @@ def from_env(env: dict[str, str] | None = None) -> Rank:
         return Rank()
 
 
+def join(rank: Rank) -> RankGroup | None:
+    """The ranks' meeting place (``sharding/ranks.py``), where the scans before and after the
+    work are split by shard and their parts exchanged; ``None`` for a plain repair."""
+    if not rank.distributed:
+        return None
+    from cachedoctor.sharding.ranks import RankGroup
+
+    return RankGroup.join()
+
+
 def init(rank: Rank) -> None:
     if not rank.distributed:
         return  # a plain repair: importing torch here alone cost 1.4 s of every run
     import torch.distributed as dist
 
-    if not dist.is_initialized():
+    if not dist.is_initialized():  # rank 0's store server, where it hosts one, is the group's (multi-tenant)
         dist.init_process_group(
             "gloo", rank=rank.rank, world_size=rank.world, timeout=timedelta(seconds=GATHER_TIMEOUT_S)
         )

@@ -13,6 +13,7 @@ import json
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 
 from cachedoctor.layouts import LayoutName, LayoutOf, LayoutOptions, plan_for
 from cachedoctor.layouts.interface import DatasetPlan, Expected
@@ -72,12 +73,41 @@ def repair(
         return repair_dataset(
             dataset, planned[1], targets, layout, layout_options, options, argv, confirm, show_plan, progress
         )
+    rank = distributed.from_env()
+    group = distributed.join(rank)  # each rank scans its shard of the cache, not the whole cache
+    if group is not None:
+        from cachedoctor.sharding.interface import Shard
+
+        options = replace(options, scan=replace(options.scan, shard=Shard(rank.rank, rank.world), ranks=group))
+    try:
+        outcome = _repair(targets, layout, layout_options, options, argv, confirm, show_plan, progress, planned, rank)
+    except BaseException:
+        if group is not None:
+            group.close(wait=False)
+        raise
+    if group is not None:
+        group.close()
+    return outcome
+
+
+def _repair(
+    targets: list[str],
+    layout: LayoutName,
+    layout_options: LayoutOptions,
+    options: RepairOptions,
+    argv: list[str],
+    confirm: Callable[[RepairOutcome], bool],
+    show_plan: Callable[[RepairOutcome], None],
+    progress: Progress | None,
+    planned: tuple[DatasetPlan | None, str | None],
+    rank: distributed.Rank,
+) -> RepairOutcome:
+    """A repair of local folders (``repair`` decided it is one), on this rank."""
     from cachedoctor.extras import require_torch
     from cachedoctor.repair.pool import devices_for
 
     encoders = load_encoders(options)
     modalities = {e.modality.value for e in encoders}
-    rank = distributed.from_env()
     check_devices(options)
     if not options.dry_run:
         distributed.init(rank)
@@ -188,7 +218,7 @@ def repair(
     if rank.distributed and gathered is not None:
         outcome.results = [r for part in gathered for r in (part or [])]
     distributed.finish(rank)
-    if rank.leader:
+    if rank.leader or options.scan.ranks is not None:  # split over the ranks too, where they meet
         outcome.after = _scan(targets, layout, layout_options, options, stages.renamed(RESCAN))[0]
     return outcome
 

@@ -9,6 +9,7 @@ outside the targets) are settled at the end with one ``stat`` each. Only the ent
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 
 from cachedoctor.checks import ENTRY_CHECKS, Found, is_temp_name
@@ -22,11 +23,14 @@ _MASS_MIN = 20
 
 
 class DatasetMatcher:
-    def __init__(self, plan: DatasetPlan) -> None:
+    def __init__(self, plan: DatasetPlan, owns: Callable[[str], bool] | None = None) -> None:
         self.plan = plan
+        self.owns = owns  # a shard's folders: the entries expected elsewhere are another shard's
         self.findings: list[Finding] = []
-        self._mtime_stale: list[Finding] = []
-        self._paired = 0
+        #: stale entries by mtime alone, and the entries paired: judged over the whole scan
+        #: (every shard's) by :func:`judge_staleness`
+        self.mtime_stale: list[Finding] = []
+        self.paired = 0
 
     def close_folder(self, folder: str, found: dict[str, Found], file_findings: list[Finding]) -> list[Finding]:
         """Judge the folder's pairings; return its file findings with their dataset item filled in."""
@@ -53,35 +57,42 @@ class DatasetMatcher:
         return [_with_source(f, sources, per_item) for f in file_findings]
 
     def finish(self) -> list[Finding]:
-        """Settle the folders the walk never saw, then return every dataset finding."""
+        """Settle the folders the walk never saw (this shard's), then return the dataset
+        findings but those of :attr:`mtime_stale`."""
         for folder in sorted(self.plan.expected):
+            if self.owns is not None and not self.owns(folder):
+                continue
             for path, entries in sorted(self.plan.expected[folder].items()):
                 item = _stat(path)
                 for entry in entries:
                     self._judge(entry, item)
         self.plan.expected.clear()
-        if len(self._mtime_stale) > _MASS_MIN and len(self._mtime_stale) > _MASS_SHARE * self._paired:
-            self.plan.notes.append(
-                f"{len(self._mtime_stale)} of {self._paired} entries are older than their sources: the dataset "
-                "looks copied without its file times, so staleness by mtime was not reported; "
-                "`cachedoctor manifest build` records content hashes for exact staleness"
-            )
-        else:
-            self.findings.extend(self._mtime_stale)
         return self.findings
 
     def _judge(self, expected: Expected | None, found: Found | None) -> None:
         if expected is not None and found is not None and expected.in_index:
-            self._paired += 1
+            self.paired += 1
         items = dict(expected.hints).get("item_sources") if expected is not None else None
         for check in ENTRY_CHECKS:
             for finding in check.check_entry(expected, found):
                 if items:
                     finding = _item_source(finding, dict(items)) or finding
                 if finding.kind == "stale-entry" and finding.details.get("by") == "mtime":
-                    self._mtime_stale.append(finding)
+                    self.mtime_stale.append(finding)
                 else:
                     self.findings.append(finding)
+
+
+def judge_staleness(stale: list[Finding], paired: int) -> tuple[list[Finding], str | None]:
+    """The stale-by-mtime findings of a whole scan, or none and a note when they are most of
+    the pairings: a dataset copied without its file times, not edited item by item."""
+    if len(stale) > _MASS_MIN and len(stale) > _MASS_SHARE * paired:
+        return [], (
+            f"{len(stale)} of {paired} entries are older than their sources: the dataset "
+            "looks copied without its file times, so staleness by mtime was not reported; "
+            "`cachedoctor manifest build` records content hashes for exact staleness"
+        )
+    return stale, None
 
 
 def _with_source(finding: Finding, sources: dict[str, str], per_item: dict[str, dict[int, str]]) -> Finding:
@@ -108,4 +119,4 @@ def _stat(path: str) -> Found | None:
     return Found(path, st.st_mtime_ns) if os.path.isfile(path) else None
 
 
-__all__ = ["DatasetMatcher"]
+__all__ = ["DatasetMatcher", "judge_staleness"]

@@ -10,6 +10,7 @@ too: no file is read by the process that must survive it (``pool.py``), whatever
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ from cachedoctor.checks import RUN_CHECKS, RunView
 from cachedoctor.errors import UsageError
 from cachedoctor.findings import Finding
 from cachedoctor.layouts.interface import DatasetPlan
-from cachedoctor.layouts.samplers.census import from_shapes, gather
+from cachedoctor.layouts.samplers.census import gather
 from cachedoctor.progress import LIST, SCAN
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.folder_chunks import folder_chunks, folder_jobs
@@ -45,8 +46,10 @@ from cachedoctor.stores.interface import is_remote
 if TYPE_CHECKING:
     from cachedoctor.progress import Progress
     from cachedoctor.scan.outcome import Outcome
+    from cachedoctor.scan.part import Part, PlanFacts
     from cachedoctor.scan.targets import Target
     from cachedoctor.scan.thread_reads import Job
+    from cachedoctor.sharding.interface import Shard
     from cachedoctor.stores.interface import ObjectInfo
 
 
@@ -58,7 +61,7 @@ class ScanResult:
     stats: ScanStats
     errors: list[ScanError]
     elapsed: float
-    dataset: DatasetPlan | None = None
+    dataset: DatasetPlan | PlanFacts | None = None  # PlanFacts: merged from parts, where no plan is at hand
     notes: list[str] = field(default_factory=list)  # about the scan itself (the state database)
     #: Of the folders the caller asked to ``watch``, those that held nothing to check (no cache
     #: file judged, no finding, nothing unreadable): one empty target among others must not pass
@@ -91,8 +94,42 @@ def scan(
     ``progress`` gets ``("scan", files judged, total)`` calls (see :mod:`cachedoctor.progress`).
     ``watch``: folders (the ones the user named) to report in ``unchecked`` if nothing under
     them was checked.
+
+    With ``options.shard`` it scans that shard's folders only; with ``options.ranks`` too (the
+    ranks of one ``torchrun`` job), every rank gets every rank's part, and every rank returns
+    the same result: the whole cache's, as one process would have found it.
     """
+    from cachedoctor.scan.merge import merge
+
     options = options if options is not None else ScanOptions()
+    started = time.perf_counter()
+    ranks = options.ranks
+    if ranks is None:
+        parts = [scan_part(targets, options, progress, dataset, watch)]
+    else:
+        try:
+            part = scan_part(targets, options, progress, dataset, watch)
+        except Exception as exc:
+            raise ranks.failed(exc) from exc
+        from cachedoctor.scan.part import Part
+
+        parts = [Part.unpacked(data) for data in ranks.share(part.packed())]
+    result = merge(parts, options, dataset)
+    result.elapsed = time.perf_counter() - started
+    return result
+
+
+def scan_part(
+    targets: list[str],
+    options: ScanOptions,
+    progress: Progress | None = None,
+    dataset: DatasetPlan | None = None,
+    watch: list[str] | None = None,
+) -> Part:
+    """This shard's part of the scan (``options.shard``; the whole cache without one), as
+    :func:`scan` describes it, with the run as a whole left to the merge (``part.py``)."""
+    from cachedoctor.sharding.interface import Shard
+
     started = time.perf_counter()
     roots, merged = merge_aliases(check_targets([t for t in targets if not is_remote(t)]))
     if merged:  # a merged target is watched under the name its files are scanned by
@@ -105,17 +142,18 @@ def scan(
 
         known = dataset.remote_settings if dataset is not None else {}
         remote = open_targets([t for t in targets if is_remote(t)], options.s3, known)
+    shard = options.shard or Shard(0, 1)
     states = StateSet.open(roots, options.state, [t.url for t in remote if t.kind == PREFIX])
     try:
-        result = _scan(roots, options, progress, dataset, states, watch or [], remote)
+        part = _scan(roots, options, progress, dataset, states, watch or [], remote, shard)
     finally:
         states.close()
     for store in states.stores:
         if store.created and store.cache_files == 0:
             store.discard()  # no cache file under it: leave no .cachedoctor/ among someone's images
-    result.notes[:0] = states.notes + alias_notes(merged)
-    result.elapsed = time.perf_counter() - started
-    return result
+    part.notes[:0] = states.notes + alias_notes(merged)
+    part.elapsed = time.perf_counter() - started
+    return part
 
 
 def _scan(
@@ -126,13 +164,16 @@ def _scan(
     states: StateSet,
     watch: list[str],
     remote: list[Target],
-) -> ScanResult:
+    shard: Shard,
+) -> Part:
+    from cachedoctor.scan.part import Part, PlanFacts
+
     keep = (lambda path: not dataset.is_source_name(path)) if dataset is not None and dataset.source_suffixes else None
     if options.sample is not None:
         for store in states.stores:
             choose(
                 store,
-                walk([r for r in roots if store.covers(r)], [], options.exclude),
+                _owned(walk([r for r in roots if store.covers(r)], [], options.exclude), shard),
                 options.sample,
                 keep or (lambda path: True),
             )
@@ -142,8 +183,8 @@ def _scan(
     if dataset is not None and options.exclude:  # what the walk leaves out is not expected either
         drop_excluded(dataset, roots, options.exclude)
     buckets, run_notes = gather(dataset, options.world_size, options.batch_size)  # before the matcher consumes the plan
-    matcher = DatasetMatcher(dataset) if dataset is not None else None
-    count = _Count(progress, roots, options.exclude, states) if progress is not None else None
+    matcher = DatasetMatcher(dataset, None if shard.whole else shard.owns) if dataset is not None else None
+    count = _Count(progress, roots, options.exclude, states, shard) if progress is not None else None
     collector = Collector(count, matcher)
     if dataset is None and (options.world_size or options.batch_size):
         collector.shapes = Counter()  # no dataset: the run's buckets are the latent shapes read
@@ -151,7 +192,7 @@ def _scan(
         [os.path.abspath(w) for w in watch if not is_remote(w) and os.path.isdir(w)]
         + [t.url for t in remote if t.kind != OBJECT]
     )
-    folders = walk(roots, walk_errors, options.exclude)
+    folders = _owned(walk(roots, walk_errors, options.exclude), shard)
     chunks = folder_chunks(count.listing(folders) if count is not None else folders, options, collector, keep, states)
     workers = options.workers or os.cpu_count() or 1
     first = next(chunks, None)  # None: every file was taken from the state database (a rescan)
@@ -162,26 +203,31 @@ def _scan(
 
         run_pool(chain([first], chunks), max(1, workers), collector, options.file_timeout, options.file_memory)
     if remote:
-        listed: Iterator[Folder] = chain.from_iterable(listed_folders(t, options.exclude) for t in remote)
+        listed: Iterator[Folder] = _owned(
+            chain.from_iterable(listed_folders(t, options.exclude) for t in remote), shard
+        )
         _read_on_threads(
             count.listing(listed) if count is not None else listed, remote, options, collector, states, keep
         )
+    part = Part(shard, roots + [t.url for t in remote], world_size=options.world_size, batch_size=options.batch_size)
     if matcher is not None:
         collector.findings.extend(matcher.finish())
-    if collector.shapes is not None:
-        buckets, run_notes = from_shapes(collector.shapes, roots[0], options.world_size, options.batch_size)
-    collector.findings.extend(judge_run(RunView(dataset, options.world_size, options.batch_size, tuple(buckets))))
-    errors = [ScanError(e.path, e.message) for e in walk_errors] + collector.errors
-    findings = sorted(collector.findings, key=Finding.sort_key)
-    for path in chain((f.path for f in findings), (e.path for e in errors)):
+        part.stale, part.paired = matcher.mtime_stale, matcher.paired
+    if collector.shapes is not None:  # judged at the merge, over every shard's shapes
+        part.shapes, part.where = dict(collector.shapes), roots[0] if roots else ""
+    else:  # from the dataset's plan alone: every shard judges the same
+        part.run_findings = judge_run(RunView(dataset, options.world_size, options.batch_size, tuple(buckets)))
+        part.run_notes = run_notes
+    part.errors = [ScanError(e.path, e.message) for e in walk_errors if _owns_path(shard, e.path)] + collector.errors
+    part.findings = collector.findings
+    for path in chain((f.path for f in part.findings), (e.path for e in part.errors)):
         if not collector.unchecked:
             break
         collector.checked(path)
-    stats = collector.stats
+    stats = part.stats = collector.stats
     if progress is not None:
         progress(SCAN, stats.files_seen, stats.files_seen)
-    special = special_note(collector.special) if collector.special else None
-    notes = ([special] if special else []) + run_notes
+    part.special = collector.special
     for store in states.stores:
         store.finish(
             [r for r in roots if os.path.isdir(r) and store.covers(r)]
@@ -190,11 +236,23 @@ def _scan(
             options.sample.text if options.sample else None,
             stats.files_seen,
             stats.files_seen - stats.files_reused,
-            len(findings),
+            len(part.findings),
         )
-    unchecked = sorted(collector.unchecked)
-    targets = roots + [t.url for t in remote]
-    return ScanResult(targets, options, findings, stats, errors, 0.0, dataset, notes, unchecked, special)
+    part.unchecked = sorted(collector.unchecked)
+    part.dataset = PlanFacts.of(dataset) if dataset is not None else None
+    part.host = socket.gethostname()
+    return part
+
+
+def _owned(folders: Iterator[Folder], shard: Shard) -> Iterator[Folder]:
+    """The walk's folders that ``shard`` scans (all of them for a whole-cache scan)."""
+    return folders if shard.whole else (f for f in folders if shard.owns(f.path))
+
+
+def _owns_path(shard: Shard, path: str) -> bool:
+    """Whether ``shard`` reports a walk problem at ``path``: a folder's is its owner's, a
+    file's its folder's owner's (both claim an ambiguous one; the merge keeps it once)."""
+    return shard.owns(path) or shard.owns(os.path.dirname(path.rstrip("/")))
 
 
 def _read_on_threads(
@@ -245,14 +303,16 @@ class _Count:
     that feeds the readers has listed everything, its own count replaces the estimate.
     """
 
-    def __init__(self, progress: Progress, roots: list[str], exclude: tuple[str, ...], states: StateSet) -> None:
+    def __init__(
+        self, progress: Progress, roots: list[str], exclude: tuple[str, ...], states: StateSet, shard: Shard
+    ) -> None:
         self.progress = progress
         self.listed = 0
         self.walked = False
         self.estimate = states.recorded_files(roots)
         if self.estimate is None:
             self.estimate = 0
-            for folder in walk(roots, [], exclude):
+            for folder in _owned(walk(roots, [], exclude), shard):
                 self.estimate += len(folder.files)
                 progress(LIST, self.estimate, None)
         progress(SCAN, 0, self.estimate)

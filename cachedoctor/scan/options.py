@@ -10,6 +10,8 @@ from cachedoctor.scan._memcap import FILE_MEMORY
 
 if TYPE_CHECKING:
     from cachedoctor.scan.state.sample import Sample
+    from cachedoctor.sharding.interface import Shard
+    from cachedoctor.sharding.ranks import RankGroup
     from cachedoctor.stores.s3 import S3Settings
 
 
@@ -32,6 +34,10 @@ class ScanOptions:
     world_size: int | None = None  # the training run's ranks (rank-imbalance); None: from the trainer's config
     batch_size: int | None = None  # its batch size per rank; None: from the trainer's config
     s3: S3Settings | None = None  # how to reach s3:// targets (None: the standard AWS chain)
+    shard: Shard | None = None  # scan this shard's folders only (None: the whole cache)
+    #: the ranks of one torchrun job, which hand each other their parts: every rank's ``scan``
+    #: then returns the whole cache's result (``sharding/ranks.py``)
+    ranks: RankGroup | None = None
 
     @property
     def mode(self) -> str:

@@ -42,7 +42,7 @@ ALL = list(commands())
 
 def test_the_tree_is_what_the_app_registers() -> None:
     assert {p[0] for p in ALL if p} == {
-        "scan", "repair", "recover", "explain", "manifest", "quarantine", "settings", "config"
+        "scan", "repair", "recover", "merge", "explain", "manifest", "quarantine", "settings", "config"
     }  # fmt: skip
     assert ("quarantine", "restore") in ALL and ("settings", "show") in ALL
 

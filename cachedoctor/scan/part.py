@@ -1,0 +1,180 @@
+"""One shard's share of a scan, before the run as a whole is judged: a :class:`Part`.
+
+A scan of the whole cache is the merge of one part (``merge.py``), and a sharded scan the merge
+of one part per shard, so the two cannot drift apart: what a shard cannot judge alone is kept
+raw here and judged at the merge. That is the rules about the training run (rank balance over
+the latent shapes every shard counted), the rule that mass staleness by mtime means a copied
+dataset (it needs every shard's pairings), the note on special files, and which named folders
+held nothing (a folder is empty only if it is empty on every shard).
+
+A part travels as a JSON document (``cachedoctor.scan-part/1``): between ranks, and in the files
+that ``--shard K/N`` writes for ``cachedoctor merge``.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
+
+from cachedoctor.findings import Finding, Fix, Severity
+from cachedoctor.scan.folders import ScanError, ScanStats
+from cachedoctor.sharding.interface import Shard
+
+PART_SCHEMA = "cachedoctor.scan-part/1"
+
+
+class PlanPart(NamedTuple):
+    layout: str
+    root: str | None
+    line: str
+
+
+@dataclass(slots=True)
+class PlanFacts:
+    """What a report says of the dataset a scan compared the cache with (the facts of a
+    layout's ``DatasetPlan`` that outlive the scan)."""
+
+    layout: str
+    items: int
+    skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    parts: list[PlanPart] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, plan: Any) -> PlanFacts:
+        parts = [PlanPart(p.layout, p.root, p.line) for p in getattr(plan, "parts", ())]
+        return cls(plan.layout, plan.items, list(plan.skipped), list(plan.notes), parts)
+
+
+@dataclass(slots=True)
+class Part:
+    shard: Shard
+    targets: list[str]
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[ScanError] = field(default_factory=list)
+    stats: ScanStats = field(default_factory=ScanStats)
+    notes: list[str] = field(default_factory=list)  # about this shard's scan (its state database)
+    unchecked: list[str] = field(default_factory=list)  # named folders nothing under which this shard checked
+    special: list[tuple[str, str]] = field(default_factory=list)  # (path, "FIFO"...): skipped unopened
+    stale: list[Finding] = field(default_factory=list)  # stale-entry by mtime alone: judged at the merge
+    paired: int = 0  # dataset entries paired with a file (the mass-staleness rule's denominator)
+    run_findings: list[Finding] = field(default_factory=list)  # the run's rules, judged from the dataset
+    run_notes: list[str] = field(default_factory=list)
+    shapes: dict[tuple[int, int], int] | None = None  # latent (H, W) counts: no dataset, the run's buckets
+    where: str = ""  # what the run's buckets counted from the shapes are named after (the first root)
+    world_size: int | None = None
+    batch_size: int | None = None
+    dataset: PlanFacts | None = None
+    host: str = ""
+    elapsed: float = 0.0
+    requests: dict[str, int] = field(default_factory=dict)  # store requests by kind (LIST, HEAD, GET)
+    fingerprint: str = ""  # of the arguments that decide the report (parts to merge must share it)
+    run: str = ""  # the run's id, where the launcher gives one (parts to merge must share it)
+    settings: dict[str, Any] = field(default_factory=dict)  # what ``cachedoctor merge`` judges them by
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": PART_SCHEMA,
+            "shard": [self.shard.index, self.shard.count],
+            "run": self.run,
+            "fingerprint": self.fingerprint,
+            "host": self.host,
+            "elapsed_s": round(self.elapsed, 3),
+            "targets": self.targets,
+            "findings": [_finding(f) for f in self.findings],
+            "errors": [[e.path, e.message] for e in self.errors],
+            "stats": {f.name: _plain(getattr(self.stats, f.name)) for f in fields(ScanStats)},
+            "notes": self.notes,
+            "unchecked": self.unchecked,
+            "special": [list(s) for s in self.special],
+            "stale": [_finding(f) for f in self.stale],
+            "paired": self.paired,
+            "run_findings": [_finding(f) for f in self.run_findings],
+            "run_notes": self.run_notes,
+            "shapes": None if self.shapes is None else [[h, w, n] for (h, w), n in sorted(self.shapes.items())],
+            "where": self.where,
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "dataset": None if self.dataset is None else _dataset(self.dataset),
+            "requests": self.requests,
+            "settings": self.settings,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Part:
+        """Raises ``ValueError`` (``KeyError``, ``TypeError``) on a document that is not a part."""
+        if not isinstance(doc, dict) or doc.get("schema") != PART_SCHEMA:
+            raise ValueError(f"not a {PART_SCHEMA} document")
+        index, count = doc["shard"]
+        stats = ScanStats(**{k: v for k, v in doc["stats"].items() if k != "formats"})
+        stats.formats.update({str(k): int(v) for k, v in doc["stats"]["formats"].items()})
+        plan = doc["dataset"]
+        return cls(
+            shard=Shard(int(index), int(count)),
+            targets=[str(t) for t in doc["targets"]],
+            findings=[_unfinding(f) for f in doc["findings"]],
+            errors=[ScanError(str(p), str(m)) for p, m in doc["errors"]],
+            stats=stats,
+            notes=[str(n) for n in doc["notes"]],
+            unchecked=[str(u) for u in doc["unchecked"]],
+            special=[(str(p), str(k)) for p, k in doc["special"]],
+            stale=[_unfinding(f) for f in doc["stale"]],
+            paired=int(doc["paired"]),
+            run_findings=[_unfinding(f) for f in doc["run_findings"]],
+            run_notes=[str(n) for n in doc["run_notes"]],
+            shapes=None if doc["shapes"] is None else {(int(h), int(w)): int(n) for h, w, n in doc["shapes"]},
+            where=str(doc["where"]),
+            world_size=doc["world_size"],
+            batch_size=doc["batch_size"],
+            dataset=None
+            if plan is None
+            else PlanFacts(
+                str(plan["layout"]),
+                int(plan["items"]),
+                list(plan["skipped"]),
+                list(plan["notes"]),
+                [PlanPart(*p) for p in plan["parts"]],
+            ),
+            host=str(doc.get("host", "")),
+            elapsed=float(doc.get("elapsed_s", 0.0)),
+            requests={str(k): int(v) for k, v in doc.get("requests", {}).items()},
+            fingerprint=str(doc["fingerprint"]),
+            run=str(doc["run"]),
+            settings=dict(doc.get("settings") or {}),
+        )
+
+    def packed(self) -> bytes:
+        """The part as compressed bytes, for the ranks' exchange."""
+        return zlib.compress(json.dumps(self.to_json(), separators=(",", ":")).encode("utf-8"), 6)
+
+    @classmethod
+    def unpacked(cls, data: bytes) -> Part:
+        return cls.from_json(json.loads(zlib.decompress(data)))
+
+
+def _finding(f: Finding) -> list[Any]:
+    return [f.kind, f.severity.value, f.path, f.message, f.fix.value, f.source, dict(f.details)]
+
+
+def _unfinding(row: list[Any]) -> Finding:
+    kind, severity, path, message, fix, source, details = row
+    return Finding(str(kind), Severity(severity), str(path), str(message), Fix(fix), source, dict(details))
+
+
+def _dataset(plan: PlanFacts) -> dict[str, Any]:
+    return {
+        "layout": plan.layout,
+        "items": plan.items,
+        "skipped": list(plan.skipped),
+        "notes": list(plan.notes),
+        "parts": [list(p) for p in plan.parts],
+    }
+
+
+def _plain(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else value
+
+
+__all__ = ["PART_SCHEMA", "Part", "PlanFacts", "PlanPart"]

@@ -1,0 +1,300 @@
+"""The ranks of one ``torchrun`` (or ``accelerate launch``) job handing each other their parts.
+
+Every rank scans its shard, then :meth:`RankGroup.share` gives every rank every rank's part, so
+each can merge the whole result (rank 0 prints it; a repair's ranks all plan from it). The
+exchange goes through the job's own rendezvous store (the c10d ``TCPStore`` at
+``MASTER_ADDR:MASTER_PORT``: the launcher's, or rank 0's where no launcher hosts one), not
+through a collective: a collective waits out its whole timeout (30 minutes) for a rank that is
+gone, and then says nothing about which one it was.
+
+So waiting is a loop that watches the others while it waits:
+
+- a rank that fails (a target it cannot reach, a problem with its files) posts the one line it
+  would have printed; every other rank stops, and rank 0 prints that line, naming the rank and
+  its host;
+- a rank that dies or hangs stops beating: a thread of each rank adds to its heartbeat counter
+  every second, and a counter that has not moved for ``CACHEDOCTOR_RANK_TIMEOUT`` seconds
+  (default 120) names its rank as gone;
+- a launcher that stops the job (``torchrun`` does when any rank exits badly) sends SIGTERM:
+  each rank then says so in the store, waits a moment for the others to say so too, and the
+  ranks that did not are the ones that ended first: the lowest rank still there names them.
+
+Only one line is printed, by one rank, and every rank exits 2 (``RankStopped``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from cachedoctor.errors import PathError, RankStopped, UsageError
+
+BEAT_S = 1.0
+POLL_S = 0.1
+STALL_S = 120.0
+TERM_GRACE_S = 2.0
+CONNECT_S = 300.0
+LEAVE_S = 600.0
+
+
+class RankGroup:
+    """This process's place among the job's ranks, and the store they meet in."""
+
+    def __init__(self, rank: int, world: int, store: Any, namespace: str, hosts_store: bool) -> None:
+        self.rank, self.world = rank, world
+        self.store = store
+        self.ns = namespace
+        self.hosts_store = hosts_store
+        self.host = socket.gethostname()
+        self.stall_s = _seconds(os.environ.get("CACHEDOCTOR_RANK_TIMEOUT"), STALL_S)
+        self._step = 0
+        self._hosts: dict[int, str] = {}
+        self._beats: dict[int, tuple[int, float]] = {}
+        self._stop = threading.Event()
+        self._beating: threading.Thread | None = None
+        self._closed = False
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    # --- joining and leaving ----------------------------------------------------------------
+
+    @classmethod
+    def join(cls, env: Mapping[str, str] | None = None) -> RankGroup:
+        """Connect to the job's store (``MASTER_ADDR``/``MASTER_PORT``, as ``torchrun`` sets them),
+        start the heartbeat, and take SIGTERM as the launcher stopping the job."""
+        env = os.environ if env is None else env
+        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+        addr, port = env.get("MASTER_ADDR", "127.0.0.1"), env.get("MASTER_PORT", "")
+        if not port.isdigit():
+            raise UsageError("RANK and WORLD_SIZE are set but MASTER_PORT is not: start the ranks with torchrun")
+        try:
+            from torch.distributed import TCPStore
+        except ImportError:
+            raise UsageError(
+                "a scan split over ranks (RANK, WORLD_SIZE set) meets through torch.distributed: "
+                "pip install torch, or unset RANK and WORLD_SIZE to scan in one process"
+            ) from None
+        agent = env.get("TORCHELASTIC_USE_AGENT_STORE") == "True"  # torchrun's agent hosts it
+        hosts = rank == 0 and not agent
+        try:
+            store = TCPStore(
+                addr,
+                int(port),
+                world,
+                hosts,
+                timedelta(seconds=CONNECT_S),
+                wait_for_workers=False,
+                multi_tenant=True,  # a repair's process group then reuses this server, not a second
+            )
+        except (RuntimeError, OSError) as exc:
+            raise PathError(
+                f"{addr}:{port}", f"cannot reach the job's rendezvous store ({exc}); check MASTER_ADDR and MASTER_PORT"
+            ) from None
+        run = f"{env.get('TORCHELASTIC_RUN_ID', 'run')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        group = cls(rank, world, store, f"cachedoctor/{run}", hosts)
+        group._set(f"host/{rank}", group.host)
+        group._start()
+        return group
+
+    def _start(self) -> None:
+        beat = self.store.clone()  # the thread's own connection: a store client is not shared
+        key = f"{self.ns}/beat/{self.rank}"
+
+        def run() -> None:
+            while not self._stop.wait(BEAT_S):
+                try:
+                    beat.add(key, 1)
+                except Exception:  # the store is gone: the main thread finds out when it waits
+                    return
+                _test_hang(self.rank)
+
+        beat.add(key, 1)
+        self._beating = threading.Thread(target=run, name="cachedoctor-heartbeat", daemon=True)
+        self._beating.start()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._terminated)
+
+    def close(self, wait: bool = True) -> None:
+        """Leave the group. Rank 0 leaves last (``wait``): it holds the verdict (the other
+        ranks exit 0 once their part is shared, and a launcher reports rank 0's code), and where
+        it hosts the store the others may still be reading from it. It waits at most
+        :data:`LEAVE_S`, and not for a rank that is gone. A run that failed leaves at once."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.store.add(f"{self.ns}/left", 1)
+            deadline = time.monotonic() + LEAVE_S
+            others = [r for r in range(self.world) if r != self.rank]
+            while wait and self.leader and self.store.add(f"{self.ns}/left", 0) < self.world:
+                if time.monotonic() > deadline:
+                    break
+                self._watch(others)
+                time.sleep(POLL_S)
+        except (RankStopped, RuntimeError, OSError):
+            pass  # a rank gone after the report was made: nothing is left to wait for
+        finally:
+            self._stop.set()
+
+    # --- the exchange -----------------------------------------------------------------------
+
+    def share(self, payload: bytes) -> list[bytes]:
+        """Every rank's ``payload``, in rank order, on every rank."""
+        self._step += 1
+        step = f"{self.ns}/s{self._step}"
+        _test_kill(self.rank)
+        self._set(f"s{self._step}/part/{self.rank}", payload)
+        out: list[bytes | None] = [None] * self.world
+        out[self.rank] = payload
+        waiting = [r for r in range(self.world) if r != self.rank]
+        while waiting:
+            self._watch(waiting)
+            for r in list(waiting):
+                key = f"{step}/part/{r}"
+                if self._call(self.store.check, [key]):
+                    out[r] = self._call(self.store.get, key)
+                    waiting.remove(r)
+            if waiting:
+                time.sleep(POLL_S)
+        return [part for part in out if part is not None]
+
+    def failed(self, exc: BaseException) -> BaseException:
+        """What this rank raises when its own part failed: the others are told first."""
+        line = _line(exc)
+        if line is None:  # a bug: its traceback is what a report needs, here
+            self._post_failure(
+                f"stopped by an internal error ({type(exc).__name__}); its traceback is in rank {self.rank}'s log"
+            )
+            return exc
+        self._post_failure(line)
+        return RankStopped(f"rank {self.rank} on {self.host}: {line}" if self.leader else None)
+
+    def _post_failure(self, line: str) -> None:
+        try:
+            self.store.set(f"{self.ns}/fail/{self.rank}", line)
+            if self.hosts_store:  # the others read it from this process: give them the time to
+                deadline = time.monotonic() + 5
+                while self.store.add(f"{self.ns}/seen", 0) < self.world - 1 and time.monotonic() < deadline:
+                    time.sleep(POLL_S)
+        except Exception:
+            pass
+
+    # --- watching the others ----------------------------------------------------------------
+
+    def _watch(self, ranks: list[int]) -> None:
+        """Raise :class:`RankStopped` if one of ``ranks`` failed, died or hangs."""
+        for r in ranks:
+            key = f"{self.ns}/fail/{r}"
+            if self._call(self.store.check, [key]):
+                line = self._call(self.store.get, key).decode("utf-8", "replace")
+                self._call(self.store.add, f"{self.ns}/seen", 1)
+                self._stop_with(f"rank {r} on {self.host_of(r)}: {line}", ranks_gone=[r])
+            beats = int(self._call(self.store.add, f"{self.ns}/beat/{r}", 0))
+            now = time.monotonic()
+            last = self._beats.get(r)
+            if last is None or last[0] != beats:
+                self._beats[r] = (beats, now)
+            elif now - last[1] > self.stall_s:
+                self._stop_with(
+                    f"rank {r} on {self.host_of(r)} stopped answering {now - last[1]:.0f} s ago (killed, hung, or "
+                    "its machine is gone); no report was written; run the same command again (each shard "
+                    "resumes from its state)",
+                    ranks_gone=[r],
+                )
+
+    def _stop_with(self, line: str, ranks_gone: list[int]) -> None:
+        """Raise :class:`RankStopped`: the line on the lowest rank still there, nothing elsewhere."""
+        printer = min(r for r in range(self.world) if r not in ranks_gone)
+        raise RankStopped(line if self.rank == printer else None)
+
+    def _terminated(self, signum: int, frame: Any) -> None:
+        """SIGTERM: the launcher is stopping the job (a rank ended badly) or a person is."""
+        try:
+            self.store.set(f"{self.ns}/term/{self.rank}", self.host)
+            deadline = time.monotonic() + TERM_GRACE_S
+            gone = list(range(self.world))
+            while gone and time.monotonic() < deadline:
+                gone = [r for r in gone if not self.store.check([f"{self.ns}/term/{r}"])]
+                time.sleep(POLL_S)
+        except Exception:
+            gone = []
+        if gone:
+            names = ", ".join(f"rank {r} on {self.host_of(r)}" for r in gone)
+            self._stop_with(
+                f"{names} ended first (killed, or out of memory) and the launcher stopped the others; "
+                "no report was written; run the same command again (each shard resumes from its state)",
+                ranks_gone=gone,
+            )
+        self._stop_with(
+            "stopped by SIGTERM (from the launcher or a person); no report was written; run the same "
+            "command again (each shard resumes from its state)",
+            ranks_gone=[],
+        )
+
+    def host_of(self, rank: int) -> str:
+        if rank not in self._hosts:
+            try:
+                key = f"{self.ns}/host/{rank}"
+                self._hosts[rank] = self.store.get(key).decode() if self.store.check([key]) else "an unknown host"
+            except Exception:
+                return "an unknown host"
+        return self._hosts[rank]
+
+    # --- the store --------------------------------------------------------------------------
+
+    def _set(self, key: str, value: bytes | str) -> None:
+        self._call(self.store.set, f"{self.ns}/{key}", value)
+
+    def _call(self, method: Any, *args: Any) -> Any:
+        """A store request; a store that is gone means rank 0 (or the launcher) is."""
+        try:
+            return method(*args)
+        except (RuntimeError, OSError) as exc:  # torch's DistStoreError is a RuntimeError
+            self._stop_with(
+                f"rank 0 on {self._hosts.get(0, 'its host')} (or the launcher) is gone: the job's rendezvous "
+                f"store stopped answering ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                "no report was written; run the same command again",
+                ranks_gone=[0],
+            )
+
+
+def _line(exc: BaseException) -> str | None:
+    """The one line a rank's own failure would have printed; ``None`` for a bug."""
+    if isinstance(exc, PathError):
+        return f"{exc.path}: {exc.message}"
+    if isinstance(exc, UsageError):
+        return str(exc)
+    from cachedoctor.faults import last_resort
+
+    return last_resort(exc) if isinstance(exc, Exception) else None
+
+
+def _seconds(text: str | None, default: float) -> float:
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def _test_kill(rank: int) -> None:
+    """Crash tests: ``CACHEDOCTOR_TEST_KILL_RANK=R`` SIGKILLs rank R as it is about to share its part."""
+    if os.environ.get("CACHEDOCTOR_TEST_KILL_RANK") == str(rank):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _test_hang(rank: int) -> None:
+    """Crash tests: ``CACHEDOCTOR_TEST_HANG_RANK=R`` stops rank R (SIGSTOP) after its first beat."""
+    if os.environ.get("CACHEDOCTOR_TEST_HANG_RANK") == str(rank):
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+__all__ = ["RankGroup", "RankStopped"]
