@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from cachedoctor.cli.environment import QUIET, current
+from cachedoctor.cli.environment import NORMAL, QUIET, current
 from cachedoctor.cli.option_groups import (
     DatasetOptions,
     KohyaOptions,
@@ -159,6 +159,9 @@ def scan(
             done = True
             return ExitStatus.CLEAN if report.exit_code != ExitStatus.ERROR else ExitStatus.ERROR
         code = render(report, fmt, output)
+        if ranks is not None and env.verbosity > NORMAL:
+            for line in ranks.seen:
+                print(f"cachedoctor: {line}", file=env.stderr)
         done = True
         return code
     finally:

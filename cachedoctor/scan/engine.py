@@ -114,6 +114,7 @@ def scan(
         from cachedoctor.scan.part import Part
 
         parts = [Part.unpacked(data) for data in ranks.share(part.packed())]
+        ranks.seen = [p.line() for p in parts]  # what each rank did (``-v`` on rank 0, the benchmark)
     result = merge(parts, options, dataset)
     result.elapsed = time.perf_counter() - started
     return result
@@ -153,6 +154,8 @@ def scan_part(
             store.discard()  # no cache file under it: leave no .cachedoctor/ among someone's images
     part.notes[:0] = states.notes + alias_notes(merged)
     part.elapsed = time.perf_counter() - started
+    stores = {id(t.store): t.store for t in remote}.values()
+    part.requests = {"store": sum(int(getattr(store, "requests", 0)) for store in stores)} if remote else {}
     return part
 
 

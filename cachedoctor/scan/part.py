@@ -145,6 +145,15 @@ class Part:
             settings=dict(doc.get("settings") or {}),
         )
 
+    def line(self) -> str:
+        """What this shard did, in one line (``scan -v`` on rank 0; the benchmark reads it)."""
+        s = self.stats
+        sent = f", {self.requests['store']} store requests" if "store" in self.requests else ""
+        return (
+            f"shard {self.shard.text} on {self.host}: {s.files_seen} files seen, {s.files_read - s.files_reused} read, "
+            f"{s.io_bytes} bytes read{sent}, {self.elapsed:.2f} s"
+        )
+
     def packed(self) -> bytes:
         """The part as compressed bytes, for the ranks' exchange."""
         return zlib.compress(json.dumps(self.to_json(), separators=(",", ":")).encode("utf-8"), 6)

@@ -59,6 +59,7 @@ class RankGroup:
         self._stop = threading.Event()
         self._beating: threading.Thread | None = None
         self._closed = False
+        self.seen: list[str] = []  # each rank's line about its last part (``Part.line``)
 
     @property
     def leader(self) -> bool:
