@@ -32,7 +32,7 @@ from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.plan import EXISTING
 from cachedoctor.scan.state.store import default_path
 from cachedoctor.scan.walk import is_under
-from cachedoctor.statedir import STATE_DIR, clock_path, is_lock_name
+from cachedoctor.statedir import STATE_DIR, Shard, clock_path, is_lock_name
 from cachedoctor.stores.connect import files_here
 
 if TYPE_CHECKING:
@@ -90,12 +90,15 @@ def survey(
     scan_options: ScanOptions | None = None,
     allow_empty: bool = False,
     progress: Progress | None = None,
+    shard: Shard | None = None,
 ) -> Survey:
     """What a crash left under ``targets``. ``scan_options`` gives what the settings say of every
     scan (exclude, reader workers, file timeout); the survey chooses its own depth and state use.
     Targets with nothing to check (no cache file, no dataset entry, no interrupted repair, no
     held lock) raise :class:`PathError` unless ``allow_empty``, as ``scan`` would exit 2.
-    ``progress(stage, done, total)`` follows its scans (:mod:`cachedoctor.progress`)."""
+    ``progress(stage, done, total)`` follows its scans (:mod:`cachedoctor.progress`). ``shard``:
+    ``(K, N)`` of a sharded run, whose checkpoint is shard K's own state database
+    (``state.shard-K-of-N.sqlite``); the scan it runs must be given the same shard."""
     if not all(files_here(t) for t in targets):  # an object store: its lock object and journal
         return survey_store_targets(targets, scan_options)
     base = scan_options or ScanOptions()
@@ -107,9 +110,9 @@ def survey(
         return found
     roots = plan.roots if plan is not None else targets
     folders = [r if os.path.isdir(r) else os.path.dirname(r) for r in roots]
-    stateful = [f for f in folders if os.path.isdir(f) and os.path.isfile(default_path(f))]
+    stateful = [f for f in folders if os.path.isdir(f) and os.path.isfile(default_path(f, shard=shard))]
     # each scan moves its database's clock: what changed since the last one is dated by the old tick
-    ticks = {f: _clock_ns(f) for f in stateful}
+    ticks = {f: _clock_ns(f, shard) for f in stateful}
     result = scan(
         roots, replace(base, deep=False, sample=None, state=EXISTING, deep_changed=True), progress, dataset=plan
     )
@@ -171,10 +174,10 @@ def survey_store_targets(
     return out
 
 
-def _clock_ns(folder: str) -> int | None:
+def _clock_ns(folder: str, shard: Shard | None) -> int | None:
     """When the last scan with ``folder``'s state database began (its clock file's tick)."""
     try:
-        return os.stat(clock_path(default_path(folder))).st_mtime_ns
+        return os.stat(clock_path(default_path(folder, shard=shard))).st_mtime_ns
     except OSError:
         return None
 
