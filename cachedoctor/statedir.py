@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING
 
-#: A scan's shard: ``(index, count)``, the index 0-based (``--shard 0/4`` is the first of four).
-Shard = tuple[int, int]
+if TYPE_CHECKING:
+    from cachedoctor.sharding.interface import Shard
+
 #: The folder, inside a cache root, that holds cachedoctor's own files.
 STATE_DIR = ".cachedoctor"
 #: The scan's incremental state database, and the clock file beside it (racy-entry tick).
@@ -55,33 +57,31 @@ def state_db_path(root: str, shard: Shard | None = None) -> str:
 
 
 def sharded_path(path: str, shard: Shard | None) -> str:
-    """The database that shard ``(K, N)`` of a scan keeps in place of ``path``: ``.shard-K-of-N``
-    inserted before the suffix (``state.sqlite`` -> ``state.shard-0-of-4.sqlite``; a name with
-    no suffix gets it at the end). ``None``: ``path`` itself. The one rule for every state name:
-    the default one, the remote one and ``--state PATH``."""
-    if shard is None:
+    """The database that shard K of N of a scan (``--shard K/N``, K from 0) keeps in place of
+    ``path``: ``.shard-K-of-N`` inserted before the suffix (``state.sqlite`` ->
+    ``state.shard-0-of-4.sqlite``; a name with no suffix gets it at the end). No shard, or the
+    one shard of one (the whole cache): ``path`` itself. The one rule for every state name: the
+    default one, the remote one and ``--state PATH``."""
+    if shard is None or shard.whole:
         return path
-    index, count = shard
-    if not 0 <= index < count:
-        raise ValueError(f"shard {index}/{count}: the index must be at least 0 and below the count")
     folder, name = os.path.split(path)
     stem, suffix = os.path.splitext(name)
-    return os.path.join(folder, f"{stem}.shard-{index}-of-{count}{suffix}")
+    return os.path.join(folder, f"{stem}{_tag(shard.index, shard.count)}{suffix}")
 
 
-def shard_of(path: str) -> Shard | None:
-    """The shard a state database's name carries (:func:`sharded_path`), or ``None``."""
-    found = _SHARD_NAME.search(os.path.basename(path))
-    return (int(found["index"]), int(found["count"])) if found else None
+def _tag(index: int, count: int) -> str:
+    return f".shard-{index}-of-{count}"
 
 
-_SHARD_NAME = re.compile(r"\.shard-(?P<index>[0-9]+)-of-(?P<count>[0-9]+)(?=(\.[^.]*)?$)")
+#: The tag :func:`sharded_path` puts in a name (before its suffix, or at its end).
+_TAG = re.compile(r"\.shard-[0-9]+-of-[0-9]+(?=(\.[^.]*)?$)")
 
 
 def other_splits(path: str, shard: Shard | None) -> list[str]:
     """The databases that other splits of the same scan keep beside ``path`` (the unsharded name):
     for shard K of N, ``path`` itself and every shard of a count other than N; unsharded, every
     shard. The files that exist, the unsharded one first, then by count and index."""
+    count_now = None if shard is None or shard.whole else shard.count
     folder, name = os.path.split(path)
     stem, suffix = os.path.splitext(name)
     pattern = re.compile(re.escape(stem) + r"\.shard-([0-9]+)-of-([0-9]+)" + re.escape(suffix))
@@ -93,18 +93,23 @@ def other_splits(path: str, shard: Shard | None) -> list[str]:
                 if match is None or not entry.is_file():
                     continue
                 index, count = int(match[1]), int(match[2])
-                if index < count and (shard is None or count != shard[1]):
+                if index < count and count != count_now:
                     found.append((count, index, entry.path))
     except OSError:
         return []
-    whole = [path] if shard is not None and os.path.isfile(path) else []
+    whole = [path] if count_now is not None and os.path.isfile(path) else []
     return whole + [p for _, _, p in sorted(found)]
 
 
 def clock_path(db_path: str) -> str:
     """The clock file beside a state database (touched once per scan to date racy entries);
     each shard's its own (``state.shard-K-of-N.clock``), as its database is."""
-    return sharded_path(os.path.join(os.path.dirname(db_path), CLOCK_FILE), shard_of(db_path))
+    folder, name = os.path.split(db_path)
+    tag = _TAG.search(name)
+    if tag is None:
+        return os.path.join(folder, CLOCK_FILE)
+    stem, suffix = os.path.splitext(CLOCK_FILE)
+    return os.path.join(folder, f"{stem}{tag[0]}{suffix}")
 
 
 def name_stem(name: str) -> str:
@@ -139,7 +144,6 @@ __all__ = [
     "QUARANTINE_DIR",
     "STATE_DIR",
     "STATE_FILE",
-    "Shard",
     "clock_path",
     "is_lock_name",
     "is_state_dir_name",
@@ -148,7 +152,6 @@ __all__ = [
     "name_stem",
     "other_splits",
     "quarantine_root",
-    "shard_of",
     "sharded_path",
     "state_db_path",
     "state_dir",

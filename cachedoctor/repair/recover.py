@@ -32,10 +32,11 @@ from cachedoctor.scan import ScanOptions, scan
 from cachedoctor.scan.state.plan import EXISTING
 from cachedoctor.scan.state.store import default_path
 from cachedoctor.scan.walk import is_under
-from cachedoctor.statedir import STATE_DIR, Shard, clock_path, is_lock_name
+from cachedoctor.statedir import STATE_DIR, clock_path, is_lock_name
 from cachedoctor.stores.connect import files_here
 
 if TYPE_CHECKING:
+    from cachedoctor.sharding.interface import Shard
     from cachedoctor.stores.s3 import S3Settings
 
 #: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).
@@ -90,18 +91,18 @@ def survey(
     scan_options: ScanOptions | None = None,
     allow_empty: bool = False,
     progress: Progress | None = None,
-    shard: Shard | None = None,
 ) -> Survey:
     """What a crash left under ``targets``. ``scan_options`` gives what the settings say of every
     scan (exclude, reader workers, file timeout); the survey chooses its own depth and state use.
     Targets with nothing to check (no cache file, no dataset entry, no interrupted repair, no
     held lock) raise :class:`PathError` unless ``allow_empty``, as ``scan`` would exit 2.
-    ``progress(stage, done, total)`` follows its scans (:mod:`cachedoctor.progress`). ``shard``:
-    ``(K, N)`` of a sharded run, whose checkpoint is shard K's own state database
-    (``state.shard-K-of-N.sqlite``); the scan it runs must be given the same shard."""
+    ``progress(stage, done, total)`` follows its scans (:mod:`cachedoctor.progress`). With
+    ``scan_options.shard`` the checkpoint is that shard's own state database
+    (``state.shard-K-of-N.sqlite``), as its scan's is."""
     if not all(files_here(t) for t in targets):  # an object store: its lock object and journal
         return survey_store_targets(targets, scan_options)
     base = scan_options or ScanOptions()
+    shard = base.shard
     plan, line = plan_for(layout, targets, options)
     if plan is not None and not all(files_here(r) for r in plan.roots):  # a dataset whose cache is in a bucket
         found = Survey(line)

@@ -6,9 +6,13 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from cachedoctor.statedir import Shard, sharded_path, state_db_path
+from cachedoctor.statedir import sharded_path, state_db_path
 from cachedoctor.stores.interface import Location, is_remote
+
+if TYPE_CHECKING:
+    from cachedoctor.sharding.interface import Shard
 
 
 def default_path(root: str, environ: Mapping[str, str] | None = None, shard: Shard | None = None) -> str:
@@ -17,7 +21,7 @@ def default_path(root: str, environ: Mapping[str, str] | None = None, shard: Sha
     the bucket (writing to a bucket that is only scanned would need write access and would race
     other readers), under the user cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``):
     ``cachedoctor/remote/<scheme>/<bucket>/<short hash of the prefix>.sqlite``. With ``shard``
-    ``(K, N)``, shard K's own: ``.shard-K-of-N`` before the suffix (``statedir.sharded_path``)."""
+    K of N, shard K's own: ``.shard-K-of-N`` before the suffix (``statedir.sharded_path``)."""
     if not is_remote(root):
         return state_db_path(root, shard)
     location = Location.parse(root)

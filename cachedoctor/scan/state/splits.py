@@ -17,13 +17,23 @@ database; a folder whose files all come from another split settles after this ru
 ``deep_scan`` (the scan that last read the file deep) numbers the other database's scans, so it
 is taken as 0: read deep before any scan of this one, the first due in a ``--sample`` rotation;
 its digest is kept, so a later deep read still tells ``bit-rot``.
+
+Where a database of the target exists only for another split, ``existing`` state (``repair``,
+``recover``) makes this shard's and fills it as above, and a dry run (read-only) reads the other
+splits' directly: a ``torchrun`` repair after a plain scan starts warm too.
 """
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
 from cachedoctor.scan.state.readonly import open_read_only
 from cachedoctor.scan.state.store import StateStore
-from cachedoctor.statedir import Shard, other_splits
+from cachedoctor.statedir import other_splits, sharded_path
+
+if TYPE_CHECKING:
+    from cachedoctor.sharding.interface import Shard
 
 
 def attach_splits(store: StateStore, whole: str, shard: Shard | None) -> None:
@@ -37,4 +47,23 @@ def attach_splits(store: StateStore, whole: str, shard: Shard | None) -> None:
             store.donors.append(donor)
 
 
-__all__ = ["attach_splits"]
+def any_split(whole: str, shard: Shard | None) -> bool:
+    """Whether a database of this target exists, this shard's own or another split's."""
+    return os.path.isfile(sharded_path(whole, shard)) or bool(other_splits(whole, shard))
+
+
+def open_read_only_split(whole: str, shard: Shard | None, base: str) -> StateStore | None:
+    """A dry run's database: the shard's own, read-only, with the other splits behind it while it
+    has no finished scan; with none of its own, the first other split's, the rest behind it."""
+    own = open_read_only(sharded_path(whole, shard), base)
+    if own is not None:
+        attach_splits(own, whole, shard)
+        return own
+    others = [store for path in other_splits(whole, shard) if (store := open_read_only(path, base)) is not None]
+    if not others:
+        return None
+    others[0].donors = others[1:]
+    return others[0]
+
+
+__all__ = ["any_split", "attach_splits", "open_read_only_split"]
