@@ -151,7 +151,7 @@ StateOption = Annotated[
     str | None,
     typer.Option(
         "--state",
-        help="The state database that lets a rescan read only changed files (default: .cachedoctor/state.sqlite in each cache folder).",
+        help="The state database that lets a rescan read only changed files (default: .cachedoctor/state.sqlite in each cache folder). With --shard K/N, shard K keeps PATH with .shard-K-of-N before its suffix.",
         metavar="PATH",
     ),
 ]

@@ -36,6 +36,7 @@ from cachedoctor.statedir import STATE_DIR, clock_path, is_lock_name
 from cachedoctor.stores.connect import files_here
 
 if TYPE_CHECKING:
+    from cachedoctor.sharding.interface import Shard
     from cachedoctor.stores.s3 import S3Settings
 
 #: Finding kinds that a crash mid-write produces; ``--apply`` repairs these (or resumes a run).
@@ -95,10 +96,13 @@ def survey(
     scan (exclude, reader workers, file timeout); the survey chooses its own depth and state use.
     Targets with nothing to check (no cache file, no dataset entry, no interrupted repair, no
     held lock) raise :class:`PathError` unless ``allow_empty``, as ``scan`` would exit 2.
-    ``progress(stage, done, total)`` follows its scans (:mod:`cachedoctor.progress`)."""
+    ``progress(stage, done, total)`` follows its scans (:mod:`cachedoctor.progress`). With
+    ``scan_options.shard`` the checkpoint is that shard's own state database
+    (``state.shard-K-of-N.sqlite``), as its scan's is."""
     if not all(files_here(t) for t in targets):  # an object store: its lock object and journal
         return survey_store_targets(targets, scan_options)
     base = scan_options or ScanOptions()
+    shard = base.shard
     plan, line = plan_for(layout, targets, options)
     if plan is not None and not all(files_here(r) for r in plan.roots):  # a dataset whose cache is in a bucket
         found = Survey(line)
@@ -107,9 +111,9 @@ def survey(
         return found
     roots = plan.roots if plan is not None else targets
     folders = [r if os.path.isdir(r) else os.path.dirname(r) for r in roots]
-    stateful = [f for f in folders if os.path.isdir(f) and os.path.isfile(default_path(f))]
+    stateful = [f for f in folders if os.path.isdir(f) and os.path.isfile(default_path(f, shard=shard))]
     # each scan moves its database's clock: what changed since the last one is dated by the old tick
-    ticks = {f: _clock_ns(f) for f in stateful}
+    ticks = {f: _clock_ns(f, shard) for f in stateful}
     result = scan(
         roots, replace(base, deep=False, sample=None, state=EXISTING, deep_changed=True), progress, dataset=plan
     )
@@ -171,10 +175,10 @@ def survey_store_targets(
     return out
 
 
-def _clock_ns(folder: str) -> int | None:
+def _clock_ns(folder: str, shard: Shard | None) -> int | None:
     """When the last scan with ``folder``'s state database began (its clock file's tick)."""
     try:
-        return os.stat(clock_path(default_path(folder))).st_mtime_ns
+        return os.stat(clock_path(default_path(folder, shard=shard))).st_mtime_ns
     except OSError:
         return None
 

@@ -144,7 +144,7 @@ def scan_part(
         known = dataset.remote_settings if dataset is not None else {}
         remote = open_targets([t for t in targets if is_remote(t)], options.s3, known)
     shard = options.shard or Shard(0, 1)
-    states = StateSet.open(roots, options.state, [t.url for t in remote if t.kind == PREFIX])
+    states = StateSet.open(roots, options.state, [t.url for t in remote if t.kind == PREFIX], shard=shard)
     try:
         part = _scan(roots, options, progress, dataset, states, watch or [], remote, shard)
     finally:

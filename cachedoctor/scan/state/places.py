@@ -6,24 +6,28 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from cachedoctor.statedir import state_db_path
+from cachedoctor.statedir import sharded_path, state_db_path
 from cachedoctor.stores.interface import Location, is_remote
 
+if TYPE_CHECKING:
+    from cachedoctor.sharding.interface import Shard
 
-def default_path(root: str, environ: Mapping[str, str] | None = None) -> str:
+
+def default_path(root: str, environ: Mapping[str, str] | None = None, shard: Shard | None = None) -> str:
     """The state database a scan of ``root`` uses unless told otherwise: inside a local root
     (``statedir.py``); for a store whose objects are not local files, on this machine, not in
     the bucket (writing to a bucket that is only scanned would need write access and would race
     other readers), under the user cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``):
-    ``cachedoctor/remote/<scheme>/<bucket>/<short hash of the prefix>.sqlite``."""
+    ``cachedoctor/remote/<scheme>/<bucket>/<short hash of the prefix>.sqlite``. With ``shard``
+    K of N, shard K's own: ``.shard-K-of-N`` before the suffix (``statedir.sharded_path``)."""
     if not is_remote(root):
-        return state_db_path(root)
+        return state_db_path(root, shard)
     location = Location.parse(root)
     digest = hashlib.sha256(location.key.encode("utf-8")).hexdigest()[:16]
-    return os.path.join(
-        cache_home(environ), "cachedoctor", "remote", location.scheme, location.bucket, f"{digest}.sqlite"
-    )
+    folder = os.path.join(cache_home(environ), "cachedoctor", "remote", location.scheme, location.bucket)
+    return sharded_path(os.path.join(folder, f"{digest}.sqlite"), shard)
 
 
 def cache_home(environ: Mapping[str, str] | None = None) -> str:

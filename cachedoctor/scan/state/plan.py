@@ -21,8 +21,10 @@ from cachedoctor.findings import Finding
 from cachedoctor.scan.outcome import Outcome
 from cachedoctor.scan.state.codec import finding_from_json, finding_to_json, inside, outcome_from_text
 from cachedoctor.scan.state.store import Row, Sig, StateStore, default_path, sig_of, sig_of_info
+from cachedoctor.statedir import sharded_path
 
 if TYPE_CHECKING:
+    from cachedoctor.sharding.interface import Shard
     from cachedoctor.stores.interface import ObjectInfo
 
 #: ``ScanOptions.state``: no state; a store in every folder target (created); only where one exists.
@@ -45,36 +47,43 @@ class StateSet:
         return self._notes + [note for store in self.stores for note in store.notes]
 
     @classmethod
-    def open(cls, roots: list[str], state: str | None, remote: Sequence[str] = ()) -> StateSet:
+    def open(
+        cls, roots: list[str], state: str | None, remote: Sequence[str] = (), shard: Shard | None = None
+    ) -> StateSet:
         """``remote``: the object-store prefixes scanned, whose own databases live in the user
-        cache dir (``store.default_path``); a ``--state`` path serves them as it serves the rest."""
+        cache dir (``store.default_path``); a ``--state`` path serves them as it serves the rest.
+        ``shard``: shard K (0-based) of a scan split N ways: each database is that shard's own
+        (``state.shard-K-of-N.sqlite``, ``statedir.sharded_path``; the one shard of one keeps the
+        unsharded names), and one with no finished scan yet reads what the other splits recorded
+        (``splits.py``)."""
+        from cachedoctor.scan.state.splits import any_split, attach_splits, open_read_only_split
+
         stores: list[StateStore] = []
         notes: list[str] = []
         if state is None:
             return cls(stores, notes)
-        elsewhere = [(default_path(url), url) for url in sorted(set(remote))]
+        elsewhere = [(default_path(url), url) for url in sorted(set(remote))]  # unsharded names here
         if state == READ_ONLY or state.startswith(READ_ONLY + ":"):
-            from cachedoctor.scan.state.readonly import open_read_only
-
             named = state[len(READ_ONLY) + 1 :]
             places = (
                 [(os.path.abspath(named), "")]
                 if named
                 else [(default_path(r), r) for r in sorted({r for r in roots if os.path.isdir(r)})] + elsewhere
             )
-            for path, base in places:
-                found = open_read_only(path, base)
+            for whole, base in places:
+                found = open_read_only_split(whole, shard, base)
                 if found is not None:
                     stores.append(found)
             return cls(stores, notes)
         if state in (AUTO, EXISTING):
             folders = sorted({r for r in roots if os.path.isdir(r)})
             places = [(default_path(r), r) for r in folders] + elsewhere
-            places = [(path, base) for path, base in places if state == AUTO or os.path.isfile(path)]
+            places = [(whole, base) for whole, base in places if state == AUTO or any_split(whole, shard)]
         else:
             places = [(os.path.abspath(state), "")]
         try:
-            for path, base in places:
+            for whole, base in places:
+                path = sharded_path(whole, shard)
                 new_dir = not os.path.isdir(os.path.dirname(path))
                 new = state == AUTO and not os.path.lexists(path)
                 store, note = StateStore.open(path, base, explicit=state not in (AUTO, EXISTING))
@@ -83,6 +92,7 @@ class StateSet:
                 if store is not None:
                     store.created, store.made_dir = new, new and new_dir
                     stores.append(store)
+                    attach_splits(store, whole, shard)
         except BaseException:
             for store in stores:
                 store.close()

@@ -23,6 +23,10 @@ Racy entries (git's "racy git"): a file changed in the same clock tick as its re
 cannot be told from the recorded version by its stat. Each scan first touches a clock file
 beside the database; a file whose mtime is not older than that tick is recorded as racy and
 read again by the next scan.
+
+A sharded scan keeps one database per shard (``statedir.sharded_path``); one that has no
+finished scan yet takes the rows of a folder it lacks from the other splits' databases
+(:attr:`StateStore.donors`, ``splits.py``), so a scan split another way starts warm.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ _FLUSH_SECONDS = 0.25
 
 class StateError(PathError):
     """A state database named with ``--state`` that cannot be used (exit 2)."""
+
+
+#: A row whose seal does not hold: listed, never reused (no stat is -1).
+DAMAGED = Sig(-1, -1, -1, -1)
 
 
 class Row(NamedTuple):
@@ -135,6 +143,8 @@ class StateStore:
         self.made_dir: bool = False  # and that folder too
         self.cache_files = 0  # cache files this scan judged under it
         self.read_only = False  # a dry run's: read the record, never write it (``readonly.py``)
+        #: Other splits' databases, read-only, while this one has no finished scan (``splits.py``)
+        self.donors: list[StateStore] = []
 
     @classmethod
     def open(cls, path: str, base: str, *, explicit: bool) -> tuple[StateStore | None, str | None]:
@@ -247,11 +257,38 @@ class StateStore:
             (key,),
         ):
             text = unseal(outcome, key, name, size, mtime, ctime, ino, racy, deep_scan, xxh3)
-            if text is None:  # damaged: listed (so a vanished file's row is deleted), never reused (no stat is -1)
-                out[os.fsdecode(name)] = Row(Sig(-1, -1, -1, -1), True, None, None, "")
+            if text is None:  # damaged: listed (so a vanished file's row is deleted), never reused
+                out[os.fsdecode(name)] = Row(DAMAGED, True, None, None, "")
             else:
                 out[os.fsdecode(name)] = Row(Sig(size, mtime, ctime, ino), bool(racy), deep_scan, xxh3, text)
+        if not out and self.donors:  # a folder this database never saw: another split's record of it
+            return self._borrowed(folder)
         return out
+
+    @guarded(lambda: True)
+    def finished_any(self) -> bool:
+        """Whether a scan was ever recorded finished here (else other splits' rows may serve)."""
+        assert self.db is not None
+        return self.db.execute("SELECT 1 FROM scans WHERE finished IS NOT NULL LIMIT 1").fetchone() is not None
+
+    def _borrowed(self, folder: str) -> dict[str, Row]:
+        """The sound rows of ``folder`` in the first of :attr:`donors` that has any, copied into
+        this database once the scan has begun; their ``deep_scan`` (another database's scan
+        number) taken as 0, older than any scan here (``splits.py``)."""
+        for donor in self.donors:
+            rows = {
+                name: row._replace(deep_scan=None if row.deep_scan is None else 0)
+                for name, row in donor.rows(folder).items()
+                if row.sig != DAMAGED
+            }
+            if rows:
+                if self.scan_id and not self.read_only:  # begun: a --sample choice before it only reads
+                    key = self.key(folder)
+                    for name, row in rows.items():
+                        self._queue(key, Upsert(name, *row))
+                    self._flush_due()
+                return rows
+        return {}
 
     def is_racy(self, mtime_ns: int, ctime_ns: int) -> bool:
         """Changed in the clock tick this scan began: the stat cannot vouch for the content."""
@@ -266,14 +303,7 @@ class StateStore:
         self._visited.add(key)
         pending = self._pending
         for u in upserts:
-            name, racy = os.fsencode(u.name), int(u.racy)
-            sealed = seal(key, name, *u.sig, racy, u.deep_scan, u.xxh3, u.outcome) + "|" + u.outcome
-            pending.append(
-                (
-                    "INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    (key, name, *u.sig, racy, self.scan_id, u.deep_scan, u.xxh3, sealed),
-                )
-            )
+            self._queue(key, u)
         for gone_name in gone:
             pending.append(("DELETE FROM files WHERE folder = ? AND name = ?", (key, os.fsencode(gone_name))))
         if digest is not None and result is not None:
@@ -285,8 +315,21 @@ class StateStore:
             )
         else:
             pending.append(("DELETE FROM folders WHERE folder = ?", (key,)))
-        if len(pending) >= _FLUSH_ROWS or time.monotonic() - self._flushed > _FLUSH_SECONDS:
+        self._flush_due()
+
+    def _flush_due(self) -> None:
+        if len(self._pending) >= _FLUSH_ROWS or time.monotonic() - self._flushed > _FLUSH_SECONDS:
             self.flush()
+
+    def _queue(self, key: bytes, u: Upsert) -> None:
+        name, racy = os.fsencode(u.name), int(u.racy)
+        sealed = seal(key, name, *u.sig, racy, u.deep_scan, u.xxh3, u.outcome) + "|" + u.outcome
+        self._pending.append(
+            (
+                "INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (key, name, *u.sig, racy, self.scan_id, u.deep_scan, u.xxh3, sealed),
+            )
+        )
 
     @guarded(lambda: None)
     def flush(self) -> None:
@@ -361,6 +404,9 @@ class StateStore:
 
     def close(self) -> None:
         self.flush()
+        for donor in self.donors:
+            donor.close()
+        self.donors = []
         db, self.db = self.db, None
         if db is not None:
             try:
@@ -412,4 +458,4 @@ def _under(folder: bytes, key: bytes) -> bool:
     return key == b"." or folder == key or folder.startswith(key.rstrip(b"/") + b"/")
 
 
-__all__ = ["STATE_FILE", "Row", "Sig", "StateError", "StateStore", "Upsert", "default_path", "sig_of"]
+__all__ = ["DAMAGED", "STATE_FILE", "Row", "Sig", "StateError", "StateStore", "Upsert", "default_path", "sig_of"]
