@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from cachedoctor.cli.environment import QUIET, current
-from cachedoctor.cli.options import FormatOption
+from cachedoctor.cli.options import FormatOption, ReportOutputOption, WriteBaselineOption
 from cachedoctor.cli.scan_output import merge_and_render
 from cachedoctor.report.interface import OutputFormat
 
@@ -25,17 +25,8 @@ def merge(
         ),
     ],
     fmt: FormatOption = OutputFormat.TABLE,
-    output: Annotated[
-        str | None, typer.Option("--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout.")
-    ] = None,
-    write_baseline: Annotated[
-        str | None,
-        typer.Option(
-            "--write-baseline",
-            help="Record the merged findings in FILE, so later scans with --baseline FILE report only new ones.",
-            metavar="FILE",
-        ),
-    ] = None,
+    output: ReportOutputOption = None,
+    write_baseline: WriteBaselineOption = None,
 ) -> int:
     """Join the parts of a scan split with --shard K/N into the one report a whole scan gives."""
     env = current()

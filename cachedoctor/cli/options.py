@@ -197,6 +197,17 @@ DeepOption = Annotated[
 FailOnOption = Annotated[
     FailOn, typer.Option("--fail-on", help="Exit 1 when a finding is at or above this severity.", case_sensitive=False)
 ]
+ReportOutputOption = Annotated[
+    str | None, typer.Option("--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout.")
+]
+WriteBaselineOption = Annotated[
+    str | None,
+    typer.Option(
+        "--write-baseline",
+        help="Record today's findings in FILE, so later scans with --baseline FILE report only new ones.",
+        metavar="FILE",
+    ),
+]
 FormatOption = Annotated[
     OutputFormat,
     typer.Option(
@@ -256,11 +267,13 @@ __all__ = [
     "QuietOption",
     "RepairManifestOption",
     "RepairPathsArgument",
+    "ReportOutputOption",
     "ResolutionOption",
     "SampleOption",
     "StateOption",
     "VerboseOption",
     "WorkersOption",
+    "WriteBaselineOption",
     "YesOption",
 ]
 

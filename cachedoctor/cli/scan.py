@@ -31,8 +31,10 @@ from cachedoctor.cli.options import (
     FormatOption,
     ManifestOption,
     PathsArgument,
+    ReportOutputOption,
     SampleOption,
     WorkersOption,
+    WriteBaselineOption,
 )
 from cachedoctor.cli.report_file import check_writable
 from cachedoctor.cli.scan_output import join_ranks, merge_and_render, render, write_part
@@ -50,9 +52,7 @@ def scan(
     paths: PathsArgument = None,
     deep: DeepOption = None,
     fmt: FormatOption = OutputFormat.TABLE,
-    output: Annotated[
-        str | None, typer.Option("--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout.")
-    ] = None,
+    output: ReportOutputOption = None,
     fail_on: FailOnOption = FailOn.ERROR,
     workers: WorkersOption = None,
     dataset: DatasetOptions,
@@ -66,14 +66,7 @@ def scan(
         str | None,
         typer.Option("--baseline", help="Leave out the findings recorded in this baseline file.", metavar="FILE"),
     ] = None,
-    write_baseline: Annotated[
-        str | None,
-        typer.Option(
-            "--write-baseline",
-            help="Record today's findings in FILE, so later scans with --baseline FILE report only new ones.",
-            metavar="FILE",
-        ),
-    ] = None,
+    write_baseline: WriteBaselineOption = None,
     terminal: TerminalOptions,
     progress: ProgressOptions,
     shard: Annotated[

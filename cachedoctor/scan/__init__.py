@@ -1,7 +1,10 @@
 """The scan engine: :func:`scan` walks targets, reads every file safely, and runs the checks."""
 
-from cachedoctor.scan.engine import ScanError, ScanOptions, ScanResult, ScanStats, scan
+from cachedoctor.scan.engine import scan
+from cachedoctor.scan.folders import ScanError, ScanStats
+from cachedoctor.scan.options import ScanOptions
 from cachedoctor.scan.outcome import Outcome
+from cachedoctor.scan.result import ScanResult
 from cachedoctor.scan.walk import TargetError
 
 

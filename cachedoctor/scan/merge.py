@@ -20,9 +20,9 @@ from cachedoctor.findings import Finding
 from cachedoctor.layouts.samplers.census import from_shapes
 from cachedoctor.scan.dataset import judge_staleness
 from cachedoctor.scan.folders import ScanError, ScanStats
+from cachedoctor.scan.result import ScanResult, judge_run, special_note
 
 if TYPE_CHECKING:
-    from cachedoctor.scan.engine import ScanResult
     from cachedoctor.scan.options import ScanOptions
     from cachedoctor.scan.part import Part
 
@@ -30,8 +30,6 @@ if TYPE_CHECKING:
 def merge(parts: list[Part], options: ScanOptions, dataset: Any = None) -> ScanResult:
     """One scan's result from its parts (any order). ``dataset``: the layout's plan, where this
     process has it (else the parts' record of it stands in for the report)."""
-    from cachedoctor.scan.engine import ScanResult, judge_run, special_note
-
     parts = sorted(parts, key=lambda p: p.shard.index)
     first = parts[0]
     plan = dataset if dataset is not None else first.dataset

@@ -24,6 +24,7 @@ Only one line is printed, by one rank, and every rank exits 2 (``RankStopped``).
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -41,6 +42,7 @@ STALL_S = 120.0
 TERM_GRACE_S = 2.0
 CONNECT_S = 300.0
 LEAVE_S = 600.0
+LEAVE_GRACE_S = 1.0
 
 
 class RankGroup:
@@ -115,7 +117,6 @@ class RankGroup:
                     beat.add(key, 1)
                 except Exception:  # the store is gone: the main thread finds out when it waits
                     return
-                _test_hang(self.rank)
 
         beat.add(key, 1)
         self._beating = threading.Thread(target=run, name="cachedoctor-heartbeat", daemon=True)
@@ -124,26 +125,37 @@ class RankGroup:
             signal.signal(signal.SIGTERM, self._terminated)
 
     def close(self, wait: bool = True) -> None:
-        """Leave the group. Rank 0 leaves last (``wait``): it holds the verdict (the other
-        ranks exit 0 once their part is shared, and a launcher reports rank 0's code), and where
-        it hosts the store the others may still be reading from it. It waits at most
+        """Leave the group. Rank 0 leaves last (``wait``): it holds the verdict, and a launcher
+        that sees one rank exit non-zero stops the others at once, so every other rank must be
+        gone first (they exit 0 once their part is shared, and say so as their process ends);
+        where rank 0 hosts the store, the others may still be reading from it. It waits at most
         :data:`LEAVE_S`, and not for a rank that is gone. A run that failed leaves at once."""
         if self._closed:
             return
         self._closed = True
+        if not self.leader:
+            atexit.register(self._leave)  # as late as this process can say it
+            return
         try:
-            self.store.add(f"{self.ns}/left", 1)
+            self._leave()
             deadline = time.monotonic() + LEAVE_S
             others = [r for r in range(self.world) if r != self.rank]
-            while wait and self.leader and self.store.add(f"{self.ns}/left", 0) < self.world:
-                if time.monotonic() > deadline:
-                    break
+            while wait and self.store.add(f"{self.ns}/left", 0) < self.world and time.monotonic() < deadline:
                 self._watch(others)
                 time.sleep(POLL_S)
+            if wait:
+                time.sleep(LEAVE_GRACE_S)  # their interpreters are shutting down
         except (RankStopped, RuntimeError, OSError):
             pass  # a rank gone after the report was made: nothing is left to wait for
         finally:
             self._stop.set()
+
+    def _leave(self) -> None:
+        try:
+            self.store.add(f"{self.ns}/left", 1)
+        except Exception:
+            pass
+        self._stop.set()
 
     # --- the exchange -----------------------------------------------------------------------
 
@@ -152,6 +164,7 @@ class RankGroup:
         self._step += 1
         step = f"{self.ns}/s{self._step}"
         _test_kill(self.rank)
+        _test_hang(self.rank)
         self._set(f"s{self._step}/part/{self.rank}", payload)
         out: list[bytes | None] = [None] * self.world
         out[self.rank] = payload
@@ -293,7 +306,8 @@ def _test_kill(rank: int) -> None:
 
 
 def _test_hang(rank: int) -> None:
-    """Crash tests: ``CACHEDOCTOR_TEST_HANG_RANK=R`` stops rank R (SIGSTOP) after its first beat."""
+    """Crash tests: ``CACHEDOCTOR_TEST_HANG_RANK=R`` stops rank R (SIGSTOP, its heartbeat with it)
+    as it is about to share its part."""
     if os.environ.get("CACHEDOCTOR_TEST_HANG_RANK") == str(rank):
         os.kill(os.getpid(), signal.SIGSTOP)
 

@@ -134,4 +134,4 @@ def test_the_lazy_tree_is_the_tree_typer_builds_eagerly() -> None:
 
     built = list(helps(plain(typer.main.get_command(app))))
     assert built == list(helps(plain(typer.main.get_command(eager))))
-    assert len(built) == 15  # cachedoctor, its 8 commands and the 6 below manifest, quarantine, settings, config
+    assert len(built) == 16  # cachedoctor, its 9 commands and the 6 below manifest, quarantine, settings, config

@@ -7,7 +7,7 @@ from pathlib import Path
 from cachedoctor.checks import Found
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.layouts.interface import DatasetPlan, Expected
-from cachedoctor.scan.dataset import DatasetMatcher
+from cachedoctor.scan.dataset import DatasetMatcher, judge_staleness
 
 _SECOND = 10**9
 
@@ -50,8 +50,9 @@ def test_an_entry_older_than_its_source_is_stale(tmp_path: Path) -> None:
     path = str(tmp_path / "a.pt")
     matcher = DatasetMatcher(plan_with(tmp_path, Expected(path, "/data/a.png", source_mtime_ns=100 * _SECOND)))
     matcher.close_folder(str(tmp_path), {path: Found(path, 10 * _SECOND)}, [])
-    (finding,) = matcher.finish()
-    assert (finding.kind, finding.path, finding.details["by"]) == ("stale-entry", path, "mtime")
+    assert matcher.finish() == []  # staleness by mtime is judged over the whole scan (every shard's pairings)
+    (finding,), note = judge_staleness(matcher.mtime_stale, matcher.paired)
+    assert (finding.kind, finding.path, finding.details["by"], note) == ("stale-entry", path, "mtime", None)
 
 
 def test_a_paired_healthy_entry_gives_nothing_and_its_file_findings_get_the_source(tmp_path: Path) -> None:
@@ -75,5 +76,6 @@ def test_many_mtime_stale_entries_look_like_a_copied_dataset_and_are_noted_not_r
     entries = [Expected(str(tmp_path / f"{i}.pt"), f"/d/{i}.png", source_mtime_ns=100 * _SECOND) for i in range(25)]
     matcher = DatasetMatcher(plan_with(tmp_path, *entries))
     matcher.close_folder(str(tmp_path), {e.path: Found(e.path, 1 * _SECOND) for e in entries}, [])
-    assert matcher.finish() == []
-    assert any("looks copied without its file times" in n for n in matcher.plan.notes)
+    assert matcher.finish() == [] and (len(matcher.mtime_stale), matcher.paired) == (25, 25)
+    findings, note = judge_staleness(matcher.mtime_stale, matcher.paired)
+    assert findings == [] and note is not None and "looks copied without its file times" in note
