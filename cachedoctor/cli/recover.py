@@ -3,12 +3,13 @@ interrupted repairs; ``--apply`` quarantines what is partial and resumes through
 
 from __future__ import annotations
 
-from typing import Annotated
+import io
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cachedoctor.cli.consent import described, require_someone_to_ask
-from cachedoctor.cli.environment import current
+from cachedoctor.cli.environment import QUIET, Environment, current
 from cachedoctor.cli.option_groups import (
     DatasetOptions,
     KohyaOptions,
@@ -29,7 +30,13 @@ from cachedoctor.cli.options import (
 )
 from cachedoctor.cli.repair import resolve_targets, run_repair
 from cachedoctor.cli.repair_output import emit, output_mode
+from cachedoctor.cli.scan_output import join_ranks
 from cachedoctor.errors import PathError
+from cachedoctor.exit_status import ExitStatus
+
+if TYPE_CHECKING:
+    from cachedoctor.scan.options import ScanOptions
+    from cachedoctor.settings import Settings
 
 
 @with_option_groups
@@ -60,18 +67,12 @@ def recover(
     """After a crash: find temp files, damaged recent writes, held locks and interrupted repairs."""
     from dataclasses import replace
 
-    from cachedoctor.cli.progress import progress_display
-    from cachedoctor.options import layout_name, layout_options, scan_options
-    from cachedoctor.repair.recover import resumed_only, survey
-    from cachedoctor.repair.run import RepairOptions, still_broken
-    from cachedoctor.report.repair_lines import Lines, whole
-    from cachedoctor.report.repair_text import RepairReport, print_result, print_survey
+    from cachedoctor.options import scan_options
 
     env = current()
     env.configure(**terminal.values())
     fmt, output = written.fmt, written.output
     human = output_mode(env, fmt, output, yes or not apply, "add --yes to apply, or leave out --apply for the survey")
-    lines = Lines(env)
     settings, targets = resolve_targets(
         ctx,
         dataset,
@@ -93,6 +94,47 @@ def recover(
             "add --yes to apply, or leave out --apply for the survey",
         )
     scanning = scan_options(settings, sample=False, default_state=False)
+    ranks = join_ranks()  # under torchrun: each rank surveys its shard, rank 0 prints
+    if ranks is None:
+        return _recover(env, settings, targets, scanning, apply, encoder, yes, trainer, written, human)
+    from cachedoctor.sharding.interface import Shard
+
+    if not ranks.leader:
+        env.stdout, env.verbosity = io.StringIO(), QUIET  # the same work, nothing shown: rank 0 shows it
+    done = False
+    try:
+        scanning = replace(scanning, shard=Shard(ranks.rank, ranks.world), ranks=ranks)
+        code = _recover(env, settings, targets, scanning, apply, encoder, yes, trainer, written, human)
+        done = True
+        return code if ranks.leader or code == ExitStatus.ERROR else ExitStatus.CLEAN
+    finally:
+        ranks.close(wait=done)
+
+
+def _recover(
+    env: Environment,
+    settings: Settings,
+    targets: list[str],
+    scanning: ScanOptions,
+    apply: bool,
+    encoder: list[str] | None,
+    yes: bool,
+    trainer: TrainerPathOptions,
+    written: RepairOutputOptions,
+    human: bool,
+) -> int:
+    """The survey, and with ``apply`` the repair that finishes what the crash left."""
+    from dataclasses import replace
+
+    from cachedoctor.cli.progress import progress_display
+    from cachedoctor.options import layout_name, layout_options
+    from cachedoctor.repair.recover import resumed_only, survey
+    from cachedoctor.repair.run import RepairOptions, still_broken
+    from cachedoctor.report.repair_lines import Lines, whole
+    from cachedoctor.report.repair_text import RepairReport, print_result, print_survey
+
+    fmt, output = written.fmt, written.output
+    lines = Lines(env)
     with progress_display(env, settings, "recover") as shown:  # a bar is erased before the survey
         found = survey(
             targets,

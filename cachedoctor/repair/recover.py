@@ -111,7 +111,7 @@ def survey(
         return found
     roots = plan.roots if plan is not None else targets
     folders = [r if os.path.isdir(r) else os.path.dirname(r) for r in roots]
-    stateful = [f for f in folders if os.path.isdir(f) and os.path.isfile(default_path(f, shard=shard))]
+    stateful = [f for f in folders if os.path.isdir(f) and _record_of(f, shard) is not None]
     # each scan moves its database's clock: what changed since the last one is dated by the old tick
     ticks = {f: _clock_ns(f, shard) for f in stateful}
     result = scan(
@@ -175,10 +175,22 @@ def survey_store_targets(
     return out
 
 
+def _record_of(folder: str, shard: Shard | None) -> str | None:
+    """The state database that is ``folder``'s checkpoint: the shard's own, else (the first run
+    of a new split) the one another split left, which the scan reads its record from too."""
+    own = default_path(folder, shard=shard)
+    if os.path.isfile(own):
+        return own
+    from cachedoctor.statedir import other_splits
+
+    return next(iter(other_splits(default_path(folder), shard)), None)
+
+
 def _clock_ns(folder: str, shard: Shard | None) -> int | None:
     """When the last scan with ``folder``'s state database began (its clock file's tick)."""
+    record = _record_of(folder, shard)
     try:
-        return os.stat(clock_path(default_path(folder, shard=shard))).st_mtime_ns
+        return os.stat(clock_path(record)).st_mtime_ns if record is not None else None
     except OSError:
         return None
 

@@ -74,7 +74,8 @@ def repair(
             dataset, planned[1], targets, layout, layout_options, options, argv, confirm, show_plan, progress
         )
     rank = distributed.from_env()
-    group = distributed.join(rank)  # each rank scans its shard of the cache, not the whole cache
+    # each rank scans its shard of the cache, not the whole cache (recover brings its own group)
+    group = distributed.join(rank) if options.scan.ranks is None else None
     if group is not None:
         from cachedoctor.sharding.interface import Shard
 

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from cachedoctor.errors import PathError, RankStopped, UsageError
 
@@ -47,6 +47,8 @@ LEAVE_GRACE_S = 1.0
 
 class RankGroup:
     """This process's place among the job's ranks, and the store they meet in."""
+
+    joined: ClassVar[int] = 0  # groups this process joined (a key namespace each)
 
     def __init__(self, rank: int, world: int, store: Any, namespace: str, hosts_store: bool) -> None:
         self.rank, self.world = rank, world
@@ -102,7 +104,8 @@ class RankGroup:
                 f"{addr}:{port}", f"cannot reach the job's rendezvous store ({exc}); check MASTER_ADDR and MASTER_PORT"
             ) from None
         run = f"{env.get('TORCHELASTIC_RUN_ID', 'run')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-        group = cls(rank, world, store, f"cachedoctor/{run}", hosts)
+        cls.joined += 1  # every rank joins its groups in the same order: the n-th group is one group
+        group = cls(rank, world, store, f"cachedoctor/{run}/{cls.joined}", hosts)
         group._set(f"host/{rank}", group.host)
         group._start()
         return group

@@ -235,3 +235,18 @@ def test_a_repair_split_over_ranks_reads_the_cache_once_in_all(tmp_path: Path, w
     after_twin = alone("scan", "--no-state", "--format", "json", str(twin), env=watched)
     kinds = [(f["kind"], f["path"].replace(str(twin), str(cache))) for f in report(after_twin.stdout)["findings"]]
     assert [(f["kind"], f["path"]) for f in report(after.stdout)["findings"]] == kinds
+
+
+def test_recover_split_over_ranks_reports_what_one_process_reports(tmp_path: Path, watched: dict[str, str]) -> None:
+    """A crash left a temp file among the latents: every rank surveys its shard (the deep reads
+    around the crash included), and rank 0's survey is the one a single process gives."""
+    cache, twin = tmp_path / "cache", tmp_path / "twin"
+    shutil.copytree(CACHES, cache, ignore=shutil.ignore_patterns(".cachedoctor"))
+    (cache / "simpletuner" / "vae" / "tmpabcdefgh").write_bytes(b"partial")
+    shutil.copytree(cache, twin)
+    single = alone("recover", "--format", "json", str(twin), env=watched)
+    split = torchrun("recover", "--format", "json", str(cache), env=watched)
+    assert single.returncode == 1, single.stderr
+    assert split.stderr.count("exitcode  :") == 1 and "exitcode  : 1" in split.stderr
+    assert json.loads(split.stdout) == json.loads(single.stdout.replace(str(twin), str(cache)))
+    assert json.loads(split.stdout)["survey"]["temp_files"]  # the planted one among them
