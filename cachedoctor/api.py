@@ -36,7 +36,7 @@ from cachedoctor.exit_status import ExitStatus
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.report import FailOn, ScanReport, ScanSummary
 from cachedoctor.report.summary import Counts, DatasetSummary, Problem
-from cachedoctor.settings import Settings
+from cachedoctor.settings import COMMAND_LINE, Settings
 from cachedoctor.settings import load as load_settings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -103,7 +103,7 @@ def audit(
         raise UsageError("nothing to scan: name a cache folder, or set config, kohya-config or manifest")
     if baseline and write_baseline:
         raise UsageError("pass baseline or write_baseline, not both")
-    options = scan_options(settings)
+    options = scan_options(settings, inventory=True)
     if options.sample is not None and options.state is None:
         raise UsageError("a sample chooses its files through the state database; it needs state")
     existing = require_existing(given)
@@ -111,6 +111,12 @@ def audit(
     _no_layout_for_urls(settings, local, remote)
     plan, layout_line = plan_for(layout_name(settings), local, layout_options(settings, model_family, output_dir))
     roots = _outermost_remote(plan.roots + remote) if plan is not None else existing
+    if (
+        options.inventory is not None
+        and not any("://" in r for r in roots)
+        and settings.inventory.source == COMMAND_LINE
+    ):
+        raise UsageError("--inventory lists s3:// targets, and none is named; name one (s3://bucket/prefix) or drop it")
     result = scan(roots, options, progress=progress, dataset=plan, watch=existing)
     summary = ScanSummary.of(result)
     summary.findings = apply_severity(summary.findings, settings.severity.value)

@@ -32,6 +32,9 @@ class ScanOptions:
     world_size: int | None = None  # the training run's ranks (rank-imbalance); None: from the trainer's config
     batch_size: int | None = None  # its batch size per rank; None: from the trainer's config
     s3: S3Settings | None = None  # how to reach s3:// targets (None: the standard AWS chain)
+    #: An S3 Inventory's manifest.json (a path or an s3:// URL): s3:// prefixes take their listing
+    #: from it instead of LIST (``inventory_targets.py``); ``None``: LIST.
+    inventory: str | None = None
 
     @property
     def mode(self) -> str:
