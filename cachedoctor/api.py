@@ -36,7 +36,7 @@ from cachedoctor.exit_status import ExitStatus
 from cachedoctor.findings import Finding, Fix, Severity
 from cachedoctor.report import FailOn, ScanReport, ScanSummary
 from cachedoctor.report.summary import Counts, DatasetSummary, Problem
-from cachedoctor.settings import Settings
+from cachedoctor.settings import COMMAND_LINE, Settings
 from cachedoctor.settings import load as load_settings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -132,7 +132,7 @@ def prepare(
     given = list(settings.paths.value if targets is None else targets)
     if not given and not settings.config.value and not settings.kohya_config.value and not settings.manifest.value:
         raise UsageError("nothing to scan: name a cache folder, or set config, kohya-config or manifest")
-    options = scan_options(settings)
+    options = scan_options(settings, inventory=True)
     if options.sample is not None and options.state is None:
         raise UsageError("a sample chooses its files through the state database; it needs state")
     existing = require_existing(given)
@@ -140,6 +140,12 @@ def prepare(
     _no_layout_for_urls(settings, local, remote)
     plan, layout_line = plan_for(layout_name(settings), local, layout_options(settings, model_family, output_dir))
     roots = _outermost_remote(plan.roots + remote) if plan is not None else existing
+    if (
+        options.inventory is not None
+        and not any("://" in r for r in roots)
+        and settings.inventory.source == COMMAND_LINE
+    ):
+        raise UsageError("--inventory lists s3:// targets, and none is named; name one (s3://bucket/prefix) or drop it")
     return Job(options, plan, layout_line, existing, local, roots, model_family, output_dir)
 
 

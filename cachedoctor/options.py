@@ -44,13 +44,16 @@ def scan_options(
     sample: bool = True,
     default_state: bool | str = True,
     read_only: bool = False,
+    inventory: bool = False,
 ) -> ScanOptions:
     """The scan the settings describe. ``deep`` overrides the setting (``repair`` reads deep
     unless ``--quick``); ``sample=False`` drops a configured ``--sample`` (repair reads everything
     it may act on); ``default_state`` is the state database when the settings name none: the
     per-folder one (``True``), none (``False``), or ``"existing"``: only where ``scan`` already
     made one, never creating one (repair: it takes unchanged files' deep results from scan's
-    database, so the two agree on what is wrong, and a dry run creates nothing)."""
+    database, so the two agree on what is wrong, and a dry run creates nothing).
+    ``inventory``: take s3:// listings from the ``inventory`` setting (``scan``; a repair lists
+    what it acts on itself, as it is now)."""
     from cachedoctor.scan import ScanOptions
     from cachedoctor.scan.state.sample import Sample
 
@@ -67,6 +70,7 @@ def scan_options(
         world_size=settings.world_size.value,
         batch_size=settings.batch_size.value,
         s3=s3_settings(settings),
+        inventory=settings.inventory.value if inventory else None,
     )
 
 

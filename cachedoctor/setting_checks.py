@@ -176,6 +176,16 @@ def sample_share(value: Any) -> str:
     return Sample.parse(value).text
 
 
+def inventory_manifest(value: Any) -> str:
+    """An S3 Inventory's manifest.json: a path, or an ``s3://`` URL."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("expected the path or s3:// URL of an S3 Inventory manifest.json")
+    value = value.strip()
+    if "://" in value and not value.startswith("s3://"):
+        raise ValueError("expected a path or an s3:// URL (S3 Inventory manifests only)")
+    return os.path.expanduser(value)
+
+
 def endpoint(value: Any) -> str:
     if not isinstance(value, str) or not value.strip().startswith(("http://", "https://")):
         raise ValueError("expected an endpoint URL such as https://minio.example:9000")

@@ -31,6 +31,7 @@ from cachedoctor.setting_checks import (
     choice,
     endpoint,
     interval,
+    inventory_manifest,
     layouts,
     resolution,
     run_size,
@@ -104,6 +105,7 @@ class Settings:
     s3_endpoint_url: Setting  # S3-compatible endpoint (MinIO, R2, Ceph); None: AWS_ENDPOINT_URL or AWS
     s3_profile: Setting  # AWS profile for s3:// targets; None: the standard chain
     s3_region: Setting
+    inventory: Setting  # an S3 Inventory manifest.json (path or s3:// URL) listing s3:// targets; None: LIST
     progress: Setting  # auto | bar | lines | none (cli/progress.py draws it)
     progress_interval: Setting  # seconds between two progress lines of a stage in a log
     file: str | None = None  # the config file used, if any
@@ -127,6 +129,7 @@ class Settings:
         "world_size",
         "batch_size",
         *S3_SETTINGS,
+        "inventory",
         "progress",
         "progress_interval",
     )
@@ -162,6 +165,7 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any], str | None]] = {
     "s3_endpoint_url": ("s3-endpoint-url", lambda v: endpoint(v), "S3_ENDPOINT_URL"),
     "s3_profile": ("s3-profile", string, "S3_PROFILE"),
     "s3_region": ("s3-region", string, "S3_REGION"),
+    "inventory": ("inventory", inventory_manifest, "INVENTORY"),
     "progress": ("progress", choice(PROGRESS_VALUES), "PROGRESS"),
     "progress_interval": ("progress-interval", interval, "PROGRESS_INTERVAL"),
 }
@@ -184,10 +188,17 @@ _DEFAULTS: dict[str, Any] = {
     "world_size": None,
     "batch_size": None,
     **dict.fromkeys(S3_SETTINGS),
+    "inventory": None,
     "progress": "auto",
     "progress_interval": 30.0,
 }
-_RELATIVE = ("config", "kohya_config", "manifest", "state")  # file paths, relative to the config file's folder
+_RELATIVE = (
+    "config",
+    "kohya_config",
+    "manifest",
+    "state",
+    "inventory",
+)  # file paths, relative to the config file's folder
 
 
 def _from_file(file: ConfigFile) -> dict[str, Any]:
@@ -204,7 +215,7 @@ def _from_file(file: ConfigFile) -> dict[str, Any]:
             raise ConfigError(file.path, f"{prefix}{key}: {exc}") from None
         if name == "paths":  # s3:// URLs as they are
             value = tuple(p if "://" in p else os.path.normpath(os.path.join(file.folder, p)) for p in value)
-        elif name in _RELATIVE and isinstance(value, str):
+        elif name in _RELATIVE and isinstance(value, str) and "://" not in value:  # (an s3:// inventory as it is)
             value = os.path.normpath(os.path.join(file.folder, value))
         out[name] = value
     return out
@@ -238,7 +249,7 @@ def load(cwd: str | None = None, environ: Mapping[str, str] | None = None, **giv
     if here.get("paths"):  # relative to ``cwd``, as a shell started there would take them
         here["paths"] = [p if "://" in p else os.path.join(cwd, p) for p in here["paths"]]
     for name in _RELATIVE:
-        if isinstance(here.get(name), str):
+        if isinstance(here.get(name), str) and "://" not in here[name]:
             here[name] = os.path.join(cwd, here[name])
     return resolve(here, os.environ if environ is None else environ, cwd)
 
@@ -249,6 +260,7 @@ _CLI_CHECKS: dict[str, Callable[[Any], Any]] = {
     "file_timeout": seconds,
     "resolution": resolution,
     "progress_interval": interval,
+    "inventory": inventory_manifest,
 }
 
 

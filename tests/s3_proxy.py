@@ -15,7 +15,7 @@ matching requests (optionally only one method, or keys containing a string) with
 - ``delay``: the request forwarded after ``seconds``.
 
 It also counts what passes (requests per method, body bytes sent back), which the benchmark
-uses as its server-side figures. One thread per client connection; keep-alive is kept.
+uses as its server-side figures, and logs each request's path and query (a LIST's prefix). One thread per client connection; keep-alive is kept.
 """
 
 from __future__ import annotations
@@ -157,6 +157,7 @@ class S3Proxy:
         self.faults: list[Fault] = []
         self.requests: Counter[str] = Counter()  # per method, forwarded or not
         self.log: list[tuple[str, str]] = []  # (method, unquoted path), in arrival order
+        self.queries: list[tuple[str, str, str]] = []  # (method, unquoted path, unquoted query): a LIST's prefix
         self.injected: Counter[str] = Counter()  # faults applied, per kind
         self.body_bytes = 0  # response body bytes sent to clients
         self._lock = threading.Lock()
@@ -187,6 +188,7 @@ class S3Proxy:
             self.faults.clear()
             self.requests.clear()
             self.log.clear()
+            self.queries.clear()
             self.injected.clear()
             self.body_bytes = 0
 
@@ -224,10 +226,11 @@ class S3Proxy:
                 self._open.add(client)
             threading.Thread(target=self._serve, args=(client,), daemon=True).start()
 
-    def _take(self, method: str, path: str) -> Fault | None:
+    def _take(self, method: str, path: str, query: str = "") -> Fault | None:
         with self._lock:
             self.requests[method] += 1
             self.log.append((method, path))
+            self.queries.append((method, path, query))
             for fault in self.faults:
                 if fault.times > 0 and fault.matches(method, path):
                     fault.times -= 1
@@ -251,7 +254,7 @@ class S3Proxy:
                     client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
                     head = _without(head, "expect")
                 body, _ = _body(reader, headers, bodiless=False) if self._has_body(headers) else (b"", False)
-                fault = self._take(method, unquote(urlsplit(target).path))
+                fault = self._take(method, unquote(urlsplit(target).path), unquote(urlsplit(target).query))
                 if fault is not None and fault.kind == "throttle":
                     # a HEAD's answer has the headers alone: a body after it would be read as
                     # the next answer's status line

@@ -155,6 +155,14 @@ StateOption = Annotated[
         metavar="PATH",
     ),
 ]
+InventoryOption = Annotated[
+    str | None,
+    typer.Option(
+        "--inventory",
+        metavar="MANIFEST",
+        help="List s3:// targets from this S3 Inventory manifest.json (a path or s3:// URL) instead of LIST requests.",
+    ),
+]
 NoStateOption = Annotated[
     bool, typer.Option("--no-state", help="Read every file; neither use nor write the state database.")
 ]

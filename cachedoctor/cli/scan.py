@@ -29,6 +29,7 @@ from cachedoctor.cli.options import (
     FailOnOption,
     FileTimeoutOption,
     FormatOption,
+    InventoryOption,
     ManifestOption,
     PathsArgument,
     ReportOutputOption,
@@ -86,6 +87,7 @@ def scan(
     allow_empty: AllowEmptyOption = None,
     training_run: TrainingRunOptions,
     s3: S3Options,
+    inventory: InventoryOption = None,
 ) -> int:
     """Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files."""
     from cachedoctor.api import audit
@@ -109,6 +111,7 @@ def scan(
         sample=sample,
         file_timeout=file_timeout,
         allow_empty=allow_empty,
+        inventory=inventory,
     )
     if settings.sample.value and settings.state.value is False:
         raise UsageError(

@@ -29,6 +29,7 @@ from cachedoctor.cli.options import (
     DeepOption,
     FailOnOption,
     FileTimeoutOption,
+    InventoryOption,
     ManifestOption,
     PathsArgument,
     SampleOption,
@@ -100,6 +101,7 @@ def settings_show(
     allow_empty: AllowEmptyOption = None,
     training_run: TrainingRunOptions,
     s3: S3Options,
+    inventory: InventoryOption = None,
     progress: ProgressOptions,
 ) -> int:
     """Print each setting, its value and where it came from (the same options as scan)."""
@@ -122,6 +124,7 @@ def settings_show(
         sample=sample,
         file_timeout=file_timeout,
         allow_empty=allow_empty,
+        inventory=inventory,
     )
     print(f"config file: {settings.file or '(none found)'}", file=env.stdout)
     rows = [(name.replace("_", "-"), _shown(name, s.value, show_value), s.source) for name, s in settings.items()]

@@ -115,7 +115,7 @@ def scan_part(
         from cachedoctor.scan.targets import open_targets
 
         known = dataset.remote_settings if dataset is not None else {}
-        remote = open_targets([t for t in targets if is_remote(t)], options.s3, known)
+        remote = open_targets([t for t in targets if is_remote(t)], options.s3, known, options.inventory)
     shard = options.shard or Shard(0, 1)
     states = StateSet.open(roots, options.state, [t.url for t in remote if t.kind == PREFIX], shard=shard)
     try:
@@ -126,6 +126,10 @@ def scan_part(
         if store.created and store.cache_files == 0:
             store.discard()  # no cache file under it: leave no .cachedoctor/ among someone's images
     part.notes[:0] = states.notes + alias_notes(merged)
+    if options.inventory is not None:
+        from cachedoctor.scan.inventory_relist import inventory_notes
+
+        part.notes += inventory_notes(remote)
     part.elapsed = time.perf_counter() - started
     stores = {id(t.store): t.store for t in remote}.values()
     part.requests = {"store": sum(int(getattr(store, "requests", 0)) for store in stores)} if remote else {}
@@ -242,7 +246,7 @@ def _read_on_threads(
     """Read the folders of stores whose objects no worker process can open on threads
     (``thread_reads.py``); outcomes go to the same collector as the workers'."""
     from cachedoctor.scan.state.store import sig_of_info
-    from cachedoctor.scan.thread_reads import jobs_for, read_all
+    from cachedoctor.scan.thread_reads import Done, jobs_for, read_all
 
     def done(job: Job, outcome: Outcome, info: ObjectInfo) -> None:
         state = collector.folders.get(job.folder_id)
@@ -250,8 +254,16 @@ def _read_on_threads(
             state.record.sigs[info.url] = sig_of_info(info)  # read as a fresh HEAD found it
         collector.add(job.folder_id, [outcome])
 
-    jobs = folder_jobs(folders, targets, options, collector, keep, states)
-    read_all(jobs, jobs_for(options.workers), options.file_timeout, done)
+    finish: Done = done
+    if any(t.inventory is not None for t in targets):  # listed by an inventory: what changed since is re-listed
+        from cachedoctor.scan.inventory_relist import Relister
+
+        relister = Relister(targets, options, collector, keep, done)
+        folders, finish = relister.folders(folders), relister.done
+        jobs = relister.jobs(folder_jobs(folders, targets, options, collector, keep, states))
+    else:
+        jobs = folder_jobs(folders, targets, options, collector, keep, states)
+    read_all(jobs, jobs_for(options.workers), options.file_timeout, finish)
 
 
 class _Count:

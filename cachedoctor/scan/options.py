@@ -38,6 +38,9 @@ class ScanOptions:
     #: the ranks of one torchrun job, which hand each other their parts: every rank's ``scan``
     #: then returns the whole cache's result (``sharding/ranks.py``)
     ranks: RankGroup | None = None
+    #: An S3 Inventory's manifest.json (a path or an s3:// URL): s3:// prefixes take their listing
+    #: from it instead of LIST (``inventory_targets.py``); ``None``: LIST.
+    inventory: str | None = None
 
     @property
     def mode(self) -> str:

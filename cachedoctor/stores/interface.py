@@ -161,6 +161,16 @@ class Store(abc.ABC):
     def list(self, prefix: Location) -> Iterator[ObjectInfo]:
         """Every object under ``prefix`` (recursively, sorted by key), one paginated LIST."""
 
+    def list_folder(self, prefix: Location) -> Iterator[ObjectInfo]:
+        """The objects directly under ``prefix`` (``prefix/name``, not ``prefix/sub/name``),
+        sorted by key: what a scan re-lists of one folder whose objects changed since an
+        inventory listed them. This default filters :meth:`list`; a store whose server can
+        stop at the next ``/`` (S3's delimiter) lists only the folder."""
+        cut = len(prefix.key) + 1 if prefix.key else 0
+        for info in self.list(prefix):
+            if "/" not in info.key[cut:]:
+                yield info
+
     @abc.abstractmethod
     def head(self, url: str) -> ObjectInfo | None:
         """The object's current facts, or ``None`` when it does not exist."""

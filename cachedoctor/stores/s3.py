@@ -109,6 +109,12 @@ class S3Store(Retrying, Store):
     # -- the interface -------------------------------------------------------------------------
 
     def list(self, prefix: Location) -> Iterator[ObjectInfo]:
+        return self._listing(prefix, None)
+
+    def list_folder(self, prefix: Location) -> Iterator[ObjectInfo]:
+        return self._listing(prefix, "/")  # the server stops at the next "/": subfolders are not listed
+
+    def _listing(self, prefix: Location, delimiter: str | None) -> Iterator[ObjectInfo]:
         key = prefix.key
         folder = f"{key}/" if key else ""
         token: str | None = None
@@ -116,6 +122,8 @@ class S3Store(Retrying, Store):
 
             async def page(client: Any, token: str | None = token) -> dict[str, Any]:
                 kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": folder, "MaxKeys": self.page_size}
+                if delimiter:
+                    kwargs["Delimiter"] = delimiter
                 if token:
                     kwargs["ContinuationToken"] = token
                 result: dict[str, Any] = await client.list_objects_v2(**kwargs)
