@@ -109,7 +109,7 @@ def plan_of(tmp_path: Path, s3_server: Any, bucket: str, **extra: Any) -> Datase
 
 def pair(plan: DatasetPlan, s3_server: Any) -> list[tuple[str, str, str | None]]:
     """(kind, path, source) of every dataset finding, pairing the plan with the listed roots."""
-    from cachedoctor.scan.dataset import DatasetMatcher
+    from cachedoctor.scan.dataset import DatasetMatcher, judge_staleness
     from cachedoctor.stores.connect import store_for
 
     matcher = DatasetMatcher(plan)
@@ -119,7 +119,8 @@ def pair(plan: DatasetPlan, s3_server: Any) -> list[tuple[str, str, str | None]]
             folders.setdefault(posixpath.dirname(info.url), {})[info.url] = Found(info.url, info.mtime_ns)
     for folder, found in sorted(folders.items()):
         matcher.close_folder(folder, found, [])
-    return sorted((f.kind, f.path, f.source) for f in matcher.finish())
+    findings = matcher.finish() + judge_staleness(matcher.mtime_stale, matcher.paired)[0]  # as the scan's merge does
+    return sorted((f.kind, f.path, f.source) for f in findings)
 
 
 def test_plan_names_cache_objects_as_simpletuner_writes_them(tmp_path: Path, s3_server: Any, bucket: str) -> None:
