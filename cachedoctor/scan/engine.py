@@ -126,10 +126,10 @@ def scan_part(
         if store.created and store.cache_files == 0:
             store.discard()  # no cache file under it: leave no .cachedoctor/ among someone's images
     part.notes[:0] = states.notes + alias_notes(merged)
-    if options.inventory is not None:
-        from cachedoctor.scan.inventory_relist import inventory_notes
+    if options.inventory is not None:  # noted at the merge, with every shard's re-listed folders
+        from cachedoctor.scan.inventory_relist import inventory_facts
 
-        part.notes += inventory_notes(remote)
+        part.inventory = inventory_facts(remote)
     part.elapsed = time.perf_counter() - started
     stores = {id(t.store): t.store for t in remote}.values()
     part.requests = {"store": sum(int(getattr(store, "requests", 0)) for store in stores)} if remote else {}

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from cachedoctor.checks import is_temp_name
 from cachedoctor.scan.outcome import Outcome
@@ -243,25 +243,41 @@ class _Jobs:
                 return job
 
 
-def inventory_notes(targets: list[Target]) -> list[str]:
-    """What the scan's notes say of the listings: the inventory's date, the folders re-listed,
-    and the targets it listed nothing under (listed by LIST instead)."""
-    notes = []
+def inventory_facts(targets: list[Target]) -> list[list[Any]]:
+    """What the notes say of the listings, as plain values a shard's part carries (the merge
+    adds up the folders every shard re-listed): ``[manifest, date, folders re-listed, the
+    targets it listed nothing under]`` per manifest."""
+    facts: list[list[Any]] = []
     for manifest in dict.fromkeys(t.inventory.manifest for t in targets if t.inventory is not None):
         covered = [t for t in targets if t.inventory is not None and t.inventory.manifest == manifest]
         date = covered[0].inventory.date if covered[0].inventory is not None else ""
         listed = [t for t in covered if t.inventory is not None and t.inventory.covered]
-        if listed:
-            relisted = sum(t.inventory.relisted for t in listed if t.inventory is not None)
+        relisted = sum(t.inventory.relisted for t in listed if t.inventory is not None) if listed else None
+        uncovered = [t.url for t in covered if t.inventory is not None and not t.inventory.covered]
+        facts.append([manifest, date, relisted, uncovered])
+    return facts
+
+
+def inventory_notes(facts: list[list[Any]]) -> list[str]:
+    """What the scan's notes say of the listings (:func:`inventory_facts`, every shard's summed):
+    the inventory's date, the folders re-listed, and the targets it listed nothing under
+    (listed by LIST instead)."""
+    totals: dict[str, list[Any]] = {}
+    for manifest, date, relisted, uncovered in facts:
+        seen = totals.setdefault(manifest, [date, None, []])
+        if relisted is not None:
+            seen[1] = (seen[1] or 0) + relisted
+        seen[2] += [u for u in uncovered if u not in seen[2]]
+    notes = []
+    for manifest, (date, relisted, uncovered) in totals.items():
+        if relisted is not None:
             folders = f"{relisted} folder{'s' if relisted != 1 else ''}"
             notes.append(
                 f"listing from the S3 inventory of {date} ({manifest}); {folders} re-listed where objects "
                 "had changed since (keys added since to other folders are not seen: scan without --inventory)"
             )
-        for target in covered:
-            if target.inventory is not None and not target.inventory.covered:
-                notes.append(f"{target.url}: the inventory lists nothing under it; listed with LIST")
+        notes += [f"{url}: the inventory lists nothing under it; listed with LIST" for url in uncovered]
     return notes
 
 
-__all__ = ["Relister", "inventory_notes"]
+__all__ = ["Relister", "inventory_facts", "inventory_notes"]

@@ -53,6 +53,10 @@ def merge(parts: list[Part], options: ScanOptions, dataset: Any = None) -> ScanR
     specials = [s for p in parts for s in p.special]
     special = special_note(specials) if specials else None
     notes = _once(n for p in parts for n in p.notes) + ([special] if special else []) + run_notes
+    if any(p.inventory for p in parts):
+        from cachedoctor.scan.inventory_relist import inventory_notes
+
+        notes += inventory_notes([fact for p in parts for fact in p.inventory])
     return ScanResult(
         list(first.targets),
         options,

@@ -70,6 +70,7 @@ class Part:
     host: str = ""
     elapsed: float = 0.0
     requests: dict[str, int] = field(default_factory=dict)  # store requests by kind (LIST, HEAD, GET)
+    inventory: list[list[Any]] = field(default_factory=list)  # what its listings came from (inventory_relist.py)
     fingerprint: str = ""  # of the arguments that decide the report (parts to merge must share it)
     run: str = ""  # the run's id, where the launcher gives one (parts to merge must share it)
     settings: dict[str, Any] = field(default_factory=dict)  # what ``cachedoctor merge`` judges them by
@@ -99,6 +100,7 @@ class Part:
             "batch_size": self.batch_size,
             "dataset": None if self.dataset is None else _dataset(self.dataset),
             "requests": self.requests,
+            "inventory": self.inventory,
             "settings": self.settings,
         }
 
@@ -140,6 +142,7 @@ class Part:
             host=str(doc.get("host", "")),
             elapsed=float(doc.get("elapsed_s", 0.0)),
             requests={str(k): int(v) for k, v in doc.get("requests", {}).items()},
+            inventory=[list(i) for i in doc.get("inventory") or []],
             fingerprint=str(doc["fingerprint"]),
             run=str(doc["run"]),
             settings=dict(doc.get("settings") or {}),

@@ -315,3 +315,30 @@ def test_an_inventory_setting_that_is_no_s3_url_is_one_line(monkeypatch: pytest.
         "cachedoctor: error: environment CACHEDOCTOR_INVENTORY: 'gs://bucket/manifest.json': "
         "expected a path or an s3:// URL (S3 Inventory manifests only)\n"
     )
+
+
+def test_shards_of_an_inventory_scan_merge_into_the_whole_scans_report(
+    s3_server: Any, s3_bucket: str, proxy: S3Proxy, tmp_path: Path
+) -> None:
+    """Each shard takes its folders' listing from the inventory (no LIST), re-lists the changed
+    folders it owns, and the merge sums what every shard re-listed into the one note."""
+    client = s3_server.client()
+    cache(client, s3_bucket)
+    inventory = publish(client, s3_bucket)
+    put(client, s3_bucket, "cache/1.safetensors", st_bytes(1)[:200])  # its folder is re-listed by its owner
+    url = f"s3://{s3_bucket}/cache"
+    code, whole, err = scan(proxy, url, "--inventory", inventory)
+    assert (code, err) == (1, "") and "; 1 folder re-listed" in notes(whole)
+    proxy.clear()
+    parts = []
+    for k in range(2):
+        part = tmp_path / f"{k}.json"
+        argv = ("--no-state", "--s3-endpoint-url", proxy.url, "--inventory", inventory, "--shard", f"{k}/2")
+        assert cli("scan", *argv, "-o", str(part), url) == (0, "", "")
+        parts.append(str(part))
+    assert len(lists(proxy, s3_bucket)) == 1  # the changed folder, by the shard that owns it
+    code, out, err = cli("merge", "--format", "json", *parts)
+    merged = json.loads(out)
+    assert (code, err) == (1, "")
+    assert {**merged, "summary": counts(merged)} == {**whole, "summary": counts(whole)}
+    assert merged["summary"]["notes"] == whole["summary"]["notes"]
