@@ -29,20 +29,8 @@ from typing import Any
 
 import runner
 import shard_model
+import shard_runs as runs
 from runner import Bench, Goal, Method, fail, opt
-from shard_runs import (
-    BUCKET,
-    CACHE,
-    Config,
-    by_kind,
-    checked,
-    delay_all,
-    layout,
-    process_cpu,
-    run_once,
-    upload,
-    write_local,
-)
 
 TESTS = str(Path(__file__).resolve().parent.parent / "tests")
 if TESTS not in sys.path:
@@ -53,7 +41,7 @@ GROUPS = {"quick": "local, quick", "deep": "local, --deep", "s3": "s3://, quick"
 
 def build(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """The local set (the S3 set lives in moto's memory: :func:`setup` uploads it every run)."""
-    size = write_local(root / "cache", args.files, args.folders)
+    size = runs.write_local(root / "cache", args.files, args.folders)
     return {"files": args.files, "folders": args.folders, "file_bytes": size, "shape": "[4,128,128] bf16"}
 
 
@@ -75,14 +63,12 @@ def wanted(args: argparse.Namespace) -> list[str]:
     return only
 
 
-def configs(args: argparse.Namespace, ctx: SimpleNamespace, group: str) -> list[Config]:
+def configs(args: argparse.Namespace, ctx: SimpleNamespace, group: str) -> list[runs.Config]:
     """The group's whole-process configurations: the baseline first, then one process with W
     workers (local only), then one torchrun job per ``--ranks`` value."""
-    from shard_runs import scan_argv
-
     common = ["--no-state", "--format", "json", "-v"]
     if group == "s3":
-        target = f"s3://{BUCKET}/{CACHE}"
+        target = f"s3://{runs.BUCKET}/{runs.CACHE}"
         common += ["--s3-endpoint-url", ctx.proxy.url] + (["-j", str(args.threads)] if args.threads else [])
         jobs = ""
         variants: list[tuple[str, str, int | None, list[str]]] = [("1", "one process", None, [])]
@@ -100,15 +86,15 @@ def configs(args: argparse.Namespace, ctx: SimpleNamespace, group: str) -> list[
     for suffix, label, ranks, extra in variants:
         key = f"{group}_{suffix}"
         report = ctx.reports / f"{key}.json"
-        argv = scan_argv(target, ranks, [*common, *extra, "-o", str(report)])
-        found.append(Config(key, f"{GROUPS[group]}: {label}", argv, report, ctx.env, ranks))
+        argv = runs.scan_argv(target, ranks, [*common, *extra, "-o", str(report)])
+        found.append(runs.Config(key, f"{GROUPS[group]}: {label}", argv, report, ctx.env, ranks))
     return found
 
 
-def run(config: Config, ctx: SimpleNamespace, group: str) -> dict[str, Any]:
+def run(config: runs.Config, ctx: SimpleNamespace, group: str) -> dict[str, Any]:
     if group == "s3":
-        return {**run_once(config, ctx.proxy, ctx.delay, ctx.server.process.pid), "delay_ms": ctx.delay * 1000}
-    return run_once(config)
+        return {**runs.run_once(config, ctx.proxy, ctx.delay, ctx.server.process.pid), "delay_ms": ctx.delay * 1000}
+    return runs.run_once(config)
 
 
 def reference(args: argparse.Namespace, ctx: SimpleNamespace, group: str, n: int) -> None:
@@ -143,12 +129,12 @@ def setup(args: argparse.Namespace, ctx: SimpleNamespace) -> None:
         atexit.register(ctx.server.stop)
         ctx.env.update(ctx.server.env())
         os.environ.update(ctx.server.env())  # the in-process listing row's credentials
-        ctx.object_bytes = upload(ctx.server.client(), args.objects, args.prefixes)
+        ctx.object_bytes = runs.upload(ctx.server.client(), args.objects, args.prefixes)
         ctx.proxy = S3Proxy(ctx.server.url)
         atexit.register(ctx.proxy.stop)
         print(
             f"s3 set: {args.objects:,} objects of {ctx.object_bytes:,} bytes in {args.prefixes} prefixes of "
-            f"s3://{BUCKET}/{CACHE}, uploaded to moto in {time.perf_counter() - t0:.1f} s; "
+            f"s3://{runs.BUCKET}/{runs.CACHE}, uploaded to moto in {time.perf_counter() - t0:.1f} s; "
             f"proxy {ctx.proxy.url} delays every request {args.delay_ms:g} ms"
         )
     for group in groups:
@@ -178,20 +164,20 @@ def list_row(ctx: SimpleNamespace, n: int) -> Method:
     from cachedoctor.stores.interface import Location
     from cachedoctor.stores.s3 import S3Settings, S3Store
 
-    store = S3Store(BUCKET, S3Settings(endpoint_url=ctx.proxy.url))
-    prefix = Location.parse(f"s3://{BUCKET}/{CACHE}")
+    store = S3Store(runs.BUCKET, S3Settings(endpoint_url=ctx.proxy.url))
+    prefix = Location.parse(f"s3://{runs.BUCKET}/{runs.CACHE}")
     sum(1 for _ in store.list(prefix))  # the client's set-up and first connection, untimed
 
     def work(_: Any) -> dict[str, Any]:
-        delay_all(ctx.proxy, ctx.delay)
-        server0 = process_cpu(ctx.server.process.pid)
+        runs.delay_all(ctx.proxy, ctx.delay)
+        server0 = runs.process_cpu(ctx.server.process.pid)
         seen = sum(1 for _ in store.list(prefix))
         if seen != n:
             fail(f"S3Store.list listed {seen} objects, expected {n}")
         return {
             "files_seen": seen,
-            "requests": by_kind(ctx.proxy),
-            "server_cpu_s": round(process_cpu(ctx.server.process.pid) - server0, 3),
+            "requests": runs.by_kind(ctx.proxy),
+            "server_cpu_s": round(runs.process_cpu(ctx.server.process.pid) - server0, 3),
         }
 
     return Method(
@@ -210,8 +196,8 @@ def methods(args: argparse.Namespace, ctx: SimpleNamespace) -> list[Method]:
         for config in configs(args, ctx, group):
             expect = config.ranks or 1
 
-            def timed(_: Any, config: Config = config, group: str = group, expect: int = expect) -> dict[str, Any]:
-                return checked(config, lambda: ctx.verdicts[group], expect, lambda: run(config, ctx, group))
+            def timed(_: Any, config: runs.Config = config, group: str = group, expect: int = expect) -> dict[str, Any]:
+                return runs.checked(config, lambda: ctx.verdicts[group], expect, lambda: run(config, ctx, group))
 
             size = ctx.object_bytes if group == "s3" else ctx.facts["file_bytes"]
             rows.append(Method(config.key, config.label, timed, items=n, nbytes=n * size, group=GROUPS[group]))
@@ -243,29 +229,21 @@ def finish(args: argparse.Namespace, ctx: SimpleNamespace, figures: dict[str, di
 
 
 def goals(args: argparse.Namespace) -> list[Goal]:
-    top = max(ranks_of(args))
-    rows = []
-    for group in wanted(args):
-        rows.append(
-            Goal(
-                f"{GROUPS[group]}: torchrun {top} ranks vs one process (seconds)",
-                f"{group}_r{top}",
-                f"{group}_1",
-                per="seconds",
-                info=True,
-            )
+    """For information only: the widest torchrun job against one process and against one rank."""
+    ranks = ranks_of(args)
+    top = max(ranks)
+    against = [("one process", "1")] + ([("torchrun 1 rank", "r1")] if top > 1 and 1 in ranks else [])
+    return [
+        Goal(
+            f"{GROUPS[g]}: torchrun {top} ranks vs {name} (seconds)",
+            f"{g}_r{top}",
+            f"{g}_{key}",
+            per="seconds",
+            info=True,
         )
-        if top > 1 and 1 in ranks_of(args):
-            rows.append(
-                Goal(
-                    f"{GROUPS[group]}: torchrun {top} ranks vs torchrun 1 rank (seconds)",
-                    f"{group}_r{top}",
-                    f"{group}_r1",
-                    per="seconds",
-                    info=True,
-                )
-            )
-    return rows
+        for g in wanted(args)
+        for name, key in against
+    ]
 
 
 BENCH = Bench(
@@ -302,8 +280,8 @@ BENCH = Bench(
         opt("--only", default="quick,deep,s3", metavar="GROUPS", help="of quick, deep, s3 (default all three)"),
     ],
     quick={"files": 400, "folders": 20, "objects": 200, "prefixes": 8, "repeat": 1},
-    describe=lambda a: {"files": a.files, "folders": a.folders, "layout": 1},
-    reusable=lambda a, root: all((root / "cache" / p).is_file() for p in layout(a.files, a.folders)[-a.folders :]),
+    describe=lambda a: {"files": a.files, "folders": a.folders, "runs.layout": 1},
+    reusable=lambda a, root: all((root / "cache" / p).is_file() for p in runs.layout(a.files, a.folders)[-a.folders :]),
     kept_name=lambda a: f"shards-{a.files}-{a.folders}",
 )
 
