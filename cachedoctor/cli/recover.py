@@ -106,7 +106,7 @@ def recover(
         scanning = replace(scanning, shard=Shard(ranks.rank, ranks.world), ranks=ranks)
         code = _recover(env, settings, targets, scanning, apply, encoder, yes, trainer, written, human)
         done = True
-        return code if ranks.leader or code == ExitStatus.ERROR else ExitStatus.CLEAN
+        return code if ranks.leader else ExitStatus.CLEAN  # rank 0's is the verdict
     finally:
         ranks.close(wait=done)
 

@@ -134,11 +134,14 @@ def scan(
         raise UsageError(unwritable)
     if shard is not None:
         return write_part(settings, shard, output, trainer.values(), baseline, write_baseline)
+    shard_lines = env.verbosity > NORMAL  # -v: each shard's line on stderr, whatever the report's format
     if fmt is not OutputFormat.TABLE and output is None:  # a machine format is the whole run's output:
         env.verbosity = min(env.verbosity, QUIET)  # no progress beside it, as repair --format json
     ranks = join_ranks()
-    if ranks is not None and not ranks.leader:
-        env.verbosity = min(env.verbosity, QUIET)  # rank 0 shows the progress and prints the report
+    if ranks is not None:
+        ranks.everyone = False  # rank 0 alone merges the parts and reports
+        if not ranks.leader:
+            env.verbosity = min(env.verbosity, QUIET)  # rank 0 shows the progress and prints the report
     done = False
     try:
         with progress_display(env, settings, "scan") as shown:
@@ -153,9 +156,9 @@ def scan(
             )
         if ranks is not None and not ranks.leader:  # rank 0 prints the verdict and exits with it
             done = True
-            return ExitStatus.CLEAN if report.exit_code != ExitStatus.ERROR else ExitStatus.ERROR
+            return ExitStatus.CLEAN  # (a non-zero exit here would have the launcher stop rank 0 mid-report)
         code = render(report, fmt, output)
-        if ranks is not None and env.verbosity > NORMAL:
+        if ranks is not None and shard_lines:
             for line in ranks.seen:
                 print(f"cachedoctor: {line}", file=env.stderr)
         done = True

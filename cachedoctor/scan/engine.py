@@ -86,7 +86,7 @@ def scan(
             raise ranks.failed(exc) from exc
         from cachedoctor.scan.part import Part
 
-        parts = [Part.unpacked(data) for data in ranks.share(part.packed())]
+        parts = [Part.unpacked(data) for data in ranks.share(part.packed(), ranks.everyone)]
         ranks.seen = [p.line() for p in parts]  # what each rank did (``-v`` on rank 0, the benchmark)
     result = merge(parts, options, dataset)
     result.elapsed = time.perf_counter() - started

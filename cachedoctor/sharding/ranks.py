@@ -39,6 +39,7 @@ from cachedoctor.errors import PathError, RankStopped, UsageError
 BEAT_S = 1.0
 POLL_S = 0.1
 STALL_S = 120.0
+CHECK_S = 5.0
 TERM_GRACE_S = 2.0
 CONNECT_S = 300.0
 LEAVE_S = 600.0
@@ -57,6 +58,7 @@ class RankGroup:
         self.hosts_store = hosts_store
         self.host = socket.gethostname()
         self.stall_s = _seconds(os.environ.get("CACHEDOCTOR_RANK_TIMEOUT"), STALL_S)
+        self.check_s = min(CHECK_S, self.stall_s / 3)  # how often the heartbeats are looked at
         self._step = 0
         self._hosts: dict[int, str] = {}
         self._beats: dict[int, tuple[int, float]] = {}
@@ -64,6 +66,8 @@ class RankGroup:
         self._beating: threading.Thread | None = None
         self._closed = False
         self.seen: list[str] = []  # each rank's line about its last part (``Part.line``)
+        #: whether every rank needs every part (a repair plans on each rank) or rank 0 alone (a scan)
+        self.everyone = True
 
     @property
     def leader(self) -> bool:
@@ -106,8 +110,8 @@ class RankGroup:
         run = f"{env.get('TORCHELASTIC_RUN_ID', 'run')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         cls.joined += 1  # every rank joins its groups in the same order: the n-th group is one group
         group = cls(rank, world, store, f"cachedoctor/{run}/{cls.joined}", hosts)
-        group._set(f"host/{rank}", group.host)
         group._start()
+        group._set(f"host/{rank}", group.host)  # last: a rank named here can be told SIGTERM
         return group
 
     def _start(self) -> None:
@@ -142,9 +146,13 @@ class RankGroup:
         try:
             self._leave()
             deadline = time.monotonic() + LEAVE_S
-            others = [r for r in range(self.world) if r != self.rank]
+            checked = time.monotonic()
             while wait and self.store.add(f"{self.ns}/left", 0) < self.world and time.monotonic() < deadline:
-                self._watch(others)
+                if time.monotonic() - checked > self.check_s:  # a rank gone before it could say so
+                    checked = time.monotonic()
+                    gone = [r for r in range(self.world) if not self.store.check([f"{self.ns}/done/{r}"])]
+                    if self._stalled(gone):
+                        break
                 time.sleep(POLL_S)
             if wait:
                 time.sleep(LEAVE_GRACE_S)  # their interpreters are shutting down
@@ -155,6 +163,7 @@ class RankGroup:
 
     def _leave(self) -> None:
         try:
+            self.store.set(f"{self.ns}/done/{self.rank}", "1")
             self.store.add(f"{self.ns}/left", 1)
         except Exception:
             pass
@@ -162,26 +171,32 @@ class RankGroup:
 
     # --- the exchange -----------------------------------------------------------------------
 
-    def share(self, payload: bytes) -> list[bytes]:
-        """Every rank's ``payload``, in rank order, on every rank."""
+    def share(self, payload: bytes, everyone: bool = True) -> list[bytes]:
+        """Every rank's ``payload``, in rank order: on every rank, or (``everyone=False``: a scan,
+        which rank 0 alone reports) on rank 0, the others getting their own back at once.
+
+        Waiting costs the store two requests a poll whatever the number of ranks (a counter of
+        the parts posted, one of the failures), and every few seconds one per rank still
+        missing (its part, then its heartbeat)."""
         self._step += 1
         step = f"{self.ns}/s{self._step}"
-        _test_kill(self.rank)
+        _test_kill(self)
         _test_hang(self.rank)
         self._set(f"s{self._step}/part/{self.rank}", payload)
-        out: list[bytes | None] = [None] * self.world
-        out[self.rank] = payload
-        waiting = [r for r in range(self.world) if r != self.rank]
-        while waiting:
-            self._watch(waiting)
-            for r in list(waiting):
-                key = f"{step}/part/{r}"
-                if self._call(self.store.check, [key]):
-                    out[r] = self._call(self.store.get, key)
-                    waiting.remove(r)
-            if waiting:
-                time.sleep(POLL_S)
-        return [part for part in out if part is not None]
+        self._call(self.store.add, f"{step}/posted", 1)
+        if not everyone and not self.leader:
+            return [payload]
+        checked = time.monotonic()
+        while self._call(self.store.add, f"{step}/posted", 0) < self.world:
+            self._watch_failures()
+            if time.monotonic() - checked > self.check_s:
+                checked = time.monotonic()
+                missing = [r for r in range(self.world) if not self._call(self.store.check, [f"{step}/part/{r}"])]
+                self._stop_if_stalled(missing)
+            time.sleep(POLL_S)
+        return [
+            payload if r == self.rank else self._call(self.store.get, f"{step}/part/{r}") for r in range(self.world)
+        ]
 
     def failed(self, exc: BaseException) -> BaseException:
         """What this rank raises when its own part failed: the others are told first."""
@@ -197,6 +212,7 @@ class RankGroup:
     def _post_failure(self, line: str) -> None:
         try:
             self.store.set(f"{self.ns}/fail/{self.rank}", line)
+            self.store.add(f"{self.ns}/failed", 1)
             if self.hosts_store:  # the others read it from this process: give them the time to
                 deadline = time.monotonic() + 5
                 while self.store.add(f"{self.ns}/seen", 0) < self.world - 1 and time.monotonic() < deadline:
@@ -206,26 +222,40 @@ class RankGroup:
 
     # --- watching the others ----------------------------------------------------------------
 
-    def _watch(self, ranks: list[int]) -> None:
-        """Raise :class:`RankStopped` if one of ``ranks`` failed, died or hangs."""
-        for r in ranks:
+    def _watch_failures(self) -> None:
+        """Raise :class:`RankStopped` if a rank posted a failure (one counter request a poll)."""
+        if self._call(self.store.add, f"{self.ns}/failed", 0) == 0:
+            return
+        for r in range(self.world):
             key = f"{self.ns}/fail/{r}"
-            if self._call(self.store.check, [key]):
+            if r != self.rank and self._call(self.store.check, [key]):
                 line = self._call(self.store.get, key).decode("utf-8", "replace")
                 self._call(self.store.add, f"{self.ns}/seen", 1)
                 self._stop_with(f"rank {r} on {self.host_of(r)}: {line}", ranks_gone=[r])
+
+    def _stalled(self, ranks: list[int]) -> list[tuple[int, float]]:
+        """Of ``ranks``, those whose heartbeat has not moved for ``stall_s``: (rank, seconds)."""
+        out = []
+        now = time.monotonic()
+        for r in ranks:
+            if r == self.rank:
+                continue
             beats = int(self._call(self.store.add, f"{self.ns}/beat/{r}", 0))
-            now = time.monotonic()
             last = self._beats.get(r)
             if last is None or last[0] != beats:
                 self._beats[r] = (beats, now)
             elif now - last[1] > self.stall_s:
-                self._stop_with(
-                    f"rank {r} on {self.host_of(r)} stopped answering {now - last[1]:.0f} s ago (killed, hung, or "
-                    "its machine is gone); no report was written; run the same command again (each shard "
-                    "resumes from its state)",
-                    ranks_gone=[r],
-                )
+                out.append((r, now - last[1]))
+        return out
+
+    def _stop_if_stalled(self, ranks: list[int]) -> None:
+        for r, quiet in self._stalled(ranks)[:1]:
+            self._stop_with(
+                f"rank {r} on {self.host_of(r)} stopped answering {quiet:.0f} s ago (killed, hung, or "
+                "its machine is gone); no report was written; run the same command again (each shard "
+                "resumes from its state)",
+                ranks_gone=[r],
+            )
 
     def _stop_with(self, line: str, ranks_gone: list[int]) -> None:
         """Raise :class:`RankStopped`: the line on the lowest rank still there, nothing elsewhere."""
@@ -240,6 +270,7 @@ class RankGroup:
             gone = list(range(self.world))
             while gone and time.monotonic() < deadline:
                 gone = [r for r in gone if not self.store.check([f"{self.ns}/term/{r}"])]
+                gone = [r for r in gone if not self.store.check([f"{self.ns}/done/{r}"])]  # finished first
                 time.sleep(POLL_S)
         except Exception:
             gone = []
@@ -302,9 +333,16 @@ def _seconds(text: str | None, default: float) -> float:
     return value if value > 0 else default
 
 
-def _test_kill(rank: int) -> None:
-    """Crash tests: ``CACHEDOCTOR_TEST_KILL_RANK=R`` SIGKILLs rank R as it is about to share its part."""
-    if os.environ.get("CACHEDOCTOR_TEST_KILL_RANK") == str(rank):
+def _test_kill(group: RankGroup) -> None:
+    """Crash tests: ``CACHEDOCTOR_TEST_KILL_RANK=R`` SIGKILLs rank R as it is about to share its
+    part, once every rank has joined (a rank killed before another even started is the
+    launcher's to report: that one never learns it was part of a run)."""
+    if os.environ.get("CACHEDOCTOR_TEST_KILL_RANK") == str(group.rank):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+            group.store.check([f"{group.ns}/host/{r}"]) for r in range(group.world)
+        ):
+            time.sleep(POLL_S)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
