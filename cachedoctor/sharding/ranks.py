@@ -35,6 +35,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from cachedoctor.errors import PathError, RankStopped, UsageError
+from cachedoctor.sharding.rank_faults import line_of, seconds, test_hang, test_kill
 
 BEAT_S = 1.0
 POLL_S = 0.1
@@ -57,7 +58,7 @@ class RankGroup:
         self.ns = namespace
         self.hosts_store = hosts_store
         self.host = socket.gethostname()
-        self.stall_s = _seconds(os.environ.get("CACHEDOCTOR_RANK_TIMEOUT"), STALL_S)
+        self.stall_s = seconds(os.environ.get("CACHEDOCTOR_RANK_TIMEOUT"), STALL_S)
         self.check_s = min(CHECK_S, self.stall_s / 3)  # how often the heartbeats are looked at
         self._step = 0
         self._hosts: dict[int, str] = {}
@@ -180,8 +181,8 @@ class RankGroup:
         missing (its part, then its heartbeat)."""
         self._step += 1
         step = f"{self.ns}/s{self._step}"
-        _test_kill(self)
-        _test_hang(self.rank)
+        test_kill(self.rank, self.world, self.store, self.ns)
+        test_hang(self.rank)
         self._set(f"s{self._step}/part/{self.rank}", payload)
         self._call(self.store.add, f"{step}/posted", 1)
         if not everyone and not self.leader:
@@ -200,7 +201,7 @@ class RankGroup:
 
     def failed(self, exc: BaseException) -> BaseException:
         """What this rank raises when its own part failed: the others are told first."""
-        line = _line(exc)
+        line = line_of(exc)
         if line is None:  # a bug: its traceback is what a report needs, here
             self._post_failure(
                 f"stopped by an internal error ({type(exc).__name__}); its traceback is in rank {self.rank}'s log"
@@ -265,17 +266,18 @@ class RankGroup:
     def _terminated(self, signum: int, frame: Any) -> None:
         """SIGTERM: the launcher is stopping the job (a rank ended badly) or a person is."""
         try:
-            self.store.set(f"{self.ns}/term/{self.rank}", self.host)
+            store = self.store.clone()  # the main thread may be inside a request on its own connection
+            store.set(f"{self.ns}/term/{self.rank}", self.host)
             deadline = time.monotonic() + TERM_GRACE_S
             gone = list(range(self.world))
             while gone and time.monotonic() < deadline:
-                gone = [r for r in gone if not self.store.check([f"{self.ns}/term/{r}"])]
-                gone = [r for r in gone if not self.store.check([f"{self.ns}/done/{r}"])]  # finished first
+                gone = [r for r in gone if not store.check([f"{self.ns}/term/{r}"])]
+                gone = [r for r in gone if not store.check([f"{self.ns}/done/{r}"])]  # finished first
                 time.sleep(POLL_S)
         except Exception:
-            gone = []
+            gone, store = [], None
         if gone:
-            names = ", ".join(f"rank {r} on {self.host_of(r)}" for r in gone)
+            names = ", ".join(f"rank {r} on {self.host_of(r, store)}" for r in gone)
             self._stop_with(
                 f"{names} ended first (killed, or out of memory) and the launcher stopped the others; "
                 "no report was written; run the same command again (each shard resumes from its state)",
@@ -287,11 +289,12 @@ class RankGroup:
             ranks_gone=[],
         )
 
-    def host_of(self, rank: int) -> str:
+    def host_of(self, rank: int, store: Any = None) -> str:
         if rank not in self._hosts:
+            store = store if store is not None else self.store
             try:
                 key = f"{self.ns}/host/{rank}"
-                self._hosts[rank] = self.store.get(key).decode() if self.store.check([key]) else "an unknown host"
+                self._hosts[rank] = store.get(key).decode() if store.check([key]) else "an unknown host"
             except Exception:
                 return "an unknown host"
         return self._hosts[rank]
@@ -302,55 +305,29 @@ class RankGroup:
         self._call(self.store.set, f"{self.ns}/{key}", value)
 
     def _call(self, method: Any, *args: Any) -> Any:
-        """A store request; a store that is gone means rank 0 (or the launcher) is."""
+        """A store request; a store that is gone means rank 0 (or the launcher) is. A request cut
+        short by a signal (SIGTERM: its handler runs next) is sent again, not taken for that."""
+        for _ in range(3):
+            try:
+                return method(*args)
+            except (RuntimeError, OSError) as exc:  # torch's DistStoreError is a RuntimeError
+                if self._answers():
+                    continue
+                self._stop_with(
+                    f"rank 0 on {self._hosts.get(0, 'its host')} (or the launcher) is gone: the job's rendezvous "
+                    f"store stopped answering ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                    "no report was written; run the same command again",
+                    ranks_gone=[0],
+                )
+        return method(*args)
+
+    def _answers(self) -> bool:
+        """Whether the store answers a new connection."""
         try:
-            return method(*args)
-        except (RuntimeError, OSError) as exc:  # torch's DistStoreError is a RuntimeError
-            self._stop_with(
-                f"rank 0 on {self._hosts.get(0, 'its host')} (or the launcher) is gone: the job's rendezvous "
-                f"store stopped answering ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
-                "no report was written; run the same command again",
-                ranks_gone=[0],
-            )
-
-
-def _line(exc: BaseException) -> str | None:
-    """The one line a rank's own failure would have printed; ``None`` for a bug."""
-    if isinstance(exc, PathError):
-        return f"{exc.path}: {exc.message}"
-    if isinstance(exc, UsageError):
-        return str(exc)
-    from cachedoctor.faults import last_resort
-
-    return last_resort(exc) if isinstance(exc, Exception) else None
-
-
-def _seconds(text: str | None, default: float) -> float:
-    try:
-        value = float(text) if text else default
-    except ValueError:
-        return default
-    return value if value > 0 else default
-
-
-def _test_kill(group: RankGroup) -> None:
-    """Crash tests: ``CACHEDOCTOR_TEST_KILL_RANK=R`` SIGKILLs rank R as it is about to share its
-    part, once every rank has joined (a rank killed before another even started is the
-    launcher's to report: that one never learns it was part of a run)."""
-    if os.environ.get("CACHEDOCTOR_TEST_KILL_RANK") == str(group.rank):
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not all(
-            group.store.check([f"{group.ns}/host/{r}"]) for r in range(group.world)
-        ):
-            time.sleep(POLL_S)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _test_hang(rank: int) -> None:
-    """Crash tests: ``CACHEDOCTOR_TEST_HANG_RANK=R`` stops rank R (SIGSTOP, its heartbeat with it)
-    as it is about to share its part."""
-    if os.environ.get("CACHEDOCTOR_TEST_HANG_RANK") == str(rank):
-        os.kill(os.getpid(), signal.SIGSTOP)
+            self.store.clone().add(f"{self.ns}/alive", 0)
+        except Exception:
+            return False
+        return True
 
 
 __all__ = ["RankGroup", "RankStopped"]

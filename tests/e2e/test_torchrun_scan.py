@@ -120,10 +120,9 @@ def test_a_killed_rank_is_one_line_naming_it_and_exit_2(tmp_path: Path, watched:
     run = torchrun("scan", "--format", "json", str(cache), env={**watched, "CACHEDOCTOR_TEST_KILL_RANK": "1"})
     assert run.stdout == "", run.stderr  # no report
     assert ours(run.stderr) == [  # the launcher's lines around it are its own
-        # (stderr: see below)
         f"cachedoctor: error: rank 1 on {HOST} ended first (killed, or out of memory) and the launcher stopped the "
         "others; no report was written; run the same command again (each shard resumes from its state)"
-    ]
+    ], run.stderr
     assert "exitcode  : 2" in run.stderr  # rank 0's, in the launcher's table beside rank 1's SIGKILL
     again = torchrun("scan", "--format", "json", str(cache), env=watched)  # resumes: each shard's state is whole
     assert report(again.stdout)["summary"]["exit_code"] == 1
