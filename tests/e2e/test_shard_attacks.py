@@ -50,8 +50,8 @@ def edit(path: Path, change: Callable[[dict], Any]) -> None:
 def put(*keys: str | int, value: Any) -> Callable[[dict], None]:
     def change(doc: dict) -> None:
         for key in keys[:-1]:
-            doc = doc[key]  # type: ignore[index]
-        doc[keys[-1]] = value  # type: ignore[index]
+            doc = doc[key]
+        doc[keys[-1]] = value
 
     return change
 
@@ -110,9 +110,8 @@ def test_the_text_of_a_part_cannot_drive_the_terminal(parts: list[Path]) -> None
 def test_a_part_scanned_with_a_key_name_that_drives_the_terminal_is_shown_escaped(tmp_path: Path) -> None:
     """Not only parts: a tensor's key name is a cache file's text, and a finding's message quotes
     it (``1 NaN/Inf value(s) in <key>``); the table shows it raw."""
-    from safetensors.numpy import save_file
-
     import numpy as np
+    from safetensors.numpy import save_file
 
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -127,7 +126,9 @@ def test_a_part_scanned_with_a_key_name_that_drives_the_terminal_is_shown_escape
     assert "\x1b" not in out and "\r" not in out and "\nforged" not in out
 
 
-def test_merge_from_another_folder_gives_the_whole_scans_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_merge_from_another_folder_gives_the_whole_scans_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The tasks ran in ``job/`` and named the cache relatively (``scan --shard K/2 cache``); the
     merge runs in another folder (after the array, from the submit folder): it must judge the
     parts as they were scanned, not look for ``cache`` where it runs."""
