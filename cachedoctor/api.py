@@ -102,7 +102,12 @@ def audit(
     settings = settings if settings is not None else load_settings()
     if baseline and write_baseline:
         raise UsageError("pass baseline or write_baseline, not both")
-    job = prepare(targets, settings, model_family, output_dir)
+    try:
+        job = prepare(targets, settings, model_family, output_dir)
+    except Exception as exc:  # a rank that cannot plan the dataset: the others are told, rank 0 says it
+        if ranks is None:
+            raise
+        raise ranks.failed(exc) from exc
     options = job.options if ranks is None else replace(job.options, shard=Shard(ranks.rank, ranks.world), ranks=ranks)
     result = scan(job.roots, options, progress=progress, dataset=job.plan, watch=job.existing)
     return report_of(result, settings, job, baseline=baseline, write_baseline=write_baseline)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from cachedoctor import __version__
 from cachedoctor.errors import PathError, UsageError
-from cachedoctor.settings import Setting, Settings
+from cachedoctor.settings import Setting, Settings, checked
 
 if TYPE_CHECKING:
     from cachedoctor.report import ScanReport
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 _RUN_ONLY = ("workers", "progress", "progress_interval")
 #: Where a launcher names the run all its tasks belong to.
 RUN_ID_VARIABLES = ("CACHEDOCTOR_RUN_ID", "SLURM_ARRAY_JOB_ID", "SLURM_JOB_ID")
+#: Missing shards named in the line that says so (a part may claim 65536 shards).
+_NAMED = 8
 
 
 def run_id(environ: Mapping[str, str] | None = None) -> str:
@@ -67,6 +70,7 @@ def scan_shard(
         "baseline": os.path.abspath(baseline) if baseline else None,
         "model_family": model_family,
         "output_dir": output_dir,
+        "cwd": os.getcwd(),  # relative paths (the targets, a config's) are the tasks' folder's
     }
     part.fingerprint = fingerprint(part.settings, shard.count)
     part.run = run_id(environ)
@@ -102,10 +106,12 @@ def load_parts(paths: Sequence[str]) -> list[Part]:
     for path in files:
         try:
             with open(path, encoding="utf-8") as handle:
-                parts.append((path, Part.from_json(json.load(handle))))
+                part = Part.from_json(json.load(handle))
+            _check_settings(part.settings)
+            parts.append((path, part))
         except OSError as exc:
             raise PathError(path, f"cannot be read ({exc.strerror or exc}); check the path") from None
-        except (ValueError, KeyError, TypeError, UsageError):
+        except (ValueError, KeyError, TypeError, RecursionError, UsageError):
             raise PathError(
                 path, "is not a part written by `cachedoctor scan --shard K/N`; pass the parts' files"
             ) from None
@@ -128,8 +134,9 @@ def load_parts(paths: Sequence[str]) -> list[Part]:
         seen[part.shard.index] = path
     missing = [str(k) for k in range(first.shard.count) if k not in seen]
     if missing:
+        named = ", ".join(missing[:_NAMED]) + (f" and {len(missing) - _NAMED} more" if len(missing) > _NAMED else "")
         raise UsageError(
-            f"shard {', '.join(missing)} of {first.shard.count} is missing ({len(parts)} part(s) given); "
+            f"shard {named} of {first.shard.count} is missing ({len(parts)} part(s) given); "
             "run it (scan --shard K/N with the same arguments), then merge all the parts"
         )
     return [part for _, part in parts]
@@ -145,10 +152,48 @@ def merge_parts(parts: list[Part], *, write_baseline: str | None = None) -> Scan
         **{name: Setting(value, recorded["sources"].get(name, "part")) for name, value in _values(recorded).items()},
         file=recorded.get("file"),
     )
-    job = prepare(None, settings, recorded.get("model_family"), recorded.get("output_dir"))
-    result = merge(parts, job.options)
-    baseline = None if write_baseline else recorded.get("baseline")
-    return report_of(result, settings, job, baseline=baseline, write_baseline=write_baseline)
+    write_baseline = os.path.abspath(write_baseline) if write_baseline else None  # the caller's folder's
+    with _scanned_in(recorded.get("cwd")):  # the parts' relative paths are the tasks' folder's
+        job = prepare(None, settings, recorded.get("model_family"), recorded.get("output_dir"))
+        result = merge(parts, job.options)
+        baseline = None if write_baseline else recorded.get("baseline")
+        return report_of(result, settings, job, baseline=baseline, write_baseline=write_baseline)
+
+
+@contextmanager
+def _scanned_in(cwd: str | None) -> Iterator[None]:
+    """The folder the tasks scanned from, as the current one, for as long as the merge plans:
+    a target, a config named relatively, and the paths inside a config, are relative to it."""
+    if not cwd or cwd == os.getcwd():
+        yield
+        return
+    here = os.getcwd()
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        raise PathError(
+            cwd,
+            f"the parts were scanned from this folder, and it is not here ({exc.strerror or exc}); "
+            "run the merge where the tasks ran (the cache mounted as they saw it)",
+        ) from None
+    try:
+        yield
+    finally:
+        os.chdir(here)
+
+
+def _check_settings(recorded: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` unless the part's recorded settings are ones a scan could have had
+    (each checked as a config file's value is), so that the merge can judge by them."""
+    values, sources = recorded["values"], recorded["sources"]
+    if not isinstance(values, dict) or not isinstance(sources, dict):
+        raise ValueError("the recorded settings are not a table")
+    for name, value in values.items():
+        if value is not None and value != []:
+            checked(name, value)
+    for key in ("file", "baseline", "model_family", "output_dir", "cwd"):
+        if recorded.get(key) is not None and not isinstance(recorded[key], str):
+            raise ValueError(f"{key}: not a string")
 
 
 def _values(recorded: Mapping[str, Any]) -> dict[str, Any]:

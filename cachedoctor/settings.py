@@ -254,6 +254,15 @@ def load(cwd: str | None = None, environ: Mapping[str, str] | None = None, **giv
     return resolve(here, os.environ if environ is None else environ, cwd)
 
 
+def checked(name: str, value: Any) -> Any:
+    """``value`` of setting ``name`` as a config file would give it (JSON-like: lists, not
+    tuples), checked by the file's rule; raises ``ValueError``. ``cachedoctor merge`` checks
+    the settings a part recorded with it: a part is untrusted input."""
+    if name not in _KEYS:
+        raise ValueError(f"{name!r}: no such setting")
+    return _KEYS[name][1](value)
+
+
 #: Command-line values that the parser takes as text and that must be checked as a file's are.
 _CLI_CHECKS: dict[str, Callable[[Any], Any]] = {
     "s3_endpoint_url": endpoint,

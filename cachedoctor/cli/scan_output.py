@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 def render(report: ScanReport, fmt: OutputFormat, output: str | None) -> int:
     """Print (or write to ``output``) the report; the exit code it decides."""
     from cachedoctor.report import renderer_for
+    from cachedoctor.report.text import terminal_safe
 
     env = current()
     if report.nothing_to_check:  # one line, exit 2, no report: there was nothing to report on
@@ -57,7 +58,7 @@ def render(report: ScanReport, fmt: OutputFormat, output: str | None) -> int:
             if "://" in problem.path
             else "fix its permissions or move it out of the cache, then scan again"
         )
-        env.error(f"{problem.path}: {problem.message}; {hint}")
+        env.error(f"{terminal_safe(problem.path)}: {terminal_safe(problem.message)}; {hint}")
     return report.exit_code
 
 

@@ -9,7 +9,7 @@ from typing import TextIO
 from cachedoctor.findings import Finding
 from cachedoctor.report.interface import Renderer
 from cachedoctor.report.outcome import ScanReport
-from cachedoctor.report.text import human_size, shown_path, wrap_line
+from cachedoctor.report.text import human_size, shown_path, terminal_safe, wrap_line
 
 _PER_KIND = 8  # files listed per kind, and the worst files, unless --verbose (then all)
 _WORST = 10
@@ -69,7 +69,7 @@ class TableRenderer(Renderer):
             if report.layout_line:
                 line(report.layout_line)
             for note in report.notes:
-                line(f"  note: {note}", "dim", "      ")
+                line(f"  note: {terminal_safe(note)}", "dim", "      ")
             for spot in report.blind_spots:
                 line(f"  note: {spot.line()}", "dim", "      ")
 
@@ -104,7 +104,7 @@ class TableRenderer(Renderer):
                 line(f"{kind} ({len(items)})", _STYLE[items[0].severity.value])
                 for f in items[:per_kind]:
                     source = f" (item: {self._rel(f.source)})" if f.source else ""
-                    line(f"  {self._rel(f.path)}: {f.message}{source}")
+                    line(f"  {self._rel(f.path)}: {terminal_safe(f.message)}{source}")
                 if per_kind is not None and len(items) > per_kind:
                     line(f"  ... and {len(items) - per_kind} more (-v or --format json lists all)")
             if not self.quiet:
@@ -118,7 +118,7 @@ class TableRenderer(Renderer):
                     line(f"  ... and {len(ranked) - worst} more file(s) (-v or --format json lists all)")
 
         for error in report.scan.errors:
-            line(f"could not check {self._rel(error.path)}: {error.message}", "bold red")
+            line(f"could not check {self._rel(error.path)}: {terminal_safe(error.message)}", "bold red")
         counts = report.by_severity()
         if not self.quiet or report.findings or report.scan.errors:
             console.print()

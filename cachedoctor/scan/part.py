@@ -106,46 +106,57 @@ class Part:
 
     @classmethod
     def from_json(cls, doc: Any) -> Part:
-        """Raises ``ValueError`` (``KeyError``, ``TypeError``) on a document that is not a part."""
+        """Raises ``ValueError`` (``KeyError``, ``TypeError``) on a document that is not a part.
+
+        A part is untrusted input, as a cache file is: every field is checked for the type the
+        merge needs (a count a whole number, not ``1e400`` or ``"many"``), so a damaged or
+        forged part is refused here, in one line, never a traceback further on."""
         if not isinstance(doc, dict) or doc.get("schema") != PART_SCHEMA:
             raise ValueError(f"not a {PART_SCHEMA} document")
         index, count = doc["shard"]
-        stats = ScanStats(**{k: v for k, v in doc["stats"].items() if k != "formats"})
-        stats.formats.update({str(k): int(v) for k, v in doc["stats"]["formats"].items()})
+        raw_stats = _mapping(doc["stats"])
+        counts: dict[str, Any] = {k: _count(v) for k, v in raw_stats.items() if k != "formats"}
+        stats = ScanStats(**counts)
+        stats.formats.update({_text(k): _count(v) for k, v in _mapping(raw_stats["formats"]).items()})
         plan = doc["dataset"]
         return cls(
-            shard=Shard(int(index), int(count)),
-            targets=[str(t) for t in doc["targets"]],
-            findings=[_unfinding(f) for f in doc["findings"]],
-            errors=[ScanError(str(p), str(m)) for p, m in doc["errors"]],
+            shard=Shard(_count(index), _count(count)),
+            targets=_texts(doc["targets"]),
+            findings=[_unfinding(f) for f in _rows(doc["findings"])],
+            errors=[ScanError(_text(p), _text(m)) for p, m in _rows(doc["errors"])],
             stats=stats,
-            notes=[str(n) for n in doc["notes"]],
-            unchecked=[str(u) for u in doc["unchecked"]],
-            special=[(str(p), str(k)) for p, k in doc["special"]],
-            stale=[_unfinding(f) for f in doc["stale"]],
-            paired=int(doc["paired"]),
-            run_findings=[_unfinding(f) for f in doc["run_findings"]],
-            run_notes=[str(n) for n in doc["run_notes"]],
-            shapes=None if doc["shapes"] is None else {(int(h), int(w)): int(n) for h, w, n in doc["shapes"]},
-            where=str(doc["where"]),
-            world_size=doc["world_size"],
-            batch_size=doc["batch_size"],
+            notes=_texts(doc["notes"]),
+            unchecked=_texts(doc["unchecked"]),
+            special=[(_text(p), _text(k)) for p, k in _rows(doc["special"])],
+            stale=[_unfinding(f) for f in _rows(doc["stale"])],
+            paired=_count(doc["paired"]),
+            run_findings=[_unfinding(f) for f in _rows(doc["run_findings"])],
+            run_notes=_texts(doc["run_notes"]),
+            shapes=None
+            if doc["shapes"] is None
+            else {(_count(h), _count(w)): _count(n) for h, w, n in _rows(doc["shapes"])},
+            where=_text(doc["where"]),
+            world_size=_optional_count(doc["world_size"]),
+            batch_size=_optional_count(doc["batch_size"]),
             dataset=None
             if plan is None
             else PlanFacts(
-                str(plan["layout"]),
-                int(plan["items"]),
-                list(plan["skipped"]),
-                list(plan["notes"]),
-                [PlanPart(*p) for p in plan["parts"]],
+                _text(plan["layout"]),
+                _count(plan["items"]),
+                _texts(plan["skipped"]),
+                _texts(plan["notes"]),
+                [
+                    PlanPart(_text(layout), _optional_text(root), _text(line))
+                    for layout, root, line in _rows(plan["parts"])
+                ],
             ),
-            host=str(doc.get("host", "")),
-            elapsed=float(doc.get("elapsed_s", 0.0)),
-            requests={str(k): int(v) for k, v in doc.get("requests", {}).items()},
-            inventory=[list(i) for i in doc.get("inventory") or []],
-            fingerprint=str(doc["fingerprint"]),
-            run=str(doc["run"]),
-            settings=dict(doc.get("settings") or {}),
+            host=_text(doc.get("host", "")),
+            elapsed=_seconds(doc.get("elapsed_s", 0.0)),
+            requests={_text(k): _count(v) for k, v in _mapping(doc.get("requests", {})).items()},
+            inventory=[_inventory_fact(i) for i in _rows(doc.get("inventory") or [])],
+            fingerprint=_text(doc["fingerprint"]),
+            run=_text(doc["run"]),
+            settings=dict(_mapping(doc.get("settings") or {})),
         )
 
     def line(self) -> str:
@@ -171,8 +182,69 @@ def _finding(f: Finding) -> list[Any]:
 
 
 def _unfinding(row: list[Any]) -> Finding:
+    from cachedoctor.explain import kinds
+
     kind, severity, path, message, fix, source, details = row
-    return Finding(str(kind), Severity(severity), str(path), str(message), Fix(fix), source, dict(details))
+    if kind not in kinds():  # a kind names a section of the report: only those cachedoctor has
+        raise ValueError(f"{kind!r}: no such kind of finding")
+    return Finding(
+        _text(kind),
+        Severity(severity),
+        _text(path),
+        _text(message),
+        Fix(fix),
+        _optional_text(source),
+        _mapping(details),
+    )
+
+
+def _count(value: Any) -> int:
+    """A whole number of at least 0, as JSON spells one (``true``, ``2.0``, ``1e400``: refused)."""
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{value!r} is not a count")
+    return value
+
+
+def _optional_count(value: Any) -> int | None:
+    return None if value is None else _count(value)
+
+
+def _seconds(value: Any) -> float:
+    if type(value) not in (int, float) or not 0 <= value < float("inf"):
+        raise ValueError(f"{value!r} is not a duration")
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a string")
+    return value
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _texts(value: Any) -> list[str]:
+    return [_text(v) for v in _rows(value)]
+
+
+def _rows(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"{type(value).__name__} where a list belongs")
+    return value
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{type(value).__name__} where an object belongs")
+    return value
+
+
+def _inventory_fact(row: Any) -> list[Any]:
+    """``[manifest, date, folders re-listed or None, [targets it listed nothing under]]``."""
+    manifest, date, relisted, uncovered = _rows(row)
+    return [_text(manifest), _text(date), _optional_count(relisted), _texts(uncovered)]
 
 
 def _dataset(plan: PlanFacts) -> dict[str, Any]:
