@@ -104,7 +104,12 @@ def recover(
     done = False
     try:
         scanning = replace(scanning, shard=Shard(ranks.rank, ranks.world), ranks=ranks)
-        code = _recover(env, settings, targets, scanning, apply, encoder, yes, trainer, written, human)
+        try:
+            code = _recover(env, settings, targets, scanning, apply, encoder, yes, trainer, written, human)
+        except Exception as exc:  # (planning the dataset, say): the others are told, rank 0 prints it
+            if (stop := ranks.failed(exc)) is exc:
+                raise
+            raise stop from exc
         done = True
         return code if ranks.leader else ExitStatus.CLEAN  # rank 0's is the verdict
     finally:

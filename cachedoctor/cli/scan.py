@@ -38,7 +38,7 @@ from cachedoctor.cli.options import (
     WriteBaselineOption,
 )
 from cachedoctor.cli.report_file import check_writable
-from cachedoctor.cli.scan_output import join_ranks, merge_and_render, render, write_part
+from cachedoctor.cli.scan_output import join_ranks, merge_and_render, render, split_over_ranks, write_part
 from cachedoctor.cli.settings import resolve
 from cachedoctor.errors import UsageError
 from cachedoctor.exit_status import ExitStatus
@@ -132,6 +132,10 @@ def scan(
         raise UsageError(NO_PATH)
     if output is not None and (unwritable := check_writable(output)):  # before the scan, not after it
         raise UsageError(unwritable)
+    if settings.sample.value and (shard is not None or split_over_ranks()):
+        from cachedoctor.scan.engine import SAMPLE_SPLIT
+
+        raise UsageError(SAMPLE_SPLIT)
     if shard is not None:
         return write_part(settings, shard, output, trainer.values(), baseline, write_baseline)
     shard_lines = env.verbosity > NORMAL  # -v: each shard's line on stderr, whatever the report's format

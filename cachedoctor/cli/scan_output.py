@@ -101,19 +101,25 @@ def write_part(
     return ExitStatus.CLEAN
 
 
-def join_ranks(environ: Mapping[str, str] | None = None) -> RankGroup | None:
-    """This process's rank group, when a launcher started it as one of several ranks
-    (``torchrun``/``accelerate launch`` set ``RANK`` and ``WORLD_SIZE``); else ``None``."""
+def split_over_ranks(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a launcher started this process as one of several ranks (``torchrun`` and
+    ``accelerate launch`` set ``RANK`` and ``WORLD_SIZE``)."""
     env = os.environ if environ is None else environ
     try:
         world = int(env.get("WORLD_SIZE", "1"))
     except ValueError:
-        return None
-    if world <= 1 or "RANK" not in env:
+        return False
+    return world > 1 and "RANK" in env
+
+
+def join_ranks(environ: Mapping[str, str] | None = None) -> RankGroup | None:
+    """This process's rank group, when it is one of several ranks; else ``None``."""
+    env = os.environ if environ is None else environ
+    if not split_over_ranks(env):
         return None
     from cachedoctor.sharding.ranks import RankGroup
 
     return RankGroup.join(env)
 
 
-__all__ = ["join_ranks", "merge_and_render", "render", "write_part"]
+__all__ = ["join_ranks", "merge_and_render", "render", "split_over_ranks", "write_part"]

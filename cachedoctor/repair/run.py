@@ -62,25 +62,34 @@ def repair(
         from cachedoctor.repair.store_flow import repair_store
 
         return repair_store(targets, options, argv, confirm, show_plan, progress, options.take_stale_lock)
-    planned = plan_for(layout, targets, layout_options)
-    dataset = planned[0]
-    if dataset is not None and not all(files_here(r) for r in dataset.roots):  # a SimpleTuner aws dataset
-        from cachedoctor.repair.store_dataset import repair_dataset
-        from cachedoctor.repair.store_flow import on_its_own
-
-        if dataset.layout != "simpletuner":
-            raise on_its_own(next(r for r in dataset.roots if not files_here(r)))
-        return repair_dataset(
-            dataset, planned[1], targets, layout, layout_options, options, argv, confirm, show_plan, progress
-        )
     rank = distributed.from_env()
     # each rank scans its shard of the cache, not the whole cache (recover brings its own group)
     group = distributed.join(rank) if options.scan.ranks is None else None
-    if group is not None:
-        from cachedoctor.sharding.interface import Shard
-
-        options = replace(options, scan=replace(options.scan, shard=Shard(rank.rank, rank.world), ranks=group))
+    ranks = group or options.scan.ranks
     try:
+        try:
+            planned = plan_for(layout, targets, layout_options)
+        except Exception as exc:  # the other ranks are told, and rank 0 prints this one's line
+            if ranks is None or (stop := ranks.failed(exc)) is exc:
+                raise
+            raise stop from exc
+        dataset = planned[0]
+        if dataset is not None and not all(files_here(r) for r in dataset.roots):  # a SimpleTuner aws dataset
+            from cachedoctor.repair.store_dataset import repair_dataset
+            from cachedoctor.repair.store_flow import on_its_own
+
+            if group is not None:
+                group.close(wait=False)
+                group = None
+            if dataset.layout != "simpletuner":
+                raise on_its_own(next(r for r in dataset.roots if not files_here(r)))
+            return repair_dataset(
+                dataset, planned[1], targets, layout, layout_options, options, argv, confirm, show_plan, progress
+            )
+        if group is not None:
+            from cachedoctor.sharding.interface import Shard
+
+            options = replace(options, scan=replace(options.scan, shard=Shard(rank.rank, rank.world), ranks=group))
         outcome = _repair(targets, layout, layout_options, options, argv, confirm, show_plan, progress, planned, rank)
     except BaseException:
         if group is not None:

@@ -52,6 +52,13 @@ if TYPE_CHECKING:
     from cachedoctor.stores.interface import ObjectInfo
 
 
+#: ``--sample K%`` reads deep the K% of the whole cache due first, a ranking no shard can see.
+SAMPLE_SPLIT = (
+    "--sample chooses its share among the whole cache's files, which no shard sees; "
+    "scan with --sample in one process, or split the scan without it"
+)
+
+
 def scan(
     targets: list[str],
     options: ScanOptions | None = None,
@@ -105,6 +112,8 @@ def scan_part(
     from cachedoctor.sharding.interface import Shard
 
     started = time.perf_counter()
+    if options.sample is not None and options.shard is not None and not options.shard.whole:
+        raise UsageError(SAMPLE_SPLIT)
     roots, merged = merge_aliases(check_targets([t for t in targets if not is_remote(t)]))
     if merged:  # a merged target is watched under the name its files are scanned by
         watch = [w if is_remote(w) else merged.get(os.path.abspath(w), w) for w in watch or []]

@@ -153,7 +153,16 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_a_rank_that_cannot_plan_the_dataset_stops_the_run_with_its_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["scan", "--no-state", "--format", "json"],
+        ["repair", "--dry-run", "--format", "json"],
+        ["recover", "--format", "json"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_a_rank_that_cannot_plan_the_dataset_stops_the_run_with_its_line(tmp_path: Path, command: list[str]) -> None:
     """Rank 1 cannot read the manifest (its node lacks the file): the run ends with one line, rank
     0's, naming rank 1 and what it could not do; not rank 1's own line beside rank 0's guess that
     rank 1 was killed or hung (after the heartbeat timeout: 120 s by default, 3 s here)."""
@@ -176,7 +185,7 @@ def test_a_rank_that_cannot_plan_the_dataset_stops_the_run_with_its_line(tmp_pat
         }
         if rank == 1:
             env["CACHEDOCTOR_MANIFEST"] = str(missing)
-        argv = [sys.executable, "-m", "cachedoctor", "scan", "--no-state", "--format", "json", str(cache)]
+        argv = [sys.executable, "-m", "cachedoctor", *command, str(cache)]
         procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     (out0, err0), (out1, err1) = (p.communicate(timeout=120) for p in procs)
     assert [p.returncode for p in procs] == [2, 2]

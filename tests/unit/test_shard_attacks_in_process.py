@@ -7,13 +7,15 @@ Shards own folders by a hash of their path, so which shard owns which folder dep
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
+from cli_run import cli
 from factories import latent, save_pt, settle
 
-from cachedoctor.report import ScanReport
+from cachedoctor.errors import UsageError
 from cachedoctor.scan.engine import scan, scan_part
-from cachedoctor.scan.merge import merge
 from cachedoctor.scan.options import ScanOptions
 from cachedoctor.scan.state.sample import Sample
 from cachedoctor.sharding.interface import Shard, shard_of
@@ -28,24 +30,19 @@ def parted(folders: list[str]) -> int:
     return next(n for n in range(len(folders), 256) if len({shard_of(f, n) for f in folders}) == len(folders))
 
 
-def test_a_sample_split_over_shards_reads_as_many_files_deep_as_one_scan(tmp_path: Path) -> None:
-    """``--sample 1/2`` of three healthy latents, one a folder: one scan reads ceil(3/2) = 2 of
-    them deep. Split so that each folder is a shard's, each shard takes half of its own one file,
-    rounded up: 3 deep reads, and the report's ``files_deep`` says 3 where one scan says 2 (with
-    a defect among the files, the split scan finds what the single one did not read)."""
+def test_a_sample_split_over_shards_is_refused(tmp_path: Path) -> None:
+    """``--sample 1/2`` reads deep the half of the whole cache's files due first: a shard sees
+    only its own (split so that each of three one-file folders is a shard's, each took half of
+    its one file, rounded up: 3 deep reads where one scan reads 2). The ranking needs the whole
+    cache, so a split scan with a sample is refused, not answered differently."""
     root = tmp_path / "cache"
     for i in range(3):
         save_pt(root / f"f{i}" / "x.pt", latent(seed=i))
     settle(root)
     n = parted([str(root / f"f{i}") for i in range(3)])
-
-    def options(shard: Shard | None = None) -> ScanOptions:
-        return ScanOptions(workers=1, state=str(tmp_path / "state.sqlite"), sample=Sample.parse("1/2"), shard=shard)
-
-    whole = without_time(ScanReport(scan([str(root)], options())).document())
-    (tmp_path / "state.sqlite").unlink()  # each run starts without a record, as the first does
-    parts = [scan_part([str(root)], options(Shard(k, n))) for k in range(n)]
-    split = without_time(ScanReport(merge(parts, options())).document())
-    assert whole["summary"]["files_deep"] == 2
-    assert split["summary"]["files_deep"] == whole["summary"]["files_deep"]
-    assert split == whole
+    options = ScanOptions(workers=1, state=str(tmp_path / "state.sqlite"), sample=Sample.parse("1/2"))
+    assert scan([str(root)], options).stats.files_deep == 2
+    with pytest.raises(UsageError, match="--sample chooses its share among the whole cache's files"):
+        scan_part([str(root)], replace(options, shard=Shard(0, n)))
+    code, out, err = cli("scan", "--sample", "1/2", "--shard", f"0/{n}", str(root))
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "--sample chooses its share" in err
