@@ -240,18 +240,18 @@ def test_two_shards_then_three_read_only_the_file_changed_in_between(tmp_path: P
 
 
 def test_a_deep_read_another_split_recorded_is_due_before_this_splits_own(tmp_path: Path) -> None:
-    """``--sample`` after a re-split: a file never read deep first, then the deep reads the other
-    split recorded (taken as older than any of this database), then this split's own."""
+    """``--sample`` (a whole scan's: a split one is refused) after sharded deep reads: a file never
+    read deep first, then the deep reads the shards recorded (taken as older than any of this
+    database), then this database's own."""
     root = cache(tmp_path)
     split(root, 2, deep=True)
     save_pt(root / "f0" / "x2.pt", latent(seed=3))
     settle(root)
-    shard = owner(root, "f0", 3)
-    files = 2 * len(owned(root, shard)) + 1
-    first = run(root, shard, sample=f"1/{files}")  # one file read deep a run
-    assert first.stats.files_deep == 1 and rows(db(root, shard))["f0", "x2.pt"][0] == 1  # never read deep: first
-    second = run(root, shard, sample=f"1/{files}")
-    deep = {key: d for key, (d, _) in rows(db(root, shard)).items()}
+    files = 2 * len(folders(root)) + 1
+    first = run(root, sample=f"1/{files}")  # one file read deep a run
+    assert first.stats.files_deep == 1 and rows(db(root))["f0", "x2.pt"][0] == 1  # never read deep: first
+    second = run(root, sample=f"1/{files}")
+    deep = {key: d for key, (d, _) in rows(db(root)).items()}
     assert second.stats.files_deep == 1 and deep["f0", "x2.pt"] == 1  # not again before the others
     assert sorted(deep.values()) == [0] * (files - 2) + [1, 2]
 
