@@ -43,14 +43,54 @@ class _Commands(LazyGroup):
     """The root group: every command, in the order ``cachedoctor --help`` lists them."""
 
     lazy = (
-        LazyCommand("scan", "cachedoctor.cli.scan", "scan"),
-        LazyCommand("repair", "cachedoctor.cli.repair", "repair"),
-        LazyCommand("recover", "cachedoctor.cli.recover", "recover"),
-        LazyCommand("merge", "cachedoctor.cli.merge", "merge"),
-        LazyCommand("explain", "cachedoctor.cli.explain", "explain"),
-        LazyCommand("manifest", "cachedoctor.cli.manifest", "manifest_app"),
-        LazyCommand("quarantine", "cachedoctor.cli.quarantine", "quarantine_app"),
-        LazyCommand("settings", "cachedoctor.cli.settings", "settings_app"),
+        LazyCommand(
+            "scan",
+            "cachedoctor.cli.scan",
+            "scan",
+            summary="Find broken, leaked, device-tagged, unsafe, missing, orphaned, stale and inconsistent cache files.",
+        ),
+        LazyCommand(
+            "repair",
+            "cachedoctor.cli.repair",
+            "repair",
+            summary="Fix what scan finds: lossless rewrites, quarantine, and recompute through an encoder.",
+        ),
+        LazyCommand(
+            "recover",
+            "cachedoctor.cli.recover",
+            "recover",
+            summary="After a crash: find temp files, damaged recent writes, held locks and interrupted repairs.",
+        ),
+        LazyCommand(
+            "merge",
+            "cachedoctor.cli.merge",
+            "merge",
+            summary="Join the parts of a scan split with --shard K/N into the one report a whole scan gives.",
+        ),
+        LazyCommand(
+            "explain",
+            "cachedoctor.cli.explain",
+            "explain",
+            summary="What a finding kind means, why it breaks training, what repair does and how to find it.",
+        ),
+        LazyCommand(
+            "manifest",
+            "cachedoctor.cli.manifest",
+            "manifest_app",
+            summary="Build a manifest of a dataset: per item its size, mtime, xxh3 and cache path(s).",
+        ),
+        LazyCommand(
+            "quarantine",
+            "cachedoctor.cli.quarantine",
+            "quarantine_app",
+            summary="List, restore or purge what repair moved aside.",
+        ),
+        LazyCommand(
+            "settings",
+            "cachedoctor.cli.settings",
+            "settings_app",
+            summary="cachedoctor's own settings: command line, CACHEDOCTOR_* variables, [tool.cachedoctor].",
+        ),
         LazyCommand("config", "cachedoctor.cli.settings", "config_app", hidden=True),  # the old name of settings
     )
 

@@ -30,6 +30,9 @@ class LazyCommand:
     module: str
     attribute: str
     hidden: bool = False
+    #: the command's one-line help, as its docstring (or Typer app's help) starts: what
+    #: ``cachedoctor --help`` lists without building the command (a test holds the two equal)
+    summary: str = ""
 
     def build(self) -> Any:
         """The click command, as Typer builds it for a command registered on the root app."""
@@ -87,6 +90,32 @@ class LazyGroup(TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:
         """The names in registration order, as Typer lists them, without building a command."""
         return list(self.commands)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The group's command list as click writes it, from each unbuilt command's
+        :attr:`LazyCommand.summary` (whole, as ``help.plain`` makes every command's short help):
+        ``cachedoctor --help`` builds no command (building one imports its module, its options
+        and what they name)."""
+        lazy = {c.name: c for c in self.lazy}
+        built = self.commands.built if isinstance(self.commands, LazyCommands) else {}
+        rows: list[tuple[str, Any]] = []  # (name, its summary, or the built command)
+        for name in self.list_commands(ctx):
+            known = lazy.get(name)
+            if known is not None and (known.summary or known.hidden) and name not in built:
+                if not known.hidden:
+                    rows.append((name, known.summary))
+                continue
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command))
+        if not rows:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+        lines = [
+            (name, it if isinstance(it, str) else it.get_short_help_str(limit)) for name, it in rows
+        ]  # whole, as plain()
+        with formatter.section("Commands"):
+            formatter.write_dl(lines)
 
 
 __all__ = ["LazyCommand", "LazyCommands", "LazyGroup"]

@@ -135,3 +135,23 @@ def test_the_lazy_tree_is_the_tree_typer_builds_eagerly() -> None:
     built = list(helps(plain(typer.main.get_command(app))))
     assert built == list(helps(plain(typer.main.get_command(eager))))
     assert len(built) == 16  # cachedoctor, its 9 commands and the 6 below manifest, quarantine, settings, config
+
+
+_HELP = _VERSION.replace('"--version"', '"--help"')
+
+
+def test_help_lists_every_command_and_imports_at_most_twelve_cachedoctor_modules(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``cachedoctor --help`` in a fresh interpreter lists each command from its summary in
+    ``app.py`` (held equal to its docstring by the eager-tree test above), building none."""
+    from cachedoctor.cli.app import _Commands
+
+    out = subprocess.run([sys.executable, "-c", _HELP], capture_output=True, text=True, check=True, cwd=tmp_path)
+    code, printed, modules = json.loads(out.stdout)
+    assert code == 0 and len(modules) <= 12, modules
+    listed = printed.split("Commands:\n", 1)[1]
+    assert [line.split()[0] for line in listed.splitlines() if line[:3].strip()] == [
+        c.name for c in _Commands.lazy if not c.hidden
+    ]
+    assert not any(
+        m.startswith(("cachedoctor.cli.scan", "cachedoctor.cli.options", "cachedoctor.settings")) for m in modules
+    )
