@@ -97,7 +97,6 @@ def audit(
     each scanning its shard; every rank gets the same report, the whole cache's.
     """
     from cachedoctor.scan import scan
-    from cachedoctor.sharding.interface import Shard
 
     settings = settings if settings is not None else load_settings()
     if baseline and write_baseline:
@@ -107,8 +106,8 @@ def audit(
     except Exception as exc:  # a rank that cannot plan the dataset: the others are told, rank 0 says it
         if ranks is None:
             raise
-        raise ranks.failed(exc) from exc
-    options = job.options if ranks is None else replace(job.options, shard=Shard(ranks.rank, ranks.world), ranks=ranks)
+        ranks.fail(exc)
+    options = job.options if ranks is None else replace(job.options, shard=ranks.shard, ranks=ranks)
     result = scan(job.roots, options, progress=progress, dataset=job.plan, watch=job.existing)
     return report_of(result, settings, job, baseline=baseline, write_baseline=write_baseline)
 

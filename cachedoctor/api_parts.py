@@ -64,7 +64,7 @@ def scan_shard(
     job = prepare(None, settings, model_family, output_dir)
     part = scan_part(job.roots, replace(job.options, shard=shard), progress, job.plan, job.existing)
     part.settings = {
-        "values": {name: _plain(setting.value) for name, setting in settings.items()},
+        "values": {name: setting.value for name, setting in settings.items()},  # (JSON makes tuples lists)
         "sources": {name: setting.source for name, setting in settings.items()},
         "file": settings.file,
         "baseline": os.path.abspath(baseline) if baseline else None,
@@ -216,12 +216,6 @@ def _files(paths: Sequence[str]) -> list[str]:
     if not files:
         raise UsageError("name the parts to merge: the files `scan --shard K/N -o FILE` wrote, or their folder")
     return files
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return list(value)
-    return value
 
 
 __all__ = ["fingerprint", "load_parts", "merge_parts", "run_id", "scan_shard"]

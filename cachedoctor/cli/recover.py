@@ -97,19 +97,15 @@ def recover(
     ranks = join_ranks()  # under torchrun: each rank surveys its shard, rank 0 prints
     if ranks is None:
         return _recover(env, settings, targets, scanning, apply, encoder, yes, trainer, written, human)
-    from cachedoctor.sharding.interface import Shard
-
     if not ranks.leader:
         env.stdout, env.verbosity = io.StringIO(), QUIET  # the same work, nothing shown: rank 0 shows it
     done = False
     try:
-        scanning = replace(scanning, shard=Shard(ranks.rank, ranks.world), ranks=ranks)
+        scanning = replace(scanning, shard=ranks.shard, ranks=ranks)
         try:
             code = _recover(env, settings, targets, scanning, apply, encoder, yes, trainer, written, human)
         except Exception as exc:  # (planning the dataset, say): the others are told, rank 0 prints it
-            if (stop := ranks.failed(exc)) is exc:
-                raise
-            raise stop from exc
+            ranks.fail(exc)
         done = True
         return code if ranks.leader else ExitStatus.CLEAN  # rank 0's is the verdict
     finally:

@@ -70,9 +70,9 @@ def repair(
         try:
             planned = plan_for(layout, targets, layout_options)
         except Exception as exc:  # the other ranks are told, and rank 0 prints this one's line
-            if ranks is None or (stop := ranks.failed(exc)) is exc:
+            if ranks is None:
                 raise
-            raise stop from exc
+            ranks.fail(exc)
         dataset = planned[0]
         if dataset is not None and not all(files_here(r) for r in dataset.roots):  # a SimpleTuner aws dataset
             from cachedoctor.repair.store_dataset import repair_dataset
@@ -87,9 +87,7 @@ def repair(
                 dataset, planned[1], targets, layout, layout_options, options, argv, confirm, show_plan, progress
             )
         if group is not None:
-            from cachedoctor.sharding.interface import Shard
-
-            options = replace(options, scan=replace(options.scan, shard=Shard(rank.rank, rank.world), ranks=group))
+            options = replace(options, scan=replace(options.scan, shard=group.shard, ranks=group))
         outcome = _repair(targets, layout, layout_options, options, argv, confirm, show_plan, progress, planned, rank)
     except BaseException:
         if group is not None:

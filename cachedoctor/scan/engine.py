@@ -25,7 +25,9 @@ from cachedoctor.progress import LIST, SCAN
 from cachedoctor.scan.dataset import DatasetMatcher
 from cachedoctor.scan.folder_chunks import folder_chunks, folder_jobs
 from cachedoctor.scan.folders import Collector, ScanError
+from cachedoctor.scan.merge import merge
 from cachedoctor.scan.options import ScanOptions
+from cachedoctor.scan.part import Part, PlanFacts
 from cachedoctor.scan.result import ScanResult, judge_run
 from cachedoctor.scan.state.plan import StateSet
 from cachedoctor.scan.state.sample import choose
@@ -45,7 +47,6 @@ from cachedoctor.stores.interface import is_remote
 if TYPE_CHECKING:
     from cachedoctor.progress import Progress
     from cachedoctor.scan.outcome import Outcome
-    from cachedoctor.scan.part import Part
     from cachedoctor.scan.targets import Target
     from cachedoctor.scan.thread_reads import Job
     from cachedoctor.sharding.interface import Shard
@@ -79,8 +80,6 @@ def scan(
     ranks of one ``torchrun`` job), every rank gets every rank's part, and every rank returns
     the same result: the whole cache's, as one process would have found it.
     """
-    from cachedoctor.scan.merge import merge
-
     options = options if options is not None else ScanOptions()
     started = time.perf_counter()
     ranks = options.ranks
@@ -90,10 +89,8 @@ def scan(
         try:
             part = scan_part(targets, options, progress, dataset, watch)
         except Exception as exc:
-            raise ranks.failed(exc) from exc
-        from cachedoctor.scan.part import Part
-
-        parts = [Part.unpacked(data) for data in ranks.share(part.packed(), ranks.everyone)]
+            ranks.fail(exc)
+        parts = [Part.unpacked(data) for data in ranks.share(part.packed())]
         ranks.seen = [p.line() for p in parts]  # what each rank did (``-v`` on rank 0, the benchmark)
     result = merge(parts, options, dataset)
     result.elapsed = time.perf_counter() - started
@@ -155,8 +152,6 @@ def _scan(
     remote: list[Target],
     shard: Shard,
 ) -> Part:
-    from cachedoctor.scan.part import Part, PlanFacts
-
     keep = (lambda path: not dataset.is_source_name(path)) if dataset is not None and dataset.source_suffixes else None
     if options.sample is not None:
         for store in states.stores:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from dataclasses import fields
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,7 @@ def merge(parts: list[Part], options: ScanOptions, dataset: Any = None) -> ScanR
     unchecked = _unchecked(parts, findings, errors)
     specials = [s for p in parts for s in p.special]
     special = special_note(specials) if specials else None
-    notes = _once(n for p in parts for n in p.notes) + ([special] if special else []) + run_notes
+    notes = list(dict.fromkeys(n for p in parts for n in p.notes)) + ([special] if special else []) + run_notes
     if any(p.inventory for p in parts):
         from cachedoctor.scan.inventory_relist import inventory_notes
 
@@ -87,28 +88,15 @@ def _order(f: Finding) -> tuple[Any, ...]:
 
 
 def _summed(parts: list[Part]) -> ScanStats:
+    """Every count of every part added up (``formats`` per format)."""
     total = ScanStats()
     for p in parts:
-        s = p.stats
-        total.files_seen += s.files_seen
-        total.files_read += s.files_read
-        total.files_skipped += s.files_skipped
-        total.bytes_read += s.bytes_read
-        total.folders += s.folders
-        total.formats.update(s.formats)
-        total.files_reused += s.files_reused
-        total.files_deep += s.files_deep
-        total.io_bytes += s.io_bytes
-        total.reused_skipped += s.reused_skipped
-        total.files_dataset += s.files_dataset
+        for f in fields(ScanStats):
+            if f.name == "formats":
+                total.formats.update(p.stats.formats)
+            else:
+                setattr(total, f.name, getattr(total, f.name) + getattr(p.stats, f.name))
     return total
-
-
-def _once(notes: Any) -> list[str]:
-    seen: dict[str, None] = {}
-    for note in notes:
-        seen.setdefault(note, None)
-    return list(seen)
 
 
 __all__ = ["merge"]

@@ -32,9 +32,10 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from cachedoctor.errors import PathError, RankStopped, UsageError
+from cachedoctor.sharding.interface import Shard
 from cachedoctor.sharding.rank_faults import line_of, seconds, test_hang, test_kill
 
 BEAT_S = 1.0
@@ -45,6 +46,7 @@ TERM_GRACE_S = 2.0
 CONNECT_S = 300.0
 LEAVE_S = 600.0
 LEAVE_GRACE_S = 1.0
+AGAIN = "no report was written; run the same command again (each shard resumes from its state)"
 
 
 class RankGroup:
@@ -64,7 +66,6 @@ class RankGroup:
         self._hosts: dict[int, str] = {}
         self._beats: dict[int, tuple[int, float]] = {}
         self._stop = threading.Event()
-        self._beating: threading.Thread | None = None
         self._closed = False
         self.seen: list[str] = []  # each rank's line about its last part (``Part.line``)
         #: whether every rank needs every part (a repair plans on each rank) or rank 0 alone (a scan)
@@ -73,6 +74,11 @@ class RankGroup:
     @property
     def leader(self) -> bool:
         return self.rank == 0
+
+    @property
+    def shard(self) -> Shard:
+        """The share of the cache this rank scans."""
+        return Shard(self.rank, self.world)
 
     # --- joining and leaving ----------------------------------------------------------------
 
@@ -127,8 +133,7 @@ class RankGroup:
                     return
 
         beat.add(key, 1)
-        self._beating = threading.Thread(target=run, name="cachedoctor-heartbeat", daemon=True)
-        self._beating.start()
+        threading.Thread(target=run, name="cachedoctor-heartbeat", daemon=True).start()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._terminated)
 
@@ -172,9 +177,9 @@ class RankGroup:
 
     # --- the exchange -----------------------------------------------------------------------
 
-    def share(self, payload: bytes, everyone: bool = True) -> list[bytes]:
-        """Every rank's ``payload``, in rank order: on every rank, or (``everyone=False``: a scan,
-        which rank 0 alone reports) on rank 0, the others getting their own back at once.
+    def share(self, payload: bytes) -> list[bytes]:
+        """Every rank's ``payload``, in rank order: on every rank, or (not :attr:`everyone`: a
+        scan, which rank 0 alone reports) on rank 0, the others getting their own back at once.
 
         Waiting costs the store two requests a poll whatever the number of ranks (a counter of
         the parts posted, one of the failures), and every few seconds one per rank still
@@ -185,7 +190,7 @@ class RankGroup:
         test_hang(self.rank)
         self._set(f"s{self._step}/part/{self.rank}", payload)
         self._call(self.store.add, f"{step}/posted", 1)
-        if not everyone and not self.leader:
+        if not self.everyone and not self.leader:
             return [payload]
         checked = time.monotonic()
         while self._call(self.store.add, f"{step}/posted", 0) < self.world:
@@ -199,16 +204,18 @@ class RankGroup:
             payload if r == self.rank else self._call(self.store.get, f"{step}/part/{r}") for r in range(self.world)
         ]
 
-    def failed(self, exc: BaseException) -> BaseException:
-        """What this rank raises when its own part failed: the others are told first."""
+    def fail(self, exc: Exception) -> NoReturn:
+        """Raise what this rank ends with when its own work failed (``exc``), the others told
+        first: :class:`RankStopped` with the line rank 0 prints, or ``exc`` itself for a bug (its
+        traceback is what a report needs, here)."""
         line = line_of(exc)
-        if line is None:  # a bug: its traceback is what a report needs, here
+        if line is None:
             self._post_failure(
                 f"stopped by an internal error ({type(exc).__name__}); its traceback is in rank {self.rank}'s log"
             )
-            return exc
+            raise exc
         self._post_failure(line)
-        return RankStopped(f"rank {self.rank} on {self.host}: {line}" if self.leader else None)
+        raise RankStopped(f"rank {self.rank} on {self.host}: {line}" if self.leader else None) from exc
 
     def _post_failure(self, line: str) -> None:
         try:
@@ -253,8 +260,7 @@ class RankGroup:
         for r, quiet in self._stalled(ranks)[:1]:
             self._stop_with(
                 f"rank {r} on {self.host_of(r)} stopped answering {quiet:.0f} s ago (killed, hung, or "
-                "its machine is gone); no report was written; run the same command again (each shard "
-                "resumes from its state)",
+                f"its machine is gone); {AGAIN}",
                 ranks_gone=[r],
             )
 
@@ -279,13 +285,11 @@ class RankGroup:
         if gone:
             names = ", ".join(f"rank {r} on {self.host_of(r, store)}" for r in gone)
             self._stop_with(
-                f"{names} ended first (killed, or out of memory) and the launcher stopped the others; "
-                "no report was written; run the same command again (each shard resumes from its state)",
+                f"{names} ended first (killed, or out of memory) and the launcher stopped the others; {AGAIN}",
                 ranks_gone=gone,
             )
         self._stop_with(
-            "stopped by SIGTERM (from the launcher or a person); no report was written; run the same "
-            "command again (each shard resumes from its state)",
+            f"stopped by SIGTERM (from the launcher or a person); {AGAIN}",
             ranks_gone=[],
         )
 
