@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from cachedoctor.cachenames import claims_cache, special_type
 from cachedoctor.errors import PathError
-from cachedoctor.statedir import STATE_DIR, is_lock_name
+from cachedoctor.statedir import LOCK_SUFFIX, STATE_DIR, is_lock_name
 
 if TYPE_CHECKING:
     from cachedoctor.layouts.interface import DatasetPlan
@@ -186,8 +186,11 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
                             if entry.name not in _SKIP_DIRS and not skip(entry.path, target):
                                 subdirs.append(entry.path)
                         elif kind == _FILE:
-                            if not is_lock_name(entry.name) and not (exclude and skip(entry.path, target)):
-                                files.append(entry.path)  # lock files: statedir.py
+                            name = entry.name  # not a lock file (statedir.is_lock_name, inline: once a file)
+                            if not (name[:1] == "." and name.endswith(LOCK_SUFFIX)) and not (
+                                exclude and skip(entry.path, target)
+                            ):
+                                files.append(entry.path)
                         elif claims_cache(entry.name) and not (exclude and skip(entry.path, target)):
                             if kind == _BROKEN_LINK:
                                 files.append(entry.path)

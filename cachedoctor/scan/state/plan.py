@@ -9,11 +9,12 @@ unchanged, with no deep read due, is settled by its recorded result alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -165,33 +166,56 @@ def plan_folder(
         for sig in sigs:
             numbers.extend(sig)  # type: ignore[arg-type]
     else:
-        for path in files:
-            try:
-                st = os.stat(path)
-            except OSError:
-                settled = False  # gone or unreadable: the read reports it
-                sigs.append(None)
-                continue
-            sigs.append(sig_of(st))
-            mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
-            if store.is_racy(mtime, ctime):
-                settled = False
-            elif settled:
+        # one stat a file, kept as it came: the signatures are built only when the folder's
+        # record does not settle it (a rescan of an unchanged folder makes none)
+        stats: list[os.stat_result | None] = []
+        clock, keep, extend, stat = store.clock_ns, stats.append, numbers.extend, os.stat
+        with _folder_fd(folder) as fd:  # each file stat'ed by name in the open folder: no path walk
+            for path in files:
                 try:
-                    numbers.extend((st.st_size, mtime, ctime, st.st_ino))
-                except OverflowError:  # a time before 1970: no digest, the files are still compared one by one
+                    st = stat(path) if fd is None else stat(path[cut:], dir_fd=fd)
+                except OSError:
+                    settled = False  # gone or unreadable: the read reports it
+                    keep(None)
+                    continue
+                keep(st)
+                mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
+                if mtime >= clock or ctime >= clock:  # StateStore.is_racy
                     settled = False
+                elif settled:
+                    try:
+                        extend((st.st_size, mtime, ctime, st.st_ino))
+                    except OverflowError:  # a time before 1970: no digest, the files are still compared one by one
+                        settled = False
     digest = None
     if settled:
         import xxhash
 
-        names = "\0".join(p[cut:] for p in files).encode("utf-8", "surrogateescape")
-        digest = xxhash.xxh3_128_hexdigest(names + b"\0" + numbers.tobytes())
+        listing = "\0".join(p[cut:] for p in files).encode("utf-8", "surrogateescape")
+        digest = xxhash.xxh3_128_hexdigest(listing + b"\0" + numbers.tobytes())
         if whole and not deep and not chosen:
             result = store.folder_result(folder, digest)
             if result is not None:
                 return FolderPlan(digest=digest), result
+    if listed is None:
+        sigs = [None if st is None else sig_of(st) for st in stats]
     return plan_rows(store, folder, files, sigs, digest, deep=deep, deep_changed=deep_changed, chosen=chosen), None
+
+
+@contextlib.contextmanager
+def _folder_fd(folder: str) -> Iterator[int | None]:
+    """The folder open for ``stat(name, dir_fd=...)``, or ``None`` (each file then stat'ed by its
+    path): where the platform has no ``dir_fd`` for ``stat``, or the folder cannot be opened (a
+    folder gone since the walk: each stat then fails and the read reports the file)."""
+    fd = None
+    if os.stat in os.supports_dir_fd:
+        with contextlib.suppress(OSError):
+            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def plan_rows(
