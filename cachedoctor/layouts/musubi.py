@@ -82,14 +82,19 @@ class MusubiLayout(Layout):
         found = _configs_in(folder, names)
         if found:
             return Claim(folder, found[0], "describes the datasets")
-        for name in sorted(names):  # the first by name: the same line on every copy
-            parsed = rules.parse_cache_name(name)
+        for name in sorted(
+            n for n in names if n.endswith(".safetensors")
+        ):  # the first by name: the same line on every copy
+            parsed = rules.parse_cache_name(name)  # (a name not ending so never parses)
             if parsed is not None and parsed.arch in rules.ARCHS:
                 return Claim(folder, os.path.join(folder, name), "is a musubi-tuner cache file")
         return None
 
     def resembles(self, names: set[str]) -> bool:
-        return any((p := rules.parse_cache_name(n)) is not None and p.arch in rules.ARCHS for n in names)
+        return any(
+            n.endswith(".safetensors") and (p := rules.parse_cache_name(n)) is not None and p.arch in rules.ARCHS
+            for n in names
+        )
 
     def template_kind(self, name: str, role: str) -> str:
         parsed = rules.parse_cache_name(name)
