@@ -166,8 +166,13 @@ def parser(bench: Bench) -> argparse.ArgumentParser:
         metavar="DIR",
         help="build the set in DIR (empty, or a set of this bench), or reuse it; never deleted",
     )
-    if bench.kept_name:
-        p.add_argument("--keep", action="store_true", help="keep the set in bench/out/ and reuse it next time")
+    p.add_argument(  # every bench takes it, so that `make bench BENCH_ARGS=--keep` runs them all
+        "--keep",
+        action="store_true",
+        help="keep the set in bench/out/ and reuse it next time"
+        if bench.kept_name
+        else "accepted for `make bench BENCH_ARGS=--keep`; this bench keeps no set",
+    )
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON to FILE")
     return p
 
