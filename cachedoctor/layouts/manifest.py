@@ -28,7 +28,6 @@ import json
 import os
 import posixpath
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TextIO
 
@@ -247,6 +246,8 @@ def _stale_by_content(base: str, rows: list[tuple[int, dict[str, Any]]]) -> list
         if actual is not None and actual != str(recorded).lower():
             return f"the source's content changed since the manifest was written (xxh3 {actual[:12]}..., recorded {str(recorded)[:12]}...)"
         return None
+
+    from concurrent.futures import ThreadPoolExecutor  # (here: a scan without a manifest does not import it)
 
     with ThreadPoolExecutor(max_workers=HASH_WORKERS) as pool:
         return list(pool.map(judge, (row for _, row in rows)))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
-from typing import TextIO
+from functools import cached_property
+from typing import Any, TextIO
 
 from cachedoctor.findings import Finding
 from cachedoctor.report.interface import Renderer
@@ -30,25 +32,12 @@ class TableRenderer(Renderer):
         self.verbose = verbose
 
     def render(self, report: ScanReport, out: TextIO, *, color: bool) -> None:
-        from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text
-
-        console = Console(
-            file=out,
-            force_terminal=color,
-            no_color=not color,
-            color_system="standard" if color else None,
-            highlight=False,
-            markup=False,
-            emoji=False,
-            width=self.width,
-        )
+        console = _Console(out, color, self.width)
         per_kind = None if self.verbose else _PER_KIND
         worst = None if self.verbose else _WORST
 
         def line(text: str, style: str = "", indent: str | None = None) -> None:
-            console.print(Text(wrap_line(text, self.width, indent), style=style), soft_wrap=True)
+            console.line(wrap_line(text, self.width, indent), style)
 
         stats = report.scan.counts
         files = f"{_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}"
@@ -74,6 +63,9 @@ class TableRenderer(Renderer):
                 line(f"  note: {spot.line()}", "dim", "      ")
 
         if report.findings:
+            from rich.table import Table
+            from rich.text import Text
+
             kinds = Table(show_edge=False, pad_edge=False)
             for column in ("kind", "severity", "files"):
                 kinds.add_column(column, no_wrap=True)
@@ -87,7 +79,7 @@ class TableRenderer(Renderer):
                 fixes = ", ".join(sorted({f.fix.value for f in items}))
                 kinds.add_row(kind, Text(sev, style=_STYLE[sev]), str(len({f.path for f in items})), fixes)
             if not self.quiet:
-                console.print()
+                console.blank()
             line("Findings by kind", "italic")
             longest = max(len(k) for k in grouped)
             if longest + len("severity") + len("files") + widest + 9 > self.width:  # too narrow for the columns:
@@ -96,11 +88,11 @@ class TableRenderer(Renderer):
                     count = len({f.path for f in items})
                     line(f"  {kind}: {items[0].severity.value}, {count} file(s), fix: {fixes}")
             else:
-                with console.capture() as table:
-                    console.print(kinds)
+                with console.rich.capture() as table:
+                    console.rich.print(kinds)
                 out.write("".join(row.rstrip() + "\n" for row in table.get().splitlines()))  # no trailing blanks
             for kind, items in grouped.items():
-                console.print()
+                console.blank()
                 line(f"{kind} ({len(items)})", _STYLE[items[0].severity.value])
                 for f in items[:per_kind]:
                     source = f" (item: {self._rel(f.source)})" if f.source else ""
@@ -108,7 +100,7 @@ class TableRenderer(Renderer):
                 if per_kind is not None and len(items) > per_kind:
                     line(f"  ... and {len(items) - per_kind} more (-v or --format json lists all)")
             if not self.quiet:
-                console.print()
+                console.blank()
                 line("Worst files", "bold")
                 ranked = self._worst(report.findings)
                 for path, items in ranked[:worst]:
@@ -121,7 +113,7 @@ class TableRenderer(Renderer):
             line(f"could not check {self._rel(error.path)}: {terminal_safe(error.message)}", "bold red")
         counts = report.by_severity()
         if not self.quiet or report.findings or report.scan.errors:
-            console.print()
+            console.blank()
         info = f", {counts['info']} info" if counts["info"] else ""  # kinds set to info still count
         verdict = (
             f"{counts['error']} error(s), {counts['warning']} warning(s){info} in "
@@ -141,6 +133,54 @@ class TableRenderer(Renderer):
         for f in findings:
             by_file[f.path].append(f)
         return sorted(by_file.items(), key=lambda kv: (-max(f.severity.rank for f in kv[1]), -len(kv[1]), kv[0]))
+
+
+class _Console:
+    """rich's console for the report, made on first need. A line of plain ASCII text in a report
+    without colour is written as rich writes it (the line, a newline, a flush), without rich:
+    a clean ``-q`` scan's one line does not import it (some 30 ms). Anything else, colour, a
+    table, a character rich might treat otherwise (a tab, a control or wide character, a name
+    that stdout's encoding may refuse), goes to rich itself."""
+
+    def __init__(self, out: TextIO, color: bool, width: int) -> None:
+        self.out, self.color, self.width = out, color, width
+        self.plain = not color and sys.modules.get("IPython") is None  # (rich shows a notebook's output itself)
+
+    @cached_property
+    def rich(self) -> Any:
+        from rich.console import Console
+
+        return Console(
+            file=self.out,
+            force_terminal=self.color,
+            no_color=not self.color,
+            color_system="standard" if self.color else None,
+            highlight=False,
+            markup=False,
+            emoji=False,
+            width=self.width,
+        )
+
+    def line(self, text: str, style: str = "") -> None:
+        if self.plain and text.isascii() and all(part.isprintable() for part in text.split("\n")):
+            self._write(text + "\n")
+        else:
+            from rich.text import Text
+
+            self.rich.print(Text(text, style=style), soft_wrap=True)
+
+    def blank(self) -> None:
+        if self.plain:
+            self._write("\n")
+        else:
+            self.rich.print()
+
+    def _write(self, text: str) -> None:
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError:  # what rich does then: stdout onto /dev/null, SystemExit(1)
+            self.rich.on_broken_pipe()
 
 
 def _n(count: int, word: str) -> str:

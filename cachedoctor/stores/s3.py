@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cachedoctor.stores.interface import (
@@ -32,21 +31,9 @@ from cachedoctor.stores.interface import (
 )
 from cachedoctor.stores.retrying import Retrying, RetryPolicy, ShortRead
 from cachedoctor.stores.s3_errors import etag_of, final_error, seconds_ns, transient_types
+from cachedoctor.stores.s3_settings import S3Settings  # (defined apart: a local run needs it, not the store)
 
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class S3Settings:
-    """Where and as whom: every field ``None`` means the standard AWS chain decides
-    (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.aws/config``...)."""
-
-    endpoint_url: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    key: str | None = None
-    secret: str | None = None
-    token: str | None = None
 
 
 class S3Store(Retrying, Store):
