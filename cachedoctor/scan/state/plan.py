@@ -14,7 +14,7 @@ import json
 import os
 from array import array
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -166,33 +166,32 @@ def plan_folder(
         for sig in sigs:
             numbers.extend(sig)  # type: ignore[arg-type]
     else:
-        # one stat a file, kept as it came: the signatures are built only when the folder's
-        # record does not settle it (a rescan of an unchanged folder makes none)
-        stats: list[os.stat_result | None] = []
-        clock, keep, extend, stat = store.clock_ns, stats.append, numbers.extend, os.stat
-        with _folder_fd(folder) as fd:  # each file stat'ed by name in the open folder: no path walk
-            for path in files:
+        # one stat a file, by name in the open folder (no path walk a file), kept as it came:
+        # the signatures are built only when the folder's record does not settle it (a rescan of
+        # an unchanged folder builds none); the loops are comprehensions, the checks run over
+        # the packed numbers at once: this is the whole per-file cost of such a rescan
+        cut_names = [p[cut:] for p in files]
+        stats = _stats(folder, files, cut_names)
+        if None in stats:
+            settled = False  # gone or unreadable: the read reports it
+        else:
+            values: list[int] = []
+            for st in stats:
+                values += (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)  # type: ignore[union-attr]
+            clock = store.clock_ns
+            if values and (max(values[1::4]) >= clock or max(values[2::4]) >= clock):  # StateStore.is_racy
+                settled = False
+            else:
                 try:
-                    st = stat(path) if fd is None else stat(path[cut:], dir_fd=fd)
-                except OSError:
-                    settled = False  # gone or unreadable: the read reports it
-                    keep(None)
-                    continue
-                keep(st)
-                mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
-                if mtime >= clock or ctime >= clock:  # StateStore.is_racy
+                    numbers = array("Q", values)
+                except OverflowError:  # a time before 1970: no digest, the files are still compared one by one
                     settled = False
-                elif settled:
-                    try:
-                        extend((st.st_size, mtime, ctime, st.st_ino))
-                    except OverflowError:  # a time before 1970: no digest, the files are still compared one by one
-                        settled = False
     digest = None
     if settled:
         import xxhash
 
-        listing = "\0".join(p[cut:] for p in files).encode("utf-8", "surrogateescape")
-        digest = xxhash.xxh3_128_hexdigest(listing + b"\0" + numbers.tobytes())
+        listing = "\0".join(cut_names if listed is None else (p[cut:] for p in files))
+        digest = xxhash.xxh3_128_hexdigest(listing.encode("utf-8", "surrogateescape") + b"\0" + numbers.tobytes())
         if whole and not deep and not chosen:
             result = store.folder_result(folder, digest)
             if result is not None:
@@ -202,20 +201,31 @@ def plan_folder(
     return plan_rows(store, folder, files, sigs, digest, deep=deep, deep_changed=deep_changed, chosen=chosen), None
 
 
-@contextlib.contextmanager
-def _folder_fd(folder: str) -> Iterator[int | None]:
-    """The folder open for ``stat(name, dir_fd=...)``, or ``None`` (each file then stat'ed by its
-    path): where the platform has no ``dir_fd`` for ``stat``, or the folder cannot be opened (a
-    folder gone since the walk: each stat then fails and the read reports the file)."""
+def _stats(folder: str, files: list[str], names: list[str]) -> list[os.stat_result | None]:
+    """Each file's ``stat`` (``None``: gone or unreadable), by name in the open folder where the
+    platform allows (no path walk a file), else by path."""
     fd = None
     if os.stat in os.supports_dir_fd:
         with contextlib.suppress(OSError):
             fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    stat = os.stat
     try:
-        yield fd
+        if fd is None:
+            return [_stat_or_none(p) for p in files]
+        try:
+            return [stat(name, dir_fd=fd) for name in names]
+        except OSError:  # one file gone or unreadable: each one on its own
+            return [_stat_or_none(name, fd) for name in names]
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _stat_or_none(path: str, fd: int | None = None) -> os.stat_result | None:
+    try:
+        return os.stat(path, dir_fd=fd)
+    except OSError:
+        return None
 
 
 def plan_rows(
