@@ -1,10 +1,11 @@
 """A local scan, as a fresh ``python -m cachedoctor`` process, imports only what it uses.
 
 Start-up is most of a small scan's time (issue 31): pydantic (Typer's coercion, ``cli/coercion.py``),
-asyncio and ssl (the S3 store, ``stores/s3_settings.py``), rich (a clean report's lines,
-``report/table.py``) and the repair planner (a scan with nothing to repair) are imported only
+asyncio and ssl (the S3 store, ``stores/s3_settings.py``), rich (a report's lines and its
+findings table without colour, ``report/table.py`` and ``report/plain_table.py``) and the repair planner (a scan with nothing to repair) are imported only
 by the runs that need them; a rescan that reads nothing starts no reader process, so it imports
-neither multiprocessing nor the readers. The modules are read from ``sys.modules`` at exit, in the
+neither multiprocessing nor the readers; a folder no layout claims imports the layouts' claims,
+not their rules, config readers or samplers. The modules are read from ``sys.modules`` at exit, in the
 process that ran the command, and the output is the one the scan always gave.
 """
 
@@ -33,6 +34,16 @@ runpy.run_module("cachedoctor", run_name="__main__", alter_sys=True)
 """
 _NEVER = ("pydantic", "asyncio", "ssl", "rich", "cachedoctor.stores.s3", "cachedoctor.repair.planner")
 _NOT_WITHOUT_READS = ("multiprocessing", "concurrent.futures", "cachedoctor.scan.pool", "cachedoctor.formats")
+# what ``--layout auto`` needs only once it gives a folder to a layout: the layouts' rules,
+# config readers, bucket models and samplers (their claims are all a folder no layout claims needs)
+_NOT_WITHOUT_A_LAYOUT = tuple(
+    f"cachedoctor.layouts.{name}"
+    for name in (
+        "_aitoolkit_rules", "_musubi_rules", "_musubi_buckets", "_kohya_config", "_kohya_buckets",
+        "_simpletuner_config", "_simpletuner_aws", "_simpletuner_hazards", "_simpletuner_buckets",
+        "_manifest_remote", "samplers.from_config",
+    )
+)  # fmt: skip
 
 
 def _run(tmp_path: Path, *argv: str) -> tuple[int, str, str, list[str]]:
@@ -69,16 +80,23 @@ def test_a_rescan_that_reads_nothing_starts_no_reader_and_imports_none(cache: Pa
     first = _run(tmp_path, "scan", str(cache), "-q")
     code, out, err, modules = _run(tmp_path, "scan", str(cache), "-q")
     assert first[:3] == (code, out, err) == (0, "No findings.\n", "")
-    assert _loaded(modules, _NEVER + _NOT_WITHOUT_READS) == []
+    assert _loaded(modules, _NEVER + _NOT_WITHOUT_READS + _NOT_WITHOUT_A_LAYOUT) == []
     assert "cachedoctor.scan.state.store" in modules  # it did go through the state database
+    assert "cachedoctor.layouts.musubi" in modules  # every layout's claims were asked
 
 
-def test_a_scan_with_findings_still_renders_them_with_rich(tmp_path: Path) -> None:
-    """The lazy imports are lazy, not gone: a finding's table and the repair preview load them."""
+def test_a_scan_with_findings_writes_its_plain_table_without_rich_and_a_coloured_one_with_it(tmp_path: Path) -> None:
+    """The lazy imports are lazy, not gone: a finding loads the repair preview's planner; the
+    findings table is written without rich when the output has no colour, with it in colour."""
     shutil.copytree(HEALTHY, tmp_path / "cache")
     victim = next(iter(sorted((tmp_path / "cache").iterdir())))
     victim.write_bytes(victim.read_bytes()[:100])  # truncated
     code, out, err, modules = _run(tmp_path, "scan", str(tmp_path / "cache"), "--no-state", "-q", "-j1")
-    assert code == 1 and victim.name in out and "Findings by kind" in out
-    assert {"rich.console", "cachedoctor.repair.planner"} <= set(modules)
-    assert _loaded(modules, ("pydantic", "asyncio", "ssl")) == []
+    assert code == 1 and victim.name in out and "Findings by kind" in out and "┃ severity ┃" in out
+    assert "cachedoctor.repair.planner" in modules
+    assert _loaded(modules, ("pydantic", "asyncio", "ssl", "rich")) == []
+    code, out, err, modules = _run(
+        tmp_path, "scan", str(tmp_path / "cache"), "--no-state", "-q", "-j1", "--color", "always"
+    )
+    assert code == 1 and victim.name in out and "\x1b[" in out and "┃" in out
+    assert {"rich.console", "rich.table", "cachedoctor.repair.planner"} <= set(modules)
