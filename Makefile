@@ -91,7 +91,7 @@ lint: $(STAMP)
 
 # Every benchmark, each run even when an earlier one missed a goal; exits 1 if any goal was missed
 # (2 if one could not run). BENCH_ARGS=--quick for a small check that they all work.
-BENCHES := scan dataset repair memory rescan rescan_million bomb safety matrix rank_sim shard startup
+BENCHES := scan dataset repair memory rescan rescan_million bomb safety matrix rank_sim shard s3_scan startup
 bench: $(STAMP)
 	@status=0; for b in $(BENCHES); do \
 	  echo "== bench/$${b}_bench.py $(BENCH_ARGS)"; $(PY) bench/$${b}_bench.py $(BENCH_ARGS); code=$$?; \

@@ -46,21 +46,28 @@ class S3Store(Retrying, Store):
     def __init__(self, bucket: str, settings: S3Settings, policy: RetryPolicy | None = None) -> None:
         try:
             import s3fs
+            from aiobotocore.session import AioSession
         except ImportError:
             raise RemoteError(
                 f"s3://{bucket}", "remote caches need the [s3] extra: pip install 'cachedoctor[s3]'"
             ) from None
+        from cachedoctor.stores.s3_times import parse_timestamp
+
         self.bucket = bucket
         self.settings = settings
         self.policy = policy or RetryPolicy()
         client_kwargs: dict[str, Any] = {}
         if settings.region:
             client_kwargs["region_name"] = settings.region
+        # the session s3fs would make (AioSession(profile=...)), its answers' timestamps parsed
+        # without dateutil: s3_times.py
+        session = AioSession(profile=settings.profile)
+        session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
         self.fs = s3fs.S3FileSystem(
             key=settings.key,
             secret=settings.secret,
             token=settings.token,
-            profile=settings.profile,
+            session=session,
             endpoint_url=settings.endpoint_url,
             client_kwargs=client_kwargs,
             config_kwargs={
