@@ -1,9 +1,9 @@
 """The robust scores ``distribution-outlier`` judges a folder's latents by, from their recorded
 per-channel means and standard deviations (``2*C`` little-endian float32 per file).
 
-Two implementations of one computation, tested to give the same findings
+Two implementations of one computation, tested to give the same numbers to the bit
 (``tests/unit/checks/test_distribution_outlier.py``): numpy's, used when numpy is already loaded
-(a deep scan's readers load it, so it costs nothing there and is ~10x faster), and plain
+(a deep scan loads it for its readers, so it costs nothing there and is ~10x faster), and plain
 Python's, used otherwise: a quick rescan re-judges the statistics an earlier deep scan recorded,
 and the quick path loads neither numpy nor torch (plain Python: ~1 s per 100,000 files).
 """
@@ -51,7 +51,10 @@ def _with_numpy(raw: bytes, n: int, channels: int) -> Scores:
     values = np.frombuffer(raw, dtype="<f4").reshape(n, 2, channels).astype(np.float64)
     values[~np.isfinite(values)] = 0.0
     means = values[:, 0, :]
-    logs = np.log(np.maximum(values[:, 1, :], _STD_FLOOR))
+    stds = np.maximum(values[:, 1, :], _STD_FLOOR)
+    # math.log, not np.log: numpy's SIMD log is off by an ulp on some values, and the two paths
+    # must give the same numbers to the bit (``_in_python`` takes the floor's log below it, too)
+    logs = np.array(list(map(math.log, stds.ravel().tolist()))).reshape(stds.shape)
     unit = math.exp(float(np.median(logs)))  # the peers' typical std: the unit of mean offsets
     log_dev = logs - np.median(logs, axis=0)
     mean_dev = (means - np.median(means, axis=0)) / unit
