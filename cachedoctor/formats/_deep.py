@@ -11,9 +11,10 @@ slices that stay in the cache. What is left per file is a handful of Python call
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 try:  # ISA-L's CRC-32 is the same polynomial as zlib's, about six times faster (SIMD)
     from isal.isal_zlib import crc32
@@ -103,6 +104,8 @@ def count_nonfinite(
         return None
     if plan.empty:
         return 0
+    if plan.tiny and buffer.format == "B":
+        return _count_tiny(buffer, plan)
     np = lazy_numpy()
     if plan.strides is None:
         flat = np.frombuffer(buffer, dtype=plan.word, count=plan.last - plan.first, offset=plan.first * plan.itemsize)
@@ -139,6 +142,9 @@ class _Plan(NamedTuple):
     #: non-finite, and only such words are. ``top`` is ``None`` for the rules it cannot express.
     top: int | None
     signed: str | None
+    #: a contiguous view of a few plain words (``original_size``, ``crop_ltrb``, ``time_ids``):
+    #: counted in Python, cheaper than setting up numpy's passes (little-endian hosts)
+    tiny: bool
 
 
 def _probe(word: str, mask: int, limit: int, exact: bool) -> tuple[int | None, str | None]:
@@ -172,7 +178,7 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
     for s in shape:
         count *= s
     if count == 0:
-        return _Plan(word, itemsize, mask, limit, exact, parts, words, 0, 0, shape, None, True, top, signed)
+        return _Plan(word, itemsize, mask, limit, exact, parts, words, 0, 0, shape, None, True, top, signed, False)
     contiguous = contiguous_strides(shape)
     stride = stride if stride is not None else contiguous
     span = 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=False))
@@ -181,10 +187,13 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
     first = offset * parts
     if stride == contiguous:
         last = first + span * parts
-        return _Plan(word, itemsize, mask, limit, exact, parts, words, first, last, shape, None, False, top, signed)
+        tiny = parts == 1 and last - first <= _TINY and sys.byteorder == "little"
+        return _Plan(
+            word, itemsize, mask, limit, exact, parts, words, first, last, shape, None, False, top, signed, tiny
+        )
     strides = (*(s * itemsize * parts for s in stride), itemsize)
     shaped = (*shape, parts)
-    return _Plan(word, itemsize, mask, limit, exact, parts, words, first, 0, shaped, strides, False, top, signed)
+    return _Plan(word, itemsize, mask, limit, exact, parts, words, first, 0, shaped, strides, False, top, signed, False)
 
 
 #: Where the next file goes in the read buffer, past a 64-byte boundary (``formats.read_file``):
@@ -217,6 +226,19 @@ def _count_flat(np: Any, flat: Any, plan: _Plan) -> int:
             continue
         found += _count_masked(np, part, plan)
     return found
+
+
+def _count_tiny(buffer: memoryview, plan: _Plan) -> int:
+    """:func:`_count_flat` of a tiny contiguous view, word by word in Python."""
+    words = buffer[plan.first * plan.itemsize : plan.last * plan.itemsize].cast(_WORD_CODE[plan.itemsize])
+    mask, limit = plan.mask, plan.limit
+    if plan.exact:
+        return sum(1 for w in words if w == limit)
+    return sum(1 for w in words if (w & mask) >= limit)
+
+
+_TINY = 32  # words: below this, Python's loop costs less than numpy's set-up
+_WORD_CODE: dict[int, Literal["B", "H", "I", "Q"]] = {1: "B", 2: "H", 4: "I", 8: "Q"}  # memoryview.cast's
 
 
 def _count_masked(np: Any, part: Any, plan: _Plan) -> int:
