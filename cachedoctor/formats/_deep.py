@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
@@ -63,15 +63,21 @@ class Members:
         self.renamed: list[str] = []
         crc_bad: list[MemberCrc] = []
         buffer, size = src.buffer, src.size
-        winners, unpack = directory.members, _LOCAL_HEAD.unpack_from
+        winners, unpack, named = directory.members, _LOCAL_HEAD.unpack_from, _NAMED_HEAD
         for member in directory.entries:  # a handful per file, millions of files: kept lean
             name, method, crc, compressed, _, at = member
-            if at + 30 > size:
+            expected = name.encode()
+            length = len(expected)
+            if length <= _NAMED_UP_TO and at + 30 + length <= size:  # the header and its name, one unpack
+                unpack_named = named.get(length) or _named_head(length)
+                signature, nlen, xlen, local = unpack_named(buffer, at)
+                same = nlen == length and local == expected
+            elif at + 30 > size:
                 raise ReadError("truncated", f"file ends before byte {at + 30}")
-            signature, nlen, xlen = unpack(buffer, at)
-            if buffer[at + 30 : at + 30 + nlen].tobytes() != name.encode() and local_name_differs(
-                buffer[at : min(size, at + 30 + nlen)].tobytes(), member
-            ):
+            else:
+                signature, nlen, xlen = unpack(buffer, at)
+                same = buffer[at + 30 : at + 30 + nlen].tobytes() == expected
+            if not same and local_name_differs(buffer[at : min(size, at + 30 + nlen)].tobytes(), member):
                 self.renamed.append(name)
             if winners[name] is not member:
                 continue  # zipfile reads the last entry of a name; torch.load's pick is judged elsewhere
@@ -89,6 +95,14 @@ class Members:
 
 
 _LOCAL_HEAD = struct.Struct("<4s22xHH")
+_NAMED_HEAD: dict[int, Callable[[memoryview, int], tuple[bytes, int, int, bytes]]] = {}
+_NAMED_UP_TO = 255  # name lengths with an unpacker of their own (longer names are sliced)
+
+
+def _named_head(length: int) -> Callable[[memoryview, int], tuple[bytes, int, int, bytes]]:
+    """An unpacker of a local header and the ``length`` bytes after it (where its name is)."""
+    unpack = _NAMED_HEAD[length] = struct.Struct(f"<4s22xHH{length}s").unpack_from
+    return unpack
 
 
 def count_nonfinite(
