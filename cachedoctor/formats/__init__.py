@@ -57,7 +57,7 @@ class Tally:
         return min(self.bytes, self.size)
 
 
-def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> FileMeta | None:
+def read_file(path: str, *, deep: bool = False, tally: Tally | None = None, digest: bool = True) -> FileMeta | None:
     """Describe ``path``; ``None`` when its bytes are no cache format at all.
 
     Raises :class:`ReadError` for damaged files and :class:`UnreadableFile` when the system
@@ -66,7 +66,8 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
     cannot hang the scan. In deep mode the whole file is read into memory once, but a large one
     only when it is a zip or a reader claims its first bytes: a file no reader knows is judged
     from its head as in a quick read (a 50 GB foreign file is not streamed to learn nothing).
-    ``tally`` counts the bytes read.
+    ``tally`` counts the bytes read; ``digest=False`` spares a deep read the file's xxh3
+    (``FileMeta.digest`` is then ``None``), which only the state database keeps.
     """
     tally = tally if tally is not None else Tally()
     try:
@@ -87,7 +88,7 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
             if size <= _READ_INTO and deep:  # reading it whole costs about what sniffing it does
                 data = _read_whole(fd, size)
                 tally.bytes += len(data)
-                return _dispatch(path, BufferSource(data), deep)
+                return _dispatch(path, BufferSource(data, digest=digest), deep)
             head = FileSource(fd, size)
             try:
                 if not deep or not _claimed(head):
@@ -96,7 +97,7 @@ def read_file(path: str, *, deep: bool = False, tally: Tally | None = None) -> F
                 tally.bytes += head.bytes_read
             with _mapped(fd, size) as buffer:
                 tally.bytes += size  # pre-faulted: every page is read
-                return _dispatch(path, BufferSource(buffer), deep)
+                return _dispatch(path, BufferSource(buffer, digest=digest), deep)
         finally:
             os.close(fd)
     except io.UnsupportedOperation as exc:  # an OSError subclass, but a reader bug, not the disk

@@ -22,9 +22,9 @@ import math
 import struct
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
-from cachedoctor.formats._deep import contiguous_strides
+from cachedoctor.formats._deep import contiguous_strides, lazy_numpy
 
 _SAMPLE = 256  # elements per channel, at least: a grid of every step-th row and column
 _MAX_CHANNELS = 128  # LTX-Video's VAE has 128; text embeddings are wider and are never [C,H,W]
@@ -87,39 +87,48 @@ def channel_stats(
     """Per-channel mean then standard deviation, ``2*C`` little-endian float32, of a latent-like
     tensor whose storage starts at ``buffer`` (``offset`` in elements); ``None`` for other
     tensors, dtypes without a cheap decoding, and non-contiguous views."""
-    word = _WORD.get(dtype)
-    if word is None:
+    if dtype not in _WORD:
         return None
-    layout = _layout(key, tuple(shape), None if stride is None else tuple(stride))
-    if layout is None:
+    grid = _grid(key, dtype, tuple(shape), None if stride is None else tuple(stride))
+    if grid is None or (offset + grid.elements) * grid.itemsize > len(buffer):
         return None
-    channels, rows, width, step, taken, across = layout
-    import numpy as np
-
-    count = channels * rows * width
-    if (offset + count) * _ITEMSIZE[word] > len(buffer):
-        return None
-    data = np.frombuffer(buffer, dtype=word, count=count, offset=offset * _ITEMSIZE[word])
-    part = data.reshape(channels, rows, width)[:, ::step, ::step] if step > 1 else data.reshape(channels, rows, width)
-    block, rows_in, values, squares, ones = _scratch(channels, taken, across)
+    np = lazy_numpy()
+    # the sampled grid, a strided view of the buffer (numpy checks that it fits)
+    part = np.ndarray(grid.shape, grid.word, buffer, offset * grid.itemsize, grid.strides)
+    block, rows_in, as_bits, values, squares, ones = _scratch(*grid.shape)
     if dtype == "bfloat16":
-        np.left_shift(part, 16, out=rows_in.view(np.uint32), dtype=np.uint32)
+        np.left_shift(part, 16, out=as_bits, dtype=np.uint32)
     elif dtype in _FP8:
         np.take(_table(dtype), part, out=rows_in)
     elif dtype == "float16":  # numpy's (hardware) fp16 cast of the strided grid: ~2 us, the table gather ~3.5
         np.copyto(rows_in, part.view(np.float16), casting="unsafe")
     else:
         np.copyto(rows_in, part, casting="unsafe")
-    if dtype in _SMALL:  # fp16 and fp8 values square well inside float32: no overflow to guard
+    if dtype in _SMALL or _bounded(np, values, grid.n):  # no square or sum can overflow: no np.errstate needed
         np.multiply(values, values, out=squares)
         sums = (block @ ones).tolist()  # one matrix-vector product: C sums, then C sums of squares
     else:
         with np.errstate(over="ignore", invalid="ignore"):  # finite values near float32's limit square to inf
             np.multiply(values, values, out=squares)
             sums = (block @ ones).tolist()
-    n = taken * across
-    means = [_finite(total / n) for total in sums[:channels]]
-    stds = [_finite(math.sqrt(max(q / n - m * m, 0.0))) for q, m in zip(sums[channels:], means, strict=True)]
+    return _packed(sums, grid.channels, grid.n)
+
+
+def _bounded(np: Any, values: Any, n: int) -> bool:
+    """Whether no square of ``values`` and no sum of ``n`` of them can overflow float32: within
+    +-2^56 a square is below 2^112, and 2^15 of them sum below float32's 2^128. Two read-only
+    passes over the sample cost less than an ``np.errstate`` (a few microseconds a call)."""
+    return n <= _MAX_N and np.minimum.reduce(values, None) > -_SAFE and np.maximum.reduce(values, None) < _SAFE
+
+
+def _packed(sums: list[float], channels: int, n: int) -> bytes:
+    """The means then the standard deviations, from the C sums then the C sums of squares."""
+    if math.isfinite(sum(sums)):  # the usual case: no sum overflowed (a double cannot, summing these)
+        means = [total / n for total in sums[:channels]]
+        stds = [math.sqrt(max(q / n - m * m, 0.0)) for q, m in zip(sums[channels:], means, strict=True)]
+    else:
+        means = [_finite(total / n) for total in sums[:channels]]
+        stds = [_finite(math.sqrt(max(q / n - m * m, 0.0))) for q, m in zip(sums[channels:], means, strict=True)]
     return struct.pack(f"<{2 * channels}f", *means, *stds)
 
 
@@ -134,34 +143,51 @@ def _finite(value: float) -> float:
 _F32_MAX = 3.4028234663852886e38
 
 
+class _Grid(NamedTuple):
+    """Where the sample of one tensor layout lies: the files of a bucket share it, so it is
+    worked out once."""
+
+    word: str  # the numpy dtype the bits are read as
+    itemsize: int
+    elements: int  # of the tensor
+    shape: tuple[int, int, int]  # the grid: channels, rows taken, columns taken
+    strides: tuple[int, int, int]  # its byte strides in the buffer
+    channels: int
+    n: int  # values per channel
+
+
 @lru_cache(maxsize=1024)
-def _layout(
-    key: str, shape: tuple[int, ...], stride: tuple[int, ...] | None
-) -> tuple[int, int, int, int, int, int] | None:
-    """``(channels, rows, width, step, rows taken, columns taken)`` of a contiguous latent-like
-    tensor: the files of a bucket share it, so it is worked out once."""
+def _grid(key: str, dtype: str, shape: tuple[int, ...], stride: tuple[int, ...] | None) -> _Grid | None:
+    """The sampled grid (every step-th row and column) of a contiguous latent-like tensor."""
     dims = latent_dims(key, shape)
     if dims is None or (stride is not None and stride != contiguous_strides(shape)):
         return None
     channels, rows, width = dims
     step = max(1, math.isqrt(rows * width // _SAMPLE))
-    return channels, rows, width, step, -(-rows // step), -(-width // step)
+    taken, across = -(-rows // step), -(-width // step)
+    word = _WORD[dtype]
+    size = _ITEMSIZE[word]
+    strides = (rows * width * size, step * width * size, step * size)
+    return _Grid(word, size, channels * rows * width, (channels, taken, across), strides, channels, taken * across)
 
 
 _ITEMSIZE = {"<f8": 8, "<f4": 4, "<u2": 2, "u1": 1}
 _SMALL = frozenset({"float16", *_FP8})  # largest finite values: 65504 (fp16), 57344 (e5m2)
+_SAFE = float(2**56)  # see _bounded
+_MAX_N = 1 << 15
 
 
 @lru_cache(maxsize=64)
-def _scratch(channels: int, rows: int, width: int) -> tuple[Any, Any, Any, Any, Any]:
+def _scratch(channels: int, rows: int, width: int) -> tuple[Any, Any, Any, Any, Any, Any]:
     """A reused float32 block ``[2C, rows*width]``: the sampled values (also seen as
-    ``[C, rows, width]``, where they are copied to) over their squares; and a ones vector."""
-    import numpy as np
-
+    ``[C, rows, width]``, where they are copied to, and as its bits) over their squares; and a
+    ones vector."""
+    np = lazy_numpy()
     block = np.empty((2 * channels, rows * width), dtype=np.float32)
     values, squares = block[:channels], block[channels:]
     ones = np.ones(rows * width, dtype=np.float32)
-    return block, values.reshape(channels, rows, width), values, squares, ones
+    rows_in = values.reshape(channels, rows, width)
+    return block, rows_in, rows_in.view(np.uint32), values, squares, ones
 
 
 @lru_cache(maxsize=8)

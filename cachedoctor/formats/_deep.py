@@ -11,9 +11,10 @@ slices that stay in the cache. What is left per file is a handful of Python call
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 try:  # ISA-L's CRC-32 is the same polynomial as zlib's, about six times faster (SIMD)
     from isal.isal_zlib import crc32
@@ -26,10 +27,8 @@ from cachedoctor.formats._zip import STORED, ZipDirectory, inflated_crc, local_n
 from cachedoctor.formats.interface import MemberCrc, ReadError
 
 _SLICE = 1 << 18  # elements checked per numpy call: 256 Ki, at most 2 MiB of scratch (8-byte floats)
-_scratch: dict[str, Any] = {}
-_ALIGN_FROM = (
-    16 << 10
-)  # tensors worth aligning the next read for  # numpy dtype -> reused buffer of _SLICE elements (per process)
+_scratch: dict[str, Any] = {}  # numpy dtype -> reused buffer of _SLICE elements (per process)
+_ALIGN_FROM = 16 << 10  # tensors worth aligning the next read for
 
 
 def digest(buffer: memoryview) -> str:
@@ -45,6 +44,11 @@ def digest(buffer: memoryview) -> str:
 _xxh3: Any = None
 
 
+def file_digest(src: BufferSource) -> str | None:
+    """:func:`digest` of the source's bytes, or ``None`` where its reader does not want it."""
+    return digest(src.buffer) if src.digest else None
+
+
 class Members:
     """What a deep read learns from the members' own bytes, in one pass over them: where each
     one's data starts (its local header), which local headers carry another name than the
@@ -55,35 +59,50 @@ class Members:
 
     def __init__(self, src: BufferSource, directory: ZipDirectory) -> None:
         self.starts: dict[str, int] = {}
+        starts = self.starts
         self.renamed: list[str] = []
         crc_bad: list[MemberCrc] = []
         buffer, size = src.buffer, src.size
-        winners, unpack = directory.members, _LOCAL_HEAD.unpack_from
-        for member in directory.entries:
-            at = member.header_offset
-            if at + 30 > size:
+        winners, unpack, named = directory.members, _LOCAL_HEAD.unpack_from, _NAMED_HEAD
+        for member in directory.entries:  # a handful per file, millions of files: kept lean
+            name, method, crc, compressed, _, at = member
+            expected = name.encode()
+            length = len(expected)
+            if length <= _NAMED_UP_TO and at + 30 + length <= size:  # the header and its name, one unpack
+                unpack_named = named.get(length) or _named_head(length)
+                signature, nlen, xlen, local = unpack_named(buffer, at)
+                same = nlen == length and local == expected
+            elif at + 30 > size:
                 raise ReadError("truncated", f"file ends before byte {at + 30}")
-            signature, nlen, xlen = unpack(buffer, at)
-            name = member.name
-            if buffer[at + 30 : at + 30 + nlen].tobytes() != name.encode() and local_name_differs(
-                buffer[at : min(size, at + 30 + nlen)].tobytes(), member
-            ):
+            else:
+                signature, nlen, xlen = unpack(buffer, at)
+                same = buffer[at + 30 : at + 30 + nlen].tobytes() == expected
+            if not same and local_name_differs(buffer[at : min(size, at + 30 + nlen)].tobytes(), member):
                 self.renamed.append(name)
             if winners[name] is not member:
                 continue  # zipfile reads the last entry of a name; torch.load's pick is judged elsewhere
             if signature != b"PK\x03\x04":
                 raise ReadError("bad-zip", f"local header of {name} is damaged")
-            start = self.starts[name] = at + 30 + nlen + xlen
-            data = buffer[start : start + member.compressed_size]
-            if len(data) != member.compressed_size:
-                raise ReadError("truncated", f"file ends before byte {start + member.compressed_size}")
-            actual = crc32(data) if member.method == STORED else inflated_crc(data, member)  # streamed: bounded
-            if actual != member.crc:
-                crc_bad.append(MemberCrc(name, member.crc, actual))
+            start = starts[name] = at + 30 + nlen + xlen
+            end = start + compressed
+            if end > size:
+                raise ReadError("truncated", f"file ends before byte {end}")
+            data = buffer[start:end]
+            actual = crc32(data) if method == STORED else inflated_crc(data, member)  # streamed: bounded
+            if actual != crc:
+                crc_bad.append(MemberCrc(name, crc, actual))
         self.crc_bad = tuple(crc_bad)
 
 
 _LOCAL_HEAD = struct.Struct("<4s22xHH")
+_NAMED_HEAD: dict[int, Callable[[memoryview, int], tuple[bytes, int, int, bytes]]] = {}
+_NAMED_UP_TO = 255  # name lengths with an unpacker of their own (longer names are sliced)
+
+
+def _named_head(length: int) -> Callable[[memoryview, int], tuple[bytes, int, int, bytes]]:
+    """An unpacker of a local header and the ``length`` bytes after it (where its name is)."""
+    unpack = _NAMED_HEAD[length] = struct.Struct(f"<4s22xHH{length}s").unpack_from
+    return unpack
 
 
 def count_nonfinite(
@@ -99,16 +118,17 @@ def count_nonfinite(
         return None
     if plan.empty:
         return 0
-    import numpy as np
-
-    storage = np.frombuffer(buffer, dtype=plan.word, count=plan.words)
+    if plan.tiny and buffer.format == "B":
+        return _count_tiny(buffer, plan)
+    np = lazy_numpy()
     if plan.strides is None:
-        flat = storage[plan.first : plan.last]
-        found = _count_flat(np, flat, plan.mask, plan.limit, plan.exact)
+        flat = np.frombuffer(buffer, dtype=plan.word, count=plan.last - plan.first, offset=plan.first * plan.itemsize)
+        found = _count_flat(np, flat, plan)
         if plan.parts == 1 or found == 0:
             return found  # a complex number with no non-finite part is finite
         view = flat.reshape(-1, 2)
     else:
+        storage = np.frombuffer(buffer, dtype=plan.word, count=plan.words)
         view = np.lib.stride_tricks.as_strided(
             storage[plan.first :], shape=plan.shape, strides=plan.strides, writeable=False
         )
@@ -131,6 +151,31 @@ class _Plan(NamedTuple):
     shape: tuple[int, ...]  # strided views: the shape and byte strides as_strided takes
     strides: tuple[int, ...] | None
     empty: bool  # the view has no element
+    #: The probe of :func:`_count_flat`: a word whose unsigned value reaches ``top``, or (with
+    #: ``signed``, the signed dtype of the same width) whose signed value reaches ``limit``, is
+    #: non-finite, and only such words are. ``top`` is ``None`` for the rules it cannot express.
+    top: int | None
+    signed: str | None
+    #: a contiguous view of a few plain words (``original_size``, ``crop_ltrb``, ``time_ids``):
+    #: counted in Python, cheaper than setting up numpy's passes (little-endian hosts)
+    tiny: bool
+
+
+def _probe(word: str, mask: int, limit: int, exact: bool) -> tuple[int | None, str | None]:
+    """``(top, signed)`` of a rule (see :class:`_Plan`). Where the mask keeps every bit but the
+    sign (IEEE formats: ``bits & mask`` is the magnitude), ``bits & mask >= limit`` holds for a
+    word with the sign clear exactly when its signed value is ``>= limit``, and for a word with
+    the sign set exactly when its unsigned value is ``>= sign + limit``: the two maxima tell,
+    both read-only passes. Where the mask keeps every bit, the unsigned maximum alone does."""
+    if exact:
+        return None, None
+    bits = int(word[-1]) * 8
+    sign = 1 << (bits - 1)
+    if mask == (1 << bits) - 1:
+        return limit, None
+    if mask == sign - 1 and 0 < limit < sign:
+        return sign + limit, "<i" + word[-1]
+    return None, None
 
 
 @lru_cache(maxsize=1024)
@@ -139,6 +184,7 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
     if rule is None:
         return None
     word, mask, limit, exact = rule
+    top, signed = _probe(word, mask, limit, exact)
     itemsize = int(word[-1])
     parts = 2 if dtype.startswith("complex") else 1  # a complex element is two floats
     words = numel * parts
@@ -146,7 +192,7 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
     for s in shape:
         count *= s
     if count == 0:
-        return _Plan(word, itemsize, mask, limit, exact, parts, words, 0, 0, shape, None, True)
+        return _Plan(word, itemsize, mask, limit, exact, parts, words, 0, 0, shape, None, True, top, signed, False)
     contiguous = contiguous_strides(shape)
     stride = stride if stride is not None else contiguous
     span = 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=False))
@@ -154,9 +200,14 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
         return None
     first = offset * parts
     if stride == contiguous:
-        return _Plan(word, itemsize, mask, limit, exact, parts, words, first, first + span * parts, shape, None, False)
+        last = first + span * parts
+        tiny = parts == 1 and last - first <= _TINY and sys.byteorder == "little"
+        return _Plan(
+            word, itemsize, mask, limit, exact, parts, words, first, last, shape, None, False, top, signed, tiny
+        )
     strides = (*(s * itemsize * parts for s in stride), itemsize)
-    return _Plan(word, itemsize, mask, limit, exact, parts, words, first, 0, (*shape, parts), strides, False)
+    shaped = (*shape, parts)
+    return _Plan(word, itemsize, mask, limit, exact, parts, words, first, 0, shaped, strides, False, top, signed, False)
 
 
 #: Where the next file goes in the read buffer, past a 64-byte boundary (``formats.read_file``):
@@ -167,25 +218,66 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
 placement = 0
 
 
-def _count_flat(np: Any, flat: Any, mask: int, limit: int, exact: bool) -> int:
-    """Non-finite words in a contiguous array, in slices that stay in the CPU cache: mask into
-    a reused buffer and take its maximum (both SIMD); count only when the maximum says so."""
+def _count_flat(np: Any, flat: Any, plan: _Plan) -> int:
+    """Non-finite words in a contiguous array, in slices that stay in the CPU cache. Each slice
+    is probed first with one or two maxima (read-only SIMD passes, :func:`_probe`); only a slice
+    the probe finds non-finite words in is masked into a reused buffer and counted."""
     global placement
-    if not flat.flags.aligned and flat.nbytes >= _ALIGN_FROM:
+    if flat.nbytes >= _ALIGN_FROM and not flat.flags.aligned:
         placement = (placement - flat.ctypes.data) % 64
-    if exact:
-        return int(np.count_nonzero(flat == limit))
-    scratch = _scratch.get(flat.dtype.str)
-    if scratch is None:
-        scratch = _scratch[flat.dtype.str] = np.empty(_SLICE, dtype=flat.dtype)
+    if plan.exact:
+        return int(np.count_nonzero(flat == plan.limit))
+    top, signed, limit = plan.top, plan.signed, plan.limit
+    peak = np.maximum.reduce  # not ndarray.max(): its Python wrapper costs as much as the pass
+    if flat.size <= _SLICE and top is not None:  # the usual tensor: one slice
+        if peak(flat) < top and (signed is None or peak(flat.view(signed)) < limit):
+            return 0
+        return _count_masked(np, flat, plan)
     found = 0
     for start in range(0, flat.size, _SLICE):
         part = flat[start : start + _SLICE]
-        masked = scratch[: part.size]
-        np.bitwise_and(part, mask, out=masked)
-        if masked.max() >= limit:
-            found += int(np.count_nonzero(masked >= limit))
+        if top is not None and peak(part) < top and (signed is None or peak(part.view(signed)) < limit):
+            continue
+        found += _count_masked(np, part, plan)
     return found
+
+
+def _count_tiny(buffer: memoryview, plan: _Plan) -> int:
+    """:func:`_count_flat` of a tiny contiguous view, word by word in Python."""
+    words = buffer[plan.first * plan.itemsize : plan.last * plan.itemsize].cast(_WORD_CODE[plan.itemsize])
+    mask, limit = plan.mask, plan.limit
+    if plan.exact:
+        return sum(1 for w in words if w == limit)
+    return sum(1 for w in words if (w & mask) >= limit)
+
+
+_TINY = 32  # words: below this, Python's loop costs less than numpy's set-up
+_WORD_CODE: dict[int, Literal["B", "H", "I", "Q"]] = {1: "B", 2: "H", 4: "I", 8: "Q"}  # memoryview.cast's
+
+
+def _count_masked(np: Any, part: Any, plan: _Plan) -> int:
+    """Words of ``part`` (at most :data:`_SLICE`) whose masked bits reach the rule's limit."""
+    scratch = _scratch.get(part.dtype.str)
+    if scratch is None:
+        scratch = _scratch[part.dtype.str] = np.empty(_SLICE, dtype=part.dtype)
+    masked = scratch[: part.size]
+    np.bitwise_and(part, plan.mask, out=masked)
+    if np.maximum.reduce(masked) < plan.limit:
+        return 0
+    return int(np.count_nonzero(masked >= plan.limit))
+
+
+def lazy_numpy() -> Any:
+    """numpy, imported on the first deep check (a quick scan never loads it)."""
+    global _np
+    if _np is None:
+        import numpy
+
+        _np = numpy
+    return _np
+
+
+_np: Any = None
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -64,9 +64,14 @@ class FileSource(Source):
 
 
 class BufferSource(Source):
-    def __init__(self, buffer: bytes | memoryview) -> None:
+    """The whole file in memory (a deep read). ``digest``: whether the readers take the file's
+    xxh3 (``FileMeta.digest``); only the state database keeps it, so a scan without one, or a
+    buffer that is only part of a file, spares that pass over every byte."""
+
+    def __init__(self, buffer: bytes | memoryview, *, digest: bool = True) -> None:
         self.buffer = memoryview(buffer)
         self.size = len(self.buffer)
+        self.digest = digest
 
     def read_at(self, offset: int, length: int) -> bytes:
         return bytes(self.buffer[offset : offset + length])

@@ -215,11 +215,20 @@ def object_globals(where: str, data: bytes | memoryview) -> list[str]:
     return found
 
 
-def tensor_from(key: str, storage: str, header: NpyHeader, data_bytes: int) -> TensorMeta:
-    """Describe an array: its record holds ``data_bytes`` bytes after the header."""
+def tensor_from(
+    key: str, storage: str, header: NpyHeader, data_bytes: int, data: memoryview | None = None
+) -> TensorMeta:
+    """Describe an array: its record holds ``data_bytes`` bytes after the header. With ``data``
+    (a deep read: the bytes after the header), also its NaN/Inf count and, for a finite latent,
+    its per-channel statistics, where the record holds all of the array's data."""
     numel = 1
     for s in header.shape:
         numel *= s
+    nonfinite = stats = None
+    if data is not None and not (header.fortran_order or header.is_object) and len(data) >= header.nbytes:
+        nonfinite = _deep.count_nonfinite(data, header.dtype, numel, 0, header.shape, None)
+        if nonfinite == 0:
+            stats = channel_stats(key, data, header.dtype, 0, header.shape, None)
     return TensorMeta(
         key=key,
         shape=header.shape,
@@ -228,22 +237,9 @@ def tensor_from(key: str, storage: str, header: NpyHeader, data_bytes: int) -> T
         storage=storage,
         storage_numel=numel,
         record_bytes=data_bytes,
+        nonfinite=nonfinite,
+        stats=stats,
     )
-
-
-def with_nonfinite(t: TensorMeta, header: NpyHeader, data: memoryview) -> TensorMeta:
-    """Count NaN/Inf when the record holds all the data; ``data`` starts after the header."""
-    from dataclasses import replace
-
-    if header.fortran_order or header.is_object or t.storage_numel is None:
-        return t
-    if len(data) < header.nbytes:
-        return t
-    count = _deep.count_nonfinite(data, t.dtype, t.storage_numel, 0, t.shape, None)
-    if count is None:
-        return t
-    stats = channel_stats(t.key, data, t.dtype, 0, t.shape, None) if count == 0 else None
-    return replace(t, nonfinite=count, stats=stats)
 
 
 class NpyReader(FormatReader):
@@ -264,15 +260,15 @@ class NpyReader(FormatReader):
                 loaders=LOADERS[self.name],
                 unreadable_reason=exc.message,
             )
-        tensor = tensor_from("", "", header, src.size - header.data_start)
+        deep_data = src.buffer[header.data_start :] if deep and isinstance(src, BufferSource) else None
+        tensor = tensor_from("", "", header, src.size - header.data_start, deep_data)
         foreign: tuple[str, ...] = ()
         if header.is_object:
             size = min(src.size - header.data_start, LIMITS.pickle_bytes + 1)
             foreign = tuple(object_globals("", src.read_at(header.data_start, size)))
         digest = None
         if deep and isinstance(src, BufferSource):
-            tensor = with_nonfinite(tensor, header, src.buffer[header.data_start :])
-            digest = _deep.digest(src.buffer)
+            digest = _deep.file_digest(src)
         return FileMeta(
             path,
             self.name,

@@ -34,7 +34,6 @@ from cachedoctor.formats.npy import (
     parse_header,
     tensor_from,
     unproven,
-    with_nonfinite,
 )
 
 #: Members whose data is inflated in deep mode to count NaN/Inf (larger ones are CRC-checked in
@@ -220,7 +219,7 @@ class NpzReader(FormatReader):
             small = small_values(header, first)
             if small is not None:
                 values.append((key, small))
-            tensor = tensor_from(key, name, header, member.size - header.data_start)
+            data: memoryview | None = None
             if deep and isinstance(src, BufferSource) and member.size <= DEEP_CAP:
                 if member.method == STORED:  # zero-copy: the file is in memory already
                     data = src.view(stream.start, member.compressed_size)[header.data_start :]
@@ -229,8 +228,7 @@ class NpzReader(FormatReader):
                         data = memoryview(first[header.data_start :] + stream.read(member.size))
                     except (ReadError, CapPassed):
                         data = memoryview(b"")
-                tensor = with_nonfinite(tensor, header, data)
-            tensors.append(tensor)
+            tensors.append(tensor_from(key, name, header, member.size - header.data_start, data))
         if failed is not None:
             if not foreign:
                 raise failed
@@ -244,7 +242,7 @@ class NpzReader(FormatReader):
             )
         if deep and isinstance(src, BufferSource):
             crc_bad = _deep.Members(src, directory).crc_bad
-            digest = _deep.digest(src.buffer)
+            digest = _deep.file_digest(src)
         return FileMeta(
             path,
             self.name,

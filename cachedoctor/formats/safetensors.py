@@ -70,8 +70,8 @@ class SafetensorsReader(FormatReader):
         tensors = [t for t, _, _ in entries]
         digest = None
         if deep and isinstance(src, BufferSource):
-            tensors = [_with_nonfinite(t, src, 8 + n + start) for t, start, _ in entries]
-            digest = _deep.digest(src.buffer)
+            tensors = [_with_nonfinite(t, src.view(8 + n + start, end - start)) for t, start, end in entries]
+            digest = _deep.file_digest(src)
         return FileMeta(
             path,
             self.name,
@@ -105,27 +105,38 @@ def _entry(key: str, value: object) -> tuple[TensorMeta, int, int]:
         raise ReadError(
             "bad-header", f"tensor {key!r:.60} spans {end - start} bytes but its shape needs {numel * itemsize}"
         )
-    return (
-        TensorMeta(
-            key=key,
-            shape=tuple(shape),
-            dtype=dtype,
-            itemsize=itemsize,
-            storage=key,
-            storage_numel=numel,
-            record_bytes=end - start,
-        ),
-        start,
-        end,
+    return _tensor(key, tuple(shape), dtype, itemsize, numel, end - start), start, end
+
+
+def _tensor(
+    key: str,
+    shape: tuple[int, ...],
+    dtype: str,
+    itemsize: int,
+    numel: int,
+    nbytes: int,
+    nonfinite: int | None = None,
+    stats: bytes | None = None,
+) -> TensorMeta:
+    return TensorMeta(
+        key=key,
+        shape=shape,
+        dtype=dtype,
+        itemsize=itemsize,
+        storage=key,
+        storage_numel=numel,
+        record_bytes=nbytes,
+        nonfinite=nonfinite,
+        stats=stats,
     )
 
 
-def _with_nonfinite(t: TensorMeta, src: BufferSource, start: int) -> TensorMeta:
-    from dataclasses import replace
-
-    data = src.view(start, t.record_bytes or 0)
-    count = _deep.count_nonfinite(data, t.dtype, t.numel, 0, t.shape, None)
+def _with_nonfinite(t: TensorMeta, data: memoryview) -> TensorMeta:
+    """``t`` with its NaN/Inf count and, for a finite latent, its per-channel statistics (built
+    anew: ``dataclasses.replace`` costs several microseconds a tensor)."""
+    numel = t.storage_numel or 0
+    count = _deep.count_nonfinite(data, t.dtype, numel, 0, t.shape, None)
     if count is None:
         return t
     stats = channel_stats(t.key, data, t.dtype, 0, t.shape, None) if count == 0 else None
-    return replace(t, nonfinite=count, stats=stats)
+    return _tensor(t.key, t.shape, t.dtype, t.itemsize, numel, t.record_bytes or 0, count, stats)

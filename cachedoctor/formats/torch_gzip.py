@@ -57,7 +57,7 @@ class TorchGzipReader(FormatReader):
 
     def read(self, path: str, src: Source, *, deep: bool) -> FileMeta:
         raw = src.buffer if isinstance(src, BufferSource) else src.exact(0, src.size)
-        inner = BufferSource(memoryview(inflate(raw)))
+        inner = BufferSource(memoryview(inflate(raw)), digest=False)  # the digest is the file's
         head = inner.read_at(0, 64)
         directory = torch_directory_of(inner) if is_zip(head) else None
         if directory is not None and torch_zip.looks_like_torch(directory):
@@ -65,7 +65,7 @@ class TorchGzipReader(FormatReader):
         else:
             meta = self._other(path, head, inner, deep)
         meta = replace(meta, size=src.size)
-        if deep:
+        if deep and (src.digest if isinstance(src, BufferSource) else True):
             meta = replace(meta, digest=_deep.digest(memoryview(raw)))
         return meta
 

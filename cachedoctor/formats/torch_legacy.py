@@ -114,15 +114,16 @@ class TorchLegacyReader(FormatReader):
             record = records.get(rec.storage.key)
             if record is None and rec.storage.key not in missing:
                 missing.append(rec.storage.key)
-            t = rec.meta(key, None if record is None else record[1])
+            nonfinite = stats = None
             if deep and isinstance(src, BufferSource) and record is not None:
                 data = src.view(*record)
-                count = _deep.count_nonfinite(data, t.dtype, rec.storage_elements, t.offset, t.shape, t.stride)
-                if count is not None:
-                    stats = channel_stats(key, data, t.dtype, t.offset, t.shape, t.stride) if count == 0 else None
-                    t = replace(t, nonfinite=count, stats=stats)
-            tensors.append(t)
-        digest = _deep.digest(src.buffer) if deep and isinstance(src, BufferSource) else None
+                nonfinite = _deep.count_nonfinite(
+                    data, rec.dtype, rec.storage_elements, rec.offset, rec.size, rec.stride
+                )
+                if nonfinite == 0:
+                    stats = channel_stats(key, data, rec.dtype, rec.offset, rec.size, rec.stride)
+            tensors.append(rec.meta(key, None if record is None else record[1], nonfinite, stats))
+        digest = _deep.file_digest(src) if deep and isinstance(src, BufferSource) else None
         return FileMeta(
             path,
             self.name,

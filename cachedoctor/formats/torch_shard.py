@@ -116,7 +116,7 @@ class _Slice(Source):
 
 def _item_source(src: Source, offset: int, size: int) -> Source:
     if isinstance(src, BufferSource):
-        return BufferSource(src.view(offset, size))  # deep: the archive's bytes, zero-copy
+        return BufferSource(src.view(offset, size), digest=False)  # deep: zero-copy (the digest is the file's)
     return _Slice(src, offset, size)
 
 
@@ -177,7 +177,7 @@ def read(path: str, src: Source, *, deep: bool) -> FileMeta:
     if deep and isinstance(src, BufferSource):
         from cachedoctor.formats import _deep
 
-        digest = _deep.digest(src.buffer)
+        digest = _deep.file_digest(src)
     return FileMeta(
         path,
         NAME,

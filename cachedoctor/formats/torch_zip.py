@@ -175,7 +175,7 @@ def _describe(
     if layout is not None:
         assert deep_src is not None
         crc_bad = layout.crc_bad
-        file_digest = _deep.digest(deep_src.buffer)
+        file_digest = _deep.file_digest(deep_src)
         ambiguous += tuple(n for n in layout.renamed if n not in ambiguous)
     return FileMeta(
         path,

@@ -165,7 +165,7 @@ def _read_once(store: Store, info: ObjectInfo, deep: bool, facts: bool, digest: 
         if deep:
             with deep_bytes(store, info) as data:
                 taken = len(data)
-                meta = _dispatch(url, BufferSource(data), True)
+                meta = _dispatch(url, BufferSource(data, digest=digest), True)
         else:
             src = RangeSource(reader_store, info, WHOLE_UP_TO)
             meta = _dispatch(url, src, False)

@@ -92,7 +92,7 @@ def _inspect(path: str, deep: bool, mtime: int | None, digest: bool = False, tem
         return _judge(Inspected(path, _size(path), temp=True), None, mtime)
     tally = Tally()
     try:
-        meta = _read(path, deep, tally)
+        meta = _read(path, deep, tally, digest)
     except UnreadableFile as exc:
         if exc.problem == "special-file":  # a FIFO or socket where the listing saw a file: not read
             kind = str(exc.details.get("type", "special file"))
@@ -172,11 +172,12 @@ def _reader_bug(path: str, exc: Exception, size: int, mtime: int | None, io: int
     )
 
 
-def _read(path: str, deep: bool, tally: Tally) -> FileMeta | None:
+def _read(path: str, deep: bool, tally: Tally, digest: bool) -> FileMeta | None:
     """:func:`read_file`, except that a deep scan does not read whole a file under a foreign name
     that a quick read already calls foreign (a tar, a pickle, a zip of someone else's): there
     is nothing in it to check. (Files no reader claims at all ``read_file`` judges from their
-    head itself, whatever their name.)"""
+    head itself, whatever their name.) The file's xxh3 is taken only with ``digest`` (the
+    state database's): nothing else reads it."""
     if deep and not claims_cache(path):
         try:
             if read_file(path, deep=False, tally=tally) is None:
@@ -186,7 +187,7 @@ def _read(path: str, deep: bool, tally: Tally) -> FileMeta | None:
         except ReadError as exc:
             if exc.problem in _FOREIGN_PROBLEMS:
                 raise
-    return read_file(path, deep=deep, tally=tally)
+    return read_file(path, deep=deep, tally=tally, digest=digest)
 
 
 def _broken_link(path: str, mtime: int | None) -> Outcome:

@@ -134,6 +134,34 @@ def test_deep_digest_is_xxh3_of_the_file(tmp_path: Path) -> None:
     assert read_file(str(path)).digest is None  # type: ignore[union-attr]
 
 
+def _every_deep_format(folder: Path) -> list[Path]:
+    """One finite latent in every container a deep read hashes: torch.save zip, gzipped, legacy,
+    npz (kohya's three arrays), a bare npy, safetensors."""
+    x = torch.randn(4, 16, 16, generator=torch.Generator().manual_seed(1))
+    paths = [save_pt(folder / "a.pt", x), folder / "legacy.pt"]
+    torch.save(x, folder / "legacy.pt", _use_new_zipfile_serialization=False)
+    (folder / "g.pt").write_bytes(gzipped(pt_bytes(x)))
+    write_npz(folder / "k.npz", latents=x.numpy(), original_size=np.array([64, 64]), crop_ltrb=np.zeros(4))
+    np.save(folder / "n.npy", x.numpy())
+    save_file({"latents": x.to(torch.bfloat16)}, str(folder / "s.safetensors"))
+    return [*paths, folder / "g.pt", folder / "k.npz", folder / "n.npy", folder / "s.safetensors"]
+
+
+def test_a_deep_read_without_the_digest_differs_by_the_digest_only(tmp_path: Path) -> None:
+    """``digest=False`` (a scan without a state database) spares the xxh3 pass over the file:
+    every other fact of the deep read stays, counts and latent statistics included."""
+    import dataclasses
+
+    import xxhash
+
+    for path in _every_deep_format(tmp_path):
+        hashed, spared = read_file(str(path), deep=True), read_file(str(path), deep=True, digest=False)
+        assert hashed is not None and spared is not None, path
+        assert hashed.digest == xxhash.xxh3_128_hexdigest(path.read_bytes()), path
+        assert spared == dataclasses.replace(hashed, digest=None), path
+        assert any(t.stats for t in spared.tensors) and all(t.nonfinite == 0 for t in spared.tensors if t.stats), path
+
+
 def test_nonfinite_counts_only_the_view(tmp_path: Path) -> None:
     batch = torch.zeros(3, 4, 4)
     batch[0, 0, 0] = float("nan")  # outside the saved view

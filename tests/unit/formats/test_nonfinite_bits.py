@@ -110,3 +110,26 @@ def test_reads_placed_for_alignment_count_the_same(tmp_path: Path) -> None:
     assert {s[1] for s in seen} != {0}  # the npz moved the placement: the later reads landed elsewhere
     for suffix, _, counts in seen:
         assert counts == ([("latents", 1)] if suffix == ".npz" else [("", 3)])
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", *ONE_BYTE])
+def test_tiny_views_judge_every_pattern_alike(name: str) -> None:
+    """Views of a few words (kohya's ``crop_ltrb``, SDXL's ``time_ids``) are counted word by word
+    in Python instead of numpy: every bit pattern as torch judges it, eight words at a time."""
+    bits = torch.arange(256, dtype=torch.uint8) if name in ONE_BYTE else torch.arange(-32768, 32768).to(torch.int16)
+    t = bits.view(getattr(torch, name))
+    assert sum(_count(t[i : i + 8], name) or 0 for i in range(0, t.numel(), 8)) == _expected(t) > 0
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32", "float64"])
+def test_negative_nan_and_inf_alone_are_found_in_any_slice(name: str) -> None:
+    """The probe reads the words as unsigned (a negative NaN or -Inf is among the largest) and as
+    signed (a positive one is): here only negative ones, in the first and in a later slice."""
+    dtype = getattr(torch, name)
+    t = torch.ones(300_000, dtype=dtype)
+    t[7] = float("-inf")
+    negative_nan = {"float16": 0xFE00, "bfloat16": 0xFFC0, "float32": 0xFFC0_0000, "float64": 0xFFF8 << 48}[name]
+    bits = 8 * t.element_size()
+    t.view({16: torch.int16, 32: torch.int32, 64: torch.int64}[bits])[280_000] = negative_nan - (1 << bits)
+    assert t[280_000].isnan()
+    assert _count(t, name) == _expected(t) == 2

@@ -51,3 +51,27 @@ def test_deep_scan_with_state_reads_the_file_once_and_records_its_deep_digest(tm
     (digest,) = db.execute("SELECT xxh3 FROM files WHERE name = ?", (b"one.pt",)).fetchone()
     db.close()
     assert digest == xxhash.xxh3_128_hexdigest(path.read_bytes())
+
+
+def test_deep_scan_with_state_records_the_digest_of_files_read_into_memory(tmp_path: Path) -> None:
+    """Files under the mapping size are read into the reused buffer: the digest the state
+    database keeps is still their xxh3 (a scan without the database skips that pass)."""
+    import numpy as np
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "cache"
+    x = torch.randn(4, 16, 16, generator=torch.Generator().manual_seed(3))
+    save_pt(folder / "a.pt", x)
+    np.savez(folder / "b.npz", latents=x.numpy())
+    save_file({"latents": x}, str(folder / "c.safetensors"))
+    settle(folder)
+    without_state = scan([str(folder)], ScanOptions(deep=True, workers=1, state=None))
+    with_state = scan([str(folder)], ScanOptions(deep=True, workers=1, state="auto"))
+    for result in (without_state, with_state):
+        assert result.errors == [] and result.stats.files_deep == 3 and result.findings == []
+    db = sqlite3.connect(folder / ".cachedoctor" / "state.sqlite")
+    recorded = dict(db.execute("SELECT name, xxh3 FROM files"))
+    db.close()
+    assert recorded == {
+        p.name.encode(): xxhash.xxh3_128_hexdigest(p.read_bytes()) for p in folder.iterdir() if p.is_file()
+    }
