@@ -9,8 +9,9 @@ file the scan would reject is removed and the old one stays), and the old file i
 into the quarantine. Then, per batch of up to :data:`BATCH` files of one
 folder:
 
-1. every temp file is fsynced (on a thread of its own, while the next file's bytes are made:
-   the waits for the disk overlap the CPU work; all of them end before step 3);
+1. every temp file is fsynced (on threads of their own, while the next file's bytes are made:
+   the waits for the disk overlap the CPU work, and fsyncs in flight together share the file
+   system's journal commits; all of them end before step 3);
 2. the quarantine folder is fsynced: every kept copy is durable before any rename;
 3. each temp file is renamed over its target, and the cache folder fsynced once;
 4. the batch's results go to the journal in one transaction (``Journal.record_many``).
@@ -43,6 +44,12 @@ from cachedoctor.repair.verify import unfit_line
 #: folder fsyncs (two per batch) a rounding error.
 BATCH = 64
 
+#: Threads that fsync the temp files. One fsync at a time waits for a journal commit of its own
+#: (ext4: 1-5 ms each on a busy disk); fsyncs in flight together are made durable by one commit
+#: (measured on ext4: 64 files of 130 KB fsynced one after another 3.5-6 ms a file, 8 at once
+#: 0.2-0.35 ms a file). Each file is still fsynced on its own before any rename.
+SYNC_THREADS = 8
+
 
 @dataclass(slots=True)
 class _Written:
@@ -50,7 +57,7 @@ class _Written:
     temp: str
     size: int
     kept: str | None = None
-    synced: Future[None] | None = None  # its fsync, on the syncer thread
+    synced: Future[None] | None = None  # its fsync, on a syncer thread
 
 
 class Batcher:
@@ -81,9 +88,10 @@ class Batcher:
         self.locks = contextlib.ExitStack()
         self.results: list[ItemResult] = []
         self.written: list[_Written] = []
-        # One thread fsyncs each temp file while this one makes the next file's bytes: the wait
-        # for the disk overlaps the CPU work (every fsync still ends before any rename).
-        self.syncer = ThreadPoolExecutor(1, thread_name_prefix="cachedoctor-fsync")
+        # Threads fsync each temp file while this one makes the next file's bytes: the wait for
+        # the disk overlaps the CPU work, and the fsyncs share commits (every fsync still ends
+        # before any rename).
+        self.syncer = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="cachedoctor-fsync")
 
     def __enter__(self) -> Batcher:
         return self
