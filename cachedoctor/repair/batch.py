@@ -55,7 +55,7 @@ SYNC_THREADS = 8
 class _Written:
     action: Action
     temp: str
-    size: int
+    made: os.stat_result  # the temp file's fstat once written
     kept: str | None = None
     synced: Future[None] | None = None  # its fsync, on a syncer thread
 
@@ -66,7 +66,8 @@ class Batcher:
     pending, and at the end (``with``). ``record`` gets each batch's results once they are
     durable. ``make_bytes(action, old_bytes, path)`` (the old file's bytes, read once) raises
     :class:`NotRewritable`; ``judge(action, temp, data)`` says what the scan would find wrong
-    with the new file (``data``: its bytes, still in memory). A full disk raises
+    with the new file (``data``: its bytes, still in memory); ``placed(path, made)`` hears of
+    each file put in place (``made``: its temp file's ``fstat`` once written). A full disk raises
     :class:`RepairError` after the batch's finished files are put in place and recorded; any
     other exception (Ctrl-C) removes the batch's temp files and leaves its old files in place."""
 
@@ -77,12 +78,14 @@ class Batcher:
         make_bytes: Callable[[Action, bytes, str], bytes],
         judge: Callable[[Action, str, bytes], str | None],
         size: int = BATCH,
+        placed: Callable[[str, os.stat_result], None] | None = None,
     ) -> None:
         self.run_id = run_id
         self.record = record
         self.make_bytes = make_bytes
         self.judge = judge
         self.size = size
+        self.placed = placed
         self.quarantines: dict[str, Quarantine] = {}
         self.folder: str | None = None
         self.locks = contextlib.ExitStack()
@@ -134,7 +137,7 @@ class Batcher:
         stop: RepairError | None = None
         try:
             try:
-                _durable(self.written, list(self.quarantines.values()))
+                _durable(self.written, list(self.quarantines.values()), self.placed)
             except OSError as exc:  # what is renamed is done; the rest stays as it was
                 folder = os.path.dirname(self.written[0].action.path)
                 then = "run the same `cachedoctor repair` again: it resumes"
@@ -149,7 +152,7 @@ class Batcher:
                     "written and checked",
                     w.kept,
                     w.action.bytes,
-                    w.size,
+                    w.made.st_size,
                 )
                 for w in done
             ]
@@ -173,7 +176,9 @@ class Batcher:
         self.locks.close()
 
 
-def _durable(written: list[_Written], quarantines: list[Quarantine]) -> None:
+def _durable(
+    written: list[_Written], quarantines: list[Quarantine], placed: Callable[[str, os.stat_result], None] | None
+) -> None:
     """Steps 1-3 of the module's docstring for the files of one batch."""
     if not written:
         return
@@ -190,6 +195,8 @@ def _durable(written: list[_Written], quarantines: list[Quarantine]) -> None:
         crash_point("before-replace")
         os.replace(w.temp, w.action.path)
         w.temp = w.action.path  # (renamed: nothing to remove on the way out)
+        if placed is not None:
+            placed(w.action.path, w.made)
         crash_point("after-replace")
     fsync_dir(os.path.dirname(written[0].action.path))
 
@@ -222,13 +229,13 @@ def _prepare(
                     path, action.kind, ItemState.SKIPPED, "changed since the scan; left for the final scan to judge"
                 )
             data = make_bytes(action, _read_all(fd, st.st_size), path)
-        temp = _write_temp(path, data, st.st_mode & 0o7777)
+        temp, made = _write_temp(path, data, st.st_mode & 0o7777)
         problem = judge(action, temp, data)
         if problem:
             return ItemResult(path, action.kind, ItemState.FAILED, unfit_line(problem))
         crash_point("before-keep")
         kept = quarantine.keep(path, action.reasons, action.kind.value, sync=False)
-        written, temp = _Written(action, temp, len(data), kept), None
+        written, temp = _Written(action, temp, made, kept), None
         return written
     except RepairError:
         raise
@@ -266,20 +273,23 @@ def _read_all(fd: int, size: int) -> bytes:
         got += len(chunk)
 
 
-def _write_temp(path: str, data: bytes, mode: int) -> str:
+def _write_temp(path: str, data: bytes, mode: int) -> tuple[str, os.stat_result]:
     """``data`` in a new ``.cachedoctor-<name>-XXXXXXXX.tmp`` beside ``path`` with ``path``'s
-    mode, not yet fsynced (the batch fsyncs its temp files together)."""
+    mode, not yet fsynced (the batch fsyncs its temp files together); and its ``fstat`` once
+    written."""
     fd, temp = tempfile.mkstemp(prefix=temp_prefix_for(path), suffix=TEMP_SUFFIX, dir=os.path.dirname(path))
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as out:  # (what every write of cache content goes through)
             out.write(data)
             crash_point("mid-write")
+            out.flush()
+            made = os.fstat(fd)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    return temp
+    return temp, made
 
 
 def lossless_bytes(action: Action, old: bytes, path: str) -> bytes:

@@ -27,6 +27,7 @@ from cachedoctor.repair.planner import plan_repair
 from cachedoctor.repair.preconditions import check_devices, load_encoders, require_something, require_writable
 from cachedoctor.repair.resume import find_interrupted, run_to_finish
 from cachedoctor.repair.scope import run_scope
+from cachedoctor.repair.verdicts import Verdicts
 from cachedoctor.scan import ScanResult, scan
 from cachedoctor.stores.connect import files_here
 
@@ -204,10 +205,11 @@ def _repair(
         if action.blocked:
             record(ItemResult(action.path, action.kind, ItemState.BLOCKED, action.blocked))
     mine = share(plan.runnable(), rank)
+    verdicts = Verdicts()  # the rewrites' own deep verdicts: the rescan need not read them again
     try:
         lossless = [a for a in mine if a.kind is not ActionKind.RECOMPUTE]
         stages.start(LOSSLESS, len(lossless))
-        run_lossless(lossless, outcome.run_id or "", record, record_batch)
+        run_lossless(lossless, outcome.run_id or "", record, record_batch, verdicts)
         recompute_actions = [a for a in mine if a.kind is ActionKind.RECOMPUTE]
         if recompute_actions:
             recompute(recompute_actions, options, outcome, record, rank, devices_for, stages)
@@ -227,6 +229,8 @@ def _repair(
         outcome.results = [r for part in gathered for r in (part or [])]
     distributed.finish(rank)
     if rank.leader or options.scan.ranks is not None:  # split over the ranks too, where they meet
+        if len(verdicts):
+            options = replace(options, scan=replace(options.scan, known=verdicts))
         outcome.after = _scan(targets, layout, layout_options, options, stages.renamed(RESCAN))[0]
     return outcome
 
