@@ -91,7 +91,7 @@ class _Dict:
         self.hooks = False  # a tensor's backward hooks: must stay empty
 
 
-_U32 = struct.Struct("<I")
+_U32, _U16, _I32 = struct.Struct("<I"), struct.Struct("<H"), struct.Struct("<i")
 _REBUILD = _Global("_rebuild_tensor_v2")
 _ODICT = _Global("OrderedDict")
 _MARK = object()
@@ -113,17 +113,10 @@ def read_pickle(data: bytes | memoryview) -> Saved | None:
 
 class _Reader:
     def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
+        self.data = data
         self.stack: list[object] = []
         self.memo: dict[int, object] = {}
         self.storages: dict[str, Stored] = {}
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise _Outside
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
 
     def since_mark(self) -> list[object]:
         stack = self.stack
@@ -135,21 +128,28 @@ class _Reader:
         raise _Outside
 
     def run(self) -> Saved:
-        if self.take(2) != b"\x80\x02":
+        data, stack, memo = self.data, self.stack, self.memo
+        if data[:2] != b"\x80\x02":
             raise _Outside
-        data, stack, memo, take = self.data, self.stack, self.memo, self.take
-        end = len(data)
-        while self.pos < end:
-            op = data[self.pos]
-            self.pos += 1
+        pos, end = 2, len(data)
+        while pos < end:  # (an index past the end raises IndexError, or a short slice fails a check)
+            op = data[pos]
+            pos += 1
             if op == 0x71:  # q BINPUT
-                memo[take(1)[0]] = stack[-1]
+                memo[data[pos]] = stack[-1]
+                pos += 1
             elif op == 0x28:  # ( MARK
                 stack.append(_MARK)
             elif op == 0x4B:  # K BININT1
-                stack.append(take(1)[0])
+                stack.append(data[pos])
+                pos += 1
             elif op == 0x58:  # X BINUNICODE
-                stack.append(take(_U32.unpack(take(4))[0]).decode("utf-8", "surrogatepass"))
+                n = _U32.unpack_from(data, pos)[0]
+                text = data[pos + 4 : pos + 4 + n]
+                if len(text) != n:
+                    raise _Outside
+                stack.append(text.decode("utf-8", "surrogatepass"))
+                pos += 4 + n
             elif op in (0x85, 0x86, 0x87):  # TUPLE1-3
                 n = op - 0x84
                 items = tuple(stack[-n:])
@@ -160,28 +160,46 @@ class _Reader:
             elif op == 0x74:  # t TUPLE
                 stack.append(tuple(self.since_mark()))
             elif op == 0x68 or op == 0x6A:  # h BINGET, j LONG_BINGET
-                value = memo.get(take(1)[0] if op == 0x68 else _U32.unpack(take(4))[0])
+                if op == 0x68:
+                    index, pos = data[pos], pos + 1
+                else:
+                    index, pos = _U32.unpack_from(data, pos)[0], pos + 4
+                value = memo.get(index)
                 if not isinstance(value, (str, tuple, _Global)):  # a shared tensor or dict: torch's business
                     raise _Outside
                 stack.append(value)
             elif op == 0x72:  # r LONG_BINPUT
-                memo[_U32.unpack(take(4))[0]] = stack[-1]
+                memo[_U32.unpack_from(data, pos)[0]] = stack[-1]
+                pos += 4
             elif op == 0x4D:  # M BININT2
-                stack.append(int.from_bytes(take(2), "little"))
+                stack.append(_U16.unpack_from(data, pos)[0])
+                pos += 2
             elif op == 0x4A:  # J BININT
-                stack.append(int.from_bytes(take(4), "little", signed=True))
+                stack.append(_I32.unpack_from(data, pos)[0])
+                pos += 4
             elif op == 0x8A:  # LONG1
-                stack.append(int.from_bytes(take(take(1)[0]), "little", signed=True))
+                n = data[pos]
+                digits = data[pos + 1 : pos + 1 + n]
+                if len(digits) != n:
+                    raise _Outside
+                stack.append(int.from_bytes(digits, "little", signed=True))
+                pos += 1 + n
             elif op == 0x88 or op == 0x89:  # NEWTRUE, NEWFALSE
                 stack.append(op == 0x88)
             elif op == 0x29:  # ) EMPTY_TUPLE
                 stack.append(())
             elif op == 0x63:  # c GLOBAL
-                module = self.line()
-                found = _GLOBALS.get((module, self.line()))
+                module_end = data.find(b"\n", pos)
+                name_end = data.find(b"\n", module_end + 1) if module_end >= 0 else -1
+                if name_end < 0:
+                    raise _Outside
+                found = _GLOBALS.get(
+                    (data[pos:module_end].decode("ascii"), data[module_end + 1 : name_end].decode("ascii"))
+                )
                 if found is None:
                     raise _Outside
                 stack.append(found)
+                pos = name_end + 1
             elif op == 0x51:  # Q BINPERSID
                 stack.append(self.storage(stack.pop()))
             elif op == 0x52:  # R REDUCE
@@ -196,18 +214,12 @@ class _Reader:
                 pairs = self.since_mark()
                 self.set_items(stack[-1], pairs)
             elif op == 0x2E:  # . STOP
-                if len(stack) != 1 or self.pos != end:
+                if len(stack) != 1 or pos != end:
                     raise _Outside
                 return _saved(stack[0])
             else:
                 raise _Outside
         raise _Outside
-
-    def line(self) -> str:
-        end = self.data.find(b"\n", self.pos)
-        if end < 0:
-            raise _Outside
-        return self.take(end - self.pos + 1)[:-1].decode("ascii")
 
     def storage(self, pid: object) -> Stored:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
