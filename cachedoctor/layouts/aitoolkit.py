@@ -50,7 +50,7 @@ from cachedoctor.layouts.interface import (
 )
 
 if TYPE_CHECKING:
-    from cachedoctor.layouts import _aitoolkit_rules as rules
+    from cachedoctor.layouts._aitoolkit_rules import AiToolkitDataset
 
 #: ``(rules.LATENT_DIR, rules.TEXT_DIR)``, spelled out: ``--layout auto`` asks for them at every folder, and
 #: the rules (hashes, buckets, captions) are imported only once a plan needs them
@@ -103,7 +103,9 @@ class AiToolkitLayout(Layout):
         config = (
             options.trainer_config[1] if options.trainer_config and options.trainer_config[0] == self.name else None
         )
-        datasets = rules.load_job_config(config) if config else []
+        from cachedoctor.layouts._aitoolkit_config import load_job_config
+
+        datasets = load_job_config(config) if config else []
         if config and not datasets:
             raise LayoutError(config, "names no dataset (config.process[].datasets with folder_path): nothing to check")
         folders = sorted({d.folder_path for d in datasets}) if datasets else _image_folders(targets)
@@ -132,7 +134,9 @@ class AiToolkitLayout(Layout):
             return None, TEXT_BLOCKED
         hints = dict(expected.hints)
         info = dict(hints["info"]) if hints.get("info") else rules.info_from_metadata(header_metadata(path) or {})
-        family = rules.FAMILIES.get(str(hints.get("arch") or _arch_of(info)))
+        from cachedoctor.layouts._aitoolkit_families import FAMILIES
+
+        family = FAMILIES.get(str(hints.get("arch") or _arch_of(info)))
         if info is None:
             return None, NO_INFO
         if family is None:
@@ -243,7 +247,7 @@ def _images(folder: str) -> dict[str, str]:
     }
 
 
-def _expect_folder(plan: DatasetPlan, folder: str, datasets: list[rules.AiToolkitDataset]) -> None:
+def _expect_folder(plan: DatasetPlan, folder: str, datasets: list[AiToolkitDataset]) -> None:
     from cachedoctor.layouts import _aitoolkit_rules as rules
 
     images = _images(folder)
@@ -287,12 +291,13 @@ def _expect_folder(plan: DatasetPlan, folder: str, datasets: list[rules.AiToolki
 
 
 def _expected(
-    path: str, image: str, info: dict[str, Any], stale: str | None, datasets: list[rules.AiToolkitDataset]
+    path: str, image: str, info: dict[str, Any], stale: str | None, datasets: list[AiToolkitDataset]
 ) -> Expected:
-    from cachedoctor.layouts import _aitoolkit_rules as rules
 
     arch = datasets[0].model.arch if datasets else _arch_of(info)
-    family = rules.FAMILIES.get(str(arch))
+    from cachedoctor.layouts._aitoolkit_families import FAMILIES
+
+    family = FAMILIES.get(str(arch))
     downscale = family.downscale if family and family.downscale else 8
     dtype = datasets[0].model.latent_dtype if datasets else None
     hw = (int(info["crop_height"]) // downscale, int(info["crop_width"]) // downscale)
@@ -317,7 +322,7 @@ def _expected(
 _DTYPE = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 
 
-def _wanted_latents(dataset: rules.AiToolkitDataset, image: str) -> dict[str, _Entry]:
+def _wanted_latents(dataset: AiToolkitDataset, image: str) -> dict[str, _Entry]:
     """The latent files the job config makes for ``image`` (each resolution, flipped twins)."""
     from cachedoctor.layouts import _aitoolkit_rules as rules
 
@@ -335,7 +340,7 @@ def _wanted_latents(dataset: rules.AiToolkitDataset, image: str) -> dict[str, _E
     return out
 
 
-def _wanted_texts(dataset: rules.AiToolkitDataset, image: str) -> dict[str, str]:
+def _wanted_texts(dataset: AiToolkitDataset, image: str) -> dict[str, str]:
     """The text-embedding files the job config makes for ``image``: its caption, and the blank
     caption when captions are dropped out."""
     from cachedoctor.layouts import _aitoolkit_rules as rules
