@@ -5,7 +5,7 @@ each tensor moved to the cpu (or cloned). For a torch zip archive holding one te
 of tensors (SimpleTuner's latents and text embeds, most caches) that is a mechanical change: the
 storages' bytes stay as they are (a clone keeps the bytes its view covers), the pickle names
 ``cpu`` for each storage, and the archive is laid out again. Done here from the bytes read
-(``torch_pickle.py``, ``torch_archive.py``), it costs a tenth of torch.load and torch.save, and
+(``torch_pickle.py``, ``torch_pickle_write.py``, ``torch_archive.py``), it costs a tenth of torch.load and torch.save, and
 a run whose files all take this path never imports torch (about 1.5 s of CPU).
 
 The result is byte for byte what the torch path writes: the tests compare the two on every
@@ -30,7 +30,8 @@ from functools import cache
 from math import prod
 
 from cachedoctor.repair.torch_archive import ALIGNMENT, records_of, write_archive
-from cachedoctor.repair.torch_pickle import STORAGE_ITEMSIZE, Saved, Stored, Tensor, read_pickle, write_pickle
+from cachedoctor.repair.torch_pickle import STORAGE_ITEMSIZE, Saved, Stored, Tensor, read_pickle
+from cachedoctor.repair.torch_pickle_write import write_pickle
 
 #: torch releases (major, minor) whose torch.save the tests found this module to reproduce.
 VERIFIED_TORCH = frozenset({(2, 13)})
