@@ -16,7 +16,7 @@ from runner import Bench, Goal, Method, fail, opt
 from fixtures.builders.latents import count_files
 
 STATE_DIR = ".cachedoctor"
-UNCHANGED = re.compile(r"(\d+) unchanged since the last scan")
+UNCHANGED = re.compile(r"(\d+) unchanged\s+since\s+the\s+last\s+scan")  # the summary may wrap
 # The bare walk, also run as a fresh process: what any rescan must do at least, list every folder
 # and stat every file (following symlinks, as the scan's os.stat does), the scan's folder skipped.
 WALK = """
@@ -137,6 +137,27 @@ def finish(args, ctx, figures):
     return notes
 
 
+#: The whole-process goal at this bench's size (``rescan_million_bench`` holds 1,000,000 files to 1.5x).
+WHOLE_PROCESS_TARGET = 2.5
+
+
+def goals(args, whole_process_target: float) -> list[Goal]:
+    return [
+        Goal("in-process rescan, W workers vs bare walk (seconds)", "rescan_n", "bare", 2.0, per="seconds"),
+        Goal("in-process rescan, 1 worker vs bare walk (seconds)", "rescan_1", "bare", 2.0, per="seconds"),
+        Goal(
+            "whole process: cachedoctor scan (rescan) vs walk in a fresh python",
+            "cli",
+            "walk_proc",
+            whole_process_target,
+            per="seconds",
+        ),
+        Goal(
+            "whole process: cachedoctor scan (rescan) vs in-process rescan", "cli", "rescan_1", per="seconds", info=True
+        ),
+    ]
+
+
 BENCH = Bench(
     name="rescan_bench",
     title="cachedoctor rescan benchmark",
@@ -157,9 +178,9 @@ BENCH = Bench(
             "--entries",
             dest="entries",
             type=int,
-            default=20_000,
+            default=50_000,
             metavar="N",
-            help="files in the cache (default 20000; the documented figure uses 50000)",
+            help="files in the cache (default 50000)",
         ),
         opt("--per-folder", type=int, default=1000, metavar="M", help="files per part_NNNN/ folder"),
     ],
@@ -167,16 +188,7 @@ BENCH = Bench(
     describe=lambda a: {"entries": a.entries, "per_folder": a.per_folder, "version": 1},
     reusable=lambda a, root: count_files(root / "cache") == a.entries,
     kept_name=lambda a: f"rescan-{a.entries}-{a.per_folder}",
-    goals=[
-        Goal("in-process rescan, W workers vs bare walk (seconds)", "rescan_n", "bare", 2.0, per="seconds"),
-        Goal("in-process rescan, 1 worker vs bare walk (seconds)", "rescan_1", "bare", 2.0, per="seconds"),
-        Goal(
-            "whole process: cachedoctor scan (rescan) vs walk in a fresh python", "cli", "walk_proc", 2.5, per="seconds"
-        ),
-        Goal(
-            "whole process: cachedoctor scan (rescan) vs in-process rescan", "cli", "rescan_1", per="seconds", info=True
-        ),
-    ],
+    goals=lambda a: goals(a, WHOLE_PROCESS_TARGET),
 )
 
 if __name__ == "__main__":

@@ -166,8 +166,13 @@ def parser(bench: Bench) -> argparse.ArgumentParser:
         metavar="DIR",
         help="build the set in DIR (empty, or a set of this bench), or reuse it; never deleted",
     )
-    if bench.kept_name:
-        p.add_argument("--keep", action="store_true", help="keep the set in bench/out/ and reuse it next time")
+    p.add_argument(  # every bench takes it, so that `make bench BENCH_ARGS=--keep` runs them all
+        "--keep",
+        action="store_true",
+        help="keep the set in bench/out/ and reuse it next time"
+        if bench.kept_name
+        else "accepted for `make bench BENCH_ARGS=--keep`; this bench keeps no set",
+    )
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON to FILE")
     return p
 
@@ -441,6 +446,7 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
         for f in figures.values():
             if f["whole_process"] and f.get("exit_code") not in (0, 1):
                 notes.append(f"{f['label']}: exit code {f.get('exit_code')}: {f.get('stderr_tail', '')}")
+        share = None  # the share of the machine other processes used during the timing
         if cpu0 and cpu1:
             others = max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1]))
             share = others / (timing_s * (os.cpu_count() or 1))
@@ -481,6 +487,7 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
                     "per": g.per,
                     "value": value,
                     "target": None if g.info else g.target,
+                    "text": f"{shown} vs {target_text(g)}",  # as the table prints them
                     "result": result,
                 }
             )
@@ -493,6 +500,7 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
             doc = {
                 "schema": bench.schema,
                 "argv": sys.argv[1:] if argv is None else argv,
+                "machine_busy": share,
                 "machine": machine(),
                 "set": {"folder": str(root), **facts},
                 "repeat": args.repeat,

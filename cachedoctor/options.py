@@ -77,7 +77,7 @@ def scan_options(
 def s3_settings(settings: Settings) -> S3Settings:
     """How s3:// targets are reached: ``--s3-endpoint-url``, ``--s3-profile``, ``--s3-region``
     (each ``None`` when not set: botocore's own chain, ``AWS_ENDPOINT_URL`` included, decides)."""
-    from cachedoctor.stores.s3 import S3Settings
+    from cachedoctor.stores.s3_settings import S3Settings  # not stores.s3: asyncio, ssl
 
     return S3Settings(
         endpoint_url=settings.s3_endpoint_url.value, region=settings.s3_region.value, profile=settings.s3_profile.value

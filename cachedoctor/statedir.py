@@ -28,6 +28,7 @@ STATE_FILE = "state.sqlite"
 CLOCK_FILE = "state.clock"
 QUARANTINE_DIR = "quarantine"
 _LOCK_SUFFIX = ".lock"
+LOCK_SUFFIX = _LOCK_SUFFIX  # what every lock file name ends with (scan/walk.py tests it inline)
 
 
 def state_dir(root: str) -> str:
@@ -141,6 +142,7 @@ def is_lock_name(name: str) -> bool:
 
 __all__ = [
     "CLOCK_FILE",
+    "LOCK_SUFFIX",
     "QUARANTINE_DIR",
     "STATE_DIR",
     "STATE_FILE",

@@ -16,6 +16,9 @@ matching requests (optionally only one method, or keys containing a string) with
 
 It also counts what passes (requests per method, body bytes sent back), which the benchmark
 uses as its server-side figures, and logs each request's path and query (a LIST's prefix). One thread per client connection; keep-alive is kept.
+moto's server closes its connection after every answer (``Connection: close``), and the proxy
+passes that on unless made with ``keep_alive=True``: then the client's connection stays open,
+as S3's do, and the next request goes to the server on a new one (the benchmarks' setting).
 """
 
 from __future__ import annotations
@@ -151,8 +154,9 @@ def _reset(sock: socket.socket) -> None:
 class S3Proxy:
     """``127.0.0.1:<random port>`` -> ``upstream`` (the moto server's URL)."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, keep_alive: bool = False) -> None:
         parts = urlsplit(upstream)
+        self.keep_alive = keep_alive
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.faults: list[Fault] = []
         self.requests: Counter[str] = Counter()  # per method, forwarded or not
@@ -301,11 +305,17 @@ class S3Proxy:
                         client.shutdown(socket.SHUT_RDWR)
                         client.close()
                     return
+                server_closes = answer_headers.get("connection", "").lower() == "close"
+                if server_closes and self.keep_alive and not must_close:
+                    answer = _without(answer, "connection")
                 client.sendall(answer + answer_body)
                 with self._lock:
                     self.body_bytes += len(answer_body)
-                if must_close or answer_headers.get("connection", "").lower() == "close":
+                if must_close or (server_closes and not self.keep_alive):
                     return
+                if server_closes:  # the client's connection stays; the server's is done
+                    upstream.close()
+                    upstream = None
         except (_Closed, OSError, ValueError, IndexError):
             return
         finally:

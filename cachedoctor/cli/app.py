@@ -31,6 +31,7 @@ else:
 
 from cachedoctor import __version__
 from cachedoctor.cli import environment
+from cachedoctor.cli.coercion import fast_coercion
 from cachedoctor.cli.environment import Environment
 from cachedoctor.cli.help import plain
 from cachedoctor.cli.lazy import LazyCommand, LazyGroup
@@ -128,7 +129,7 @@ def run(argv: list[str] | None = None, env: Environment | None = None) -> int:
 
 def _run(argv: list[str], env: Environment) -> int:
     token = environment.use(env)
-    command = plain(typer.main.get_command(app))
+    command = fast_coercion(plain(typer.main.get_command(app)))  # its own options: no pydantic either
     try:
         with contextlib.redirect_stdout(env.stdout):  # --help and --show-completion: click writes to sys.stdout
             rv = command.main(args=argv, prog_name="cachedoctor", standalone_mode=False)

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import typer
 from typer.core import TyperGroup
 
+from cachedoctor.cli.coercion import fast_coercion
 from cachedoctor.cli.help import plain
 
 
@@ -46,7 +47,8 @@ class LazyCommand:
 
 
 class LazyCommands(MutableMapping[str, Any]):
-    """A group's ``commands``: every name is listed, a command is built (with plain help) when read.
+    """A group's ``commands``: every name is listed, a command is built (with plain help, and
+    its values coerced without pydantic where Typer's answer is trivial: ``cli/coercion.py``) when read.
 
     :attr:`built` holds the ones built so far; :func:`cachedoctor.cli.help.plain` walks only those.
     """
@@ -57,7 +59,7 @@ class LazyCommands(MutableMapping[str, Any]):
 
     def __getitem__(self, name: str) -> Any:
         if name not in self.built:
-            self.built[name] = plain(self._lazy[name].build())  # KeyError: no such command
+            self.built[name] = fast_coercion(plain(self._lazy[name].build()))  # KeyError: no such command
         return self.built[name]
 
     def __setitem__(self, name: str, command: Any) -> None:

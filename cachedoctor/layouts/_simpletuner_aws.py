@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 import posixpath
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -260,6 +259,8 @@ def _captions(backend: Backend, by_key: dict[str, ObjectInfo], images: list[Obje
             return None
 
     infos = list(wanted.values())
+    from concurrent.futures import ThreadPoolExecutor  # (here: only an aws dataset reads on threads)
+
     with ThreadPoolExecutor(max_workers=min(_READERS, max(1, len(infos)))) as pool:
         texts = dict(zip([i.url for i in infos], pool.map(read, infos), strict=True))
     out: Captions = {}

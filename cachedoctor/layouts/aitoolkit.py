@@ -33,9 +33,8 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cachedoctor.layouts import _aitoolkit_rules as rules
 from cachedoctor.layouts._images import names_in
 from cachedoctor.layouts._safetensors_header import metadata as header_metadata
 from cachedoctor.layouts.interface import (
@@ -50,7 +49,12 @@ from cachedoctor.layouts.interface import (
     Template,
 )
 
-CACHE_FOLDERS = (rules.LATENT_DIR, rules.TEXT_DIR)
+if TYPE_CHECKING:
+    from cachedoctor.layouts._aitoolkit_rules import AiToolkitDataset
+
+#: ``(rules.LATENT_DIR, rules.TEXT_DIR)``, spelled out: ``--layout auto`` asks for them at every folder, and
+#: the rules (hashes, buckets, captions) are imported only once a plan needs them
+CACHE_FOLDERS = ("_latent_cache", "_t_e_cache")
 NO_INFO = (
     "ai-toolkit records how a latent was made only in its own metadata and its job config; with the file "
     "unreadable and no config, pass the job config (--config job.yaml) so the placement can be computed"
@@ -94,10 +98,14 @@ class AiToolkitLayout(Layout):
         return name in CACHE_FOLDERS  # their parent's claim sees them by name
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        from cachedoctor.layouts import _aitoolkit_rules as rules
+
         config = (
             options.trainer_config[1] if options.trainer_config and options.trainer_config[0] == self.name else None
         )
-        datasets = rules.load_job_config(config) if config else []
+        from cachedoctor.layouts._aitoolkit_config import load_job_config
+
+        datasets = load_job_config(config) if config else []
         if config and not datasets:
             raise LayoutError(config, "names no dataset (config.process[].datasets with folder_path): nothing to check")
         folders = sorted({d.folder_path for d in datasets}) if datasets else _image_folders(targets)
@@ -120,11 +128,15 @@ class AiToolkitLayout(Layout):
         return plan
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
+        from cachedoctor.layouts import _aitoolkit_rules as rules
+
         if expected.role == "text":
             return None, TEXT_BLOCKED
         hints = dict(expected.hints)
         info = dict(hints["info"]) if hints.get("info") else rules.info_from_metadata(header_metadata(path) or {})
-        family = rules.FAMILIES.get(str(hints.get("arch") or _arch_of(info)))
+        from cachedoctor.layouts._aitoolkit_families import FAMILIES
+
+        family = FAMILIES.get(str(hints.get("arch") or _arch_of(info)))
         if info is None:
             return None, NO_INFO
         if family is None:
@@ -179,6 +191,8 @@ def _arch_of(info: dict[str, Any] | None) -> str | None:
 
 def _software(path: str, template: Template | None) -> dict[str, str]:
     """The ``software`` ai-toolkit recorded (the file's own, else a peer's, else 27a03a9's)."""
+    from cachedoctor.layouts import _aitoolkit_rules as rules
+
     for meta in [header_metadata(path) or {}, *(dict(m) for m in (template.metadata if template else ()))]:
         try:
             found = json.loads(meta.get("software", ""))
@@ -192,6 +206,8 @@ def _software(path: str, template: Template | None) -> dict[str, str]:
 def _first_entry(folder: str) -> str | None:
     """A cache file of ``folder`` named as ai-toolkit names them (the first listed: a cache folder
     may hold a million, and one shows the sign)."""
+    from cachedoctor.layouts import _aitoolkit_rules as rules
+
     try:
         with os.scandir(folder) as it:
             for entry in it:
@@ -222,6 +238,8 @@ def _image_folders(targets: list[str]) -> list[str]:
 
 def _images(folder: str) -> dict[str, str]:
     """The folder's images by stem (ai-toolkit lists ``.jpg .jpeg .png .webp``, any case)."""
+    from cachedoctor.layouts import _aitoolkit_rules as rules
+
     return {
         os.path.splitext(n)[0]: os.path.join(folder, n)
         for n in sorted(names_in(folder))
@@ -229,7 +247,9 @@ def _images(folder: str) -> dict[str, str]:
     }
 
 
-def _expect_folder(plan: DatasetPlan, folder: str, datasets: list[rules.AiToolkitDataset]) -> None:
+def _expect_folder(plan: DatasetPlan, folder: str, datasets: list[AiToolkitDataset]) -> None:
+    from cachedoctor.layouts import _aitoolkit_rules as rules
+
     images = _images(folder)
     plan.items += len(images)
     latent_dir, text_dir = os.path.join(folder, rules.LATENT_DIR), os.path.join(folder, rules.TEXT_DIR)
@@ -271,10 +291,13 @@ def _expect_folder(plan: DatasetPlan, folder: str, datasets: list[rules.AiToolki
 
 
 def _expected(
-    path: str, image: str, info: dict[str, Any], stale: str | None, datasets: list[rules.AiToolkitDataset]
+    path: str, image: str, info: dict[str, Any], stale: str | None, datasets: list[AiToolkitDataset]
 ) -> Expected:
+
     arch = datasets[0].model.arch if datasets else _arch_of(info)
-    family = rules.FAMILIES.get(str(arch))
+    from cachedoctor.layouts._aitoolkit_families import FAMILIES
+
+    family = FAMILIES.get(str(arch))
     downscale = family.downscale if family and family.downscale else 8
     dtype = datasets[0].model.latent_dtype if datasets else None
     hw = (int(info["crop_height"]) // downscale, int(info["crop_width"]) // downscale)
@@ -299,8 +322,10 @@ def _expected(
 _DTYPE = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 
 
-def _wanted_latents(dataset: rules.AiToolkitDataset, image: str) -> dict[str, _Entry]:
+def _wanted_latents(dataset: AiToolkitDataset, image: str) -> dict[str, _Entry]:
     """The latent files the job config makes for ``image`` (each resolution, flipped twins)."""
+    from cachedoctor.layouts import _aitoolkit_rules as rules
+
     if not (dataset.cache_latents_to_disk and not dataset.is_video) or dataset.random_crop:
         return {}
     try:
@@ -315,9 +340,11 @@ def _wanted_latents(dataset: rules.AiToolkitDataset, image: str) -> dict[str, _E
     return out
 
 
-def _wanted_texts(dataset: rules.AiToolkitDataset, image: str) -> dict[str, str]:
+def _wanted_texts(dataset: AiToolkitDataset, image: str) -> dict[str, str]:
     """The text-embedding files the job config makes for ``image``: its caption, and the blank
     caption when captions are dropped out."""
+    from cachedoctor.layouts import _aitoolkit_rules as rules
+
     space = dataset.model.text_embedding_space_version
     if space is None or dataset.shuffle_tokens or dataset.random_triggers:
         return {}
@@ -330,6 +357,8 @@ def _wanted_texts(dataset: rules.AiToolkitDataset, image: str) -> dict[str, str]
 def _stale(image: str, info: dict[str, Any]) -> str | None:
     """Why the latent no longer fits its image, by content: the image's size no longer gives the
     placement recorded (scale_to from the crop, as ai-toolkit's bucketing computes it)."""
+    from cachedoctor.layouts import _aitoolkit_rules as rules
+
     try:
         w, h = rules.image_size(image)
     except OSError:

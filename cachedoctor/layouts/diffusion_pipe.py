@@ -84,7 +84,7 @@ class DiffusionPipeLayout(Layout):
         return None
 
     def resembles(self, names: set[str]) -> bool:
-        return any(_SHARD.match(n) for n in names)
+        return any(n.startswith("shard_") and _SHARD.match(n) for n in names)
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
         config = (

@@ -30,9 +30,8 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from cachedoctor.layouts import _kohya_config, _recompute
+from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, image_size, is_image, stem, walk_images
-from cachedoctor.layouts._kohya_buckets import latent_hw
 from cachedoctor.layouts.interface import (
     Claim,
     DatasetPlan,
@@ -44,10 +43,10 @@ from cachedoctor.layouts.interface import (
     SpecOrWhy,
     Template,
 )
-from cachedoctor.layouts.samplers import from_config as samplers_from_config
 
 if TYPE_CHECKING:
     from cachedoctor.formats.interface import FileMeta
+    from cachedoctor.layouts import _kohya_config
 
 _LATENT_NAME = re.compile(r"^(?P<stem>.+)_(?P<w>\d{4,})x(?P<h>\d{4,})_(?P<arch>[a-z0-9]+)\.npz$")
 _TE_NAME = re.compile(r"^(?P<stem>.+?)(?P<suffix>_te_outputs|_[a-z0-9]+_te)\.npz$")
@@ -97,6 +96,10 @@ class KohyaLayout(Layout):
         return any(n.endswith(".npz") and (_LATENT_NAME.match(n) or _TE_NAME.match(n)) for n in names)
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        # (here: a scan that --layout auto gives no kohya folder imports neither, nor the buckets)
+        from cachedoctor.layouts import _kohya_config
+        from cachedoctor.layouts.samplers import from_config as samplers_from_config
+
         args = dict(options.kohya_args)
         config = _kohya_config.load(options.kohya_config, args) if options.kohya_config else None
         folders = [os.path.abspath(t) for t in targets]
@@ -221,6 +224,8 @@ def _expect_image(
     hw = None
     hints: tuple = ()
     if subset is not None and w > 0 and h > 0:
+        from cachedoctor.layouts._kohya_buckets import latent_hw  # (a subset's config imported it)
+
         bucket, resized = subset.bucketer().select(w, h)
         hw = latent_hw(bucket, _STRIDE.get(arch, 8))
         hints = (

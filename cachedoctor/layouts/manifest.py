@@ -28,12 +28,10 @@ import json
 import os
 import posixpath
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TextIO
 
 from cachedoctor.layouts import _recompute
-from cachedoctor.layouts._manifest_remote import etag_stale, is_remote, list_sources, outermost
 from cachedoctor.layouts.interface import DatasetPlan, Expected, Layout, LayoutError, LayoutOptions, SpecOrWhy, Template
 
 REQUIRED = ("source", "cache")
@@ -54,6 +52,9 @@ class ManifestLayout(Layout):
         return f"--manifest {options.manifest}" if options.manifest else None
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        # (here: the object stores' interface is imported by a scan with a manifest only)
+        from cachedoctor.layouts._manifest_remote import etag_stale, is_remote, list_sources, outermost
+
         if not options.manifest:
             raise LayoutError(targets[0] if targets else ".", "the manifest layout needs --manifest FILE")
         manifest = os.path.abspath(options.manifest)
@@ -213,6 +214,8 @@ def _hw(value: Any, path: str, line: int) -> tuple[int, int] | None:
 
 def _abs(base: str, path: str) -> str:
     """A row's path: an ``s3://`` URL as it is, a relative local path from the manifest's folder."""
+    from cachedoctor.layouts._manifest_remote import is_remote
+
     if is_remote(path):
         return path
     return os.path.normpath(path if os.path.isabs(path) else os.path.join(base, path))
@@ -227,6 +230,7 @@ def _stat(path: str) -> os.stat_result | None:
 
 def _stale_by_content(base: str, rows: list[tuple[int, dict[str, Any]]]) -> list[str | None]:
     """Per row, why its source no longer matches the recorded xxh3 (hashing only the changed)."""
+    from cachedoctor.layouts._manifest_remote import is_remote
 
     def judge(row: dict[str, Any]) -> str | None:
         recorded = row.get("xxh3")
@@ -247,6 +251,8 @@ def _stale_by_content(base: str, rows: list[tuple[int, dict[str, Any]]]) -> list
         if actual is not None and actual != str(recorded).lower():
             return f"the source's content changed since the manifest was written (xxh3 {actual[:12]}..., recorded {str(recorded)[:12]}...)"
         return None
+
+    from concurrent.futures import ThreadPoolExecutor  # (here: a scan without a manifest does not import it)
 
     with ThreadPoolExecutor(max_workers=HASH_WORKERS) as pool:
         return list(pool.map(judge, (row for _, row in rows)))

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cachedoctor import keynames
-from cachedoctor.layouts import _musubi_rules as rules
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, image_size, names_in, stem
 from cachedoctor.layouts._safetensors_header import metadata as header_metadata
@@ -54,6 +53,7 @@ from cachedoctor.layouts.interface import (
 )
 
 if TYPE_CHECKING:
+    from cachedoctor.layouts import _musubi_rules as rules
     from cachedoctor.layouts._musubi_config import MusubiDataset
 
 #: musubi's VAEs compress time 4x: a window of n frames is (n - 1) // 4 + 1 latent frames
@@ -82,22 +82,36 @@ class MusubiLayout(Layout):
         found = _configs_in(folder, names)
         if found:
             return Claim(folder, found[0], "describes the datasets")
-        for name in sorted(names):  # the first by name: the same line on every copy
+        files = sorted(n for n in names if n.endswith(".safetensors"))  # (a name not ending so never parses)
+        if not files:
+            return None  # (nor are the rules imported: a scan of no musubi folder never needs them)
+        from cachedoctor.layouts import _musubi_rules as rules
+
+        for name in files:  # the first by name: the same line on every copy
             parsed = rules.parse_cache_name(name)
             if parsed is not None and parsed.arch in rules.ARCHS:
                 return Claim(folder, os.path.join(folder, name), "is a musubi-tuner cache file")
         return None
 
     def resembles(self, names: set[str]) -> bool:
-        return any((p := rules.parse_cache_name(n)) is not None and p.arch in rules.ARCHS for n in names)
+        files = [n for n in names if n.endswith(".safetensors")]
+        if not files:
+            return False
+        from cachedoctor.layouts import _musubi_rules as rules
+
+        return any((p := rules.parse_cache_name(n)) is not None and p.arch in rules.ARCHS for n in files)
 
     def template_kind(self, name: str, role: str) -> str:
+        from cachedoctor.layouts import _musubi_rules as rules
+
         parsed = rules.parse_cache_name(name)
         if parsed is None:
             return super().template_kind(name, role)
         return f"{'text' if parsed.is_te else 'latent'}:{parsed.arch}:{'clip' if parsed.window else 'image'}"
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        from cachedoctor.layouts import _musubi_rules as rules
+
         config = (
             options.trainer_config[1] if options.trainer_config and options.trainer_config[0] == self.name else None
         )
@@ -130,6 +144,8 @@ class MusubiLayout(Layout):
         return plan
 
     def recompute_spec(self, path: str, expected: Expected, template: Template | None) -> SpecOrWhy:
+        from cachedoctor.layouts import _musubi_rules as rules
+
         parsed = rules.parse_cache_name(os.path.basename(path))
         arch = rules.ARCHS.get(parsed.arch) if parsed is not None else None
         if parsed is None or arch is None:
@@ -220,6 +236,8 @@ def _require_sources(config: str, dataset: MusubiDataset) -> None:
 
 def _from_targets(targets: list[str]) -> list[_Folder]:
     """Without a config: every folder below the targets that holds musubi cache files."""
+    from cachedoctor.layouts import _musubi_rules as rules
+
     found: list[_Folder] = []
     for target in targets:
         if not os.path.isdir(target):
@@ -235,6 +253,8 @@ def _from_targets(targets: list[str]) -> list[_Folder]:
 def _archs(folders: list[_Folder], named: str | None, config: str | None) -> list[str]:
     """The architectures to judge: ``--model-family`` (musubi's short name), else each one whose
     files the cache folders hold (a folder may hold several runs' caches)."""
+    from cachedoctor.layouts import _musubi_rules as rules
+
     if named is not None:
         if named not in rules.ARCHS:
             raise LayoutError(
@@ -258,6 +278,8 @@ def _archs(folders: list[_Folder], named: str | None, config: str | None) -> lis
 
 def _expect(plan: DatasetPlan, folder: _Folder, arch: rules.Arch) -> int:
     """Expected entries of ``arch`` in ``folder``; returns the images that could not be opened."""
+    from cachedoctor.layouts import _musubi_rules as rules
+
     dataset = folder.dataset
     if dataset is None:
         return _expect_alone(plan, folder, arch)
@@ -296,6 +318,8 @@ def _expect(plan: DatasetPlan, folder: _Folder, arch: rules.Arch) -> int:
 def _expect_alone(plan: DatasetPlan, folder: _Folder, arch: rules.Arch) -> int:
     """A cache folder without its config: each latent needs its text file; images beside it
     (musubi's default cache_directory) are paired with their latents by name."""
+    from cachedoctor.layouts import _musubi_rules as rules
+
     latents: dict[str, list[str]] = defaultdict(list)
     for name in folder.names:
         parsed = rules.parse_cache_name(name)
@@ -332,6 +356,8 @@ def _expect_text(
     plan: DatasetPlan, folder: _Folder, arch: rules.Arch, item: str, caption: str | None, text: str | None
 ) -> None:
     """The item's text file; stale when its ``caption1`` is not today's caption."""
+    from cachedoctor.layouts import _musubi_rules as rules
+
     te = os.path.join(folder.cache, rules.te_cache_name(item, arch.short))
     if text is None and caption is not None:
         try:
@@ -351,6 +377,8 @@ def _expect_text(
 def _expect_clips(plan: DatasetPlan, folder: _Folder, dataset: MusubiDataset, arch: rules.Arch) -> None:
     """Clips: each needs its text file and at least one cached window; a cached window's latent
     must have the frames its window compresses to, at the bucket its name says."""
+    from cachedoctor.layouts import _musubi_rules as rules
+
     windows: dict[str, list[rules.Parsed]] = defaultdict(list)
     for name in folder.names:
         parsed = rules.parse_cache_name(name, "video")
@@ -387,6 +415,8 @@ def _expect_clips(plan: DatasetPlan, folder: _Folder, dataset: MusubiDataset, ar
 def _image_items(dataset: MusubiDataset) -> list[tuple[str, str | None, str | None]]:
     """``(image, caption file or None, caption text or None)`` of an image dataset, as its
     datasource lists them: a folder's images with a caption file, or a JSONL file's rows."""
+    from cachedoctor.layouts import _musubi_rules as rules
+
     if dataset.image_directory is not None:
         ext = dataset.caption_extension or ".txt"
         return [(p, os.path.splitext(p)[0] + ext, None) for p in rules.image_items(dataset.image_directory, ext)]
@@ -420,6 +450,8 @@ def _scaling(arch: rules.Arch) -> tuple[tuple[str, str], ...]:
 
 def _family(arch: rules.Arch) -> str:
     """The family of the arch's main latent key (``latents_FxHxW``; FLUX.2's ``latents_HxW``)."""
+    from cachedoctor.layouts import _musubi_rules as rules
+
     return keynames.family(rules.latent_key(arch.short, 1, 1, arch.latent_dtype))
 
 

@@ -36,7 +36,6 @@ from cachedoctor.layouts.interface import (
     Template,
     mtime_ns,
 )
-from cachedoctor.layouts.samplers import from_config as samplers_from_config
 
 _VARIATION = re.compile(r"^variation-(\d+)$")
 AGGREGATE = "aggregate.pt"
@@ -66,6 +65,8 @@ class OneTrainerLayout(Layout):
         return _VARIATION.match(name) is not None
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        from cachedoctor.layouts.samplers import from_config as samplers_from_config  # (only with a plan)
+
         roots = [os.path.abspath(t) for t in targets]
         variations = [v for root in roots for v in _variations(root)]
         if not variations:

@@ -20,15 +20,10 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cachedoctor.layouts import _recompute
-from cachedoctor.layouts import _simpletuner_aws as aws
-from cachedoctor.layouts import _simpletuner_config as config
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, names_in, stem, walk_images
-from cachedoctor.layouts._simpletuner_buckets import bucket_sizes
-from cachedoctor.layouts._simpletuner_hazards import hazards, most_common, run_size, text_families
-from cachedoctor.layouts._simpletuner_names import embed_path, latent_name
 from cachedoctor.layouts.interface import (
     Claim,
     DatasetPlan,
@@ -40,7 +35,9 @@ from cachedoctor.layouts.interface import (
     SpecOrWhy,
     Template,
 )
-from cachedoctor.layouts.samplers import from_config as samplers_from_config
+
+if TYPE_CHECKING:
+    from cachedoctor.layouts import _simpletuner_config as config
 
 CONFIG_NAMES = ("multidatabackend.json", os.path.join("config", "multidatabackend.json"))
 _CAPTION_LIMIT = 1 << 20  # a caption file larger than this is not a caption
@@ -79,6 +76,13 @@ class SimpleTunerLayout(Layout):
         return None
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
+        # (here: a scan that --layout auto gives no SimpleTuner folder imports none of these)
+        from cachedoctor.layouts import _simpletuner_aws as aws
+        from cachedoctor.layouts import _simpletuner_config as config
+        from cachedoctor.layouts._simpletuner_hazards import hazards, most_common, run_size, text_families
+        from cachedoctor.layouts._simpletuner_names import embed_path
+        from cachedoctor.layouts.samplers import from_config as samplers_from_config
+
         if not options.config:
             found = find_config(targets)
             if found is None:
@@ -196,6 +200,9 @@ def find_config(targets: list[str]) -> str | None:
 
 
 def _expect_backend(plan: DatasetPlan, backend: config.Backend, text_dir: str | None, family: str | None) -> None:
+    from cachedoctor.layouts._simpletuner_buckets import bucket_sizes
+    from cachedoctor.layouts._simpletuner_names import embed_path, latent_name
+
     data = backend.instance_data_dir
     if data is None or not os.path.isdir(data):
         raise LayoutError(

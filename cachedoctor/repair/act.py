@@ -15,6 +15,8 @@ from cachedoctor.repair.model import Action, ActionKind, ItemResult
 
 if TYPE_CHECKING:
     from cachedoctor.repair.outcome import RepairOptions, RepairOutcome
+    from cachedoctor.repair.verdicts import Verdicts
+    from cachedoctor.scan.outcome import Outcome
 
 
 def share(actions: list[Action], rank: distributed.Rank) -> list[Action]:
@@ -32,11 +34,13 @@ def run_lossless(
     run_id: str,
     record: Callable[[ItemResult], None],
     record_batch: Callable[[list[ItemResult]], None] | None = None,
+    verdicts: Verdicts | None = None,
 ) -> None:
     """Lossless rewrites, moves and clean-ups in plan order, in this process; the rewrites made
     durable a folder batch at a time (``batch.py``: one journal transaction per batch through
     ``record_batch`` when given, else ``record`` per item). (Threads were measured and lost: the
-    per-file work is mostly Python holding the GIL; bench/README.md.)"""
+    per-file work is mostly Python holding the GIL; bench/README.md.) ``verdicts`` gets the deep
+    verdict of each rewrite put in place, for the final scan (``verdicts.py``)."""
     from cachedoctor.repair.batch import Batcher, lossless_bytes
     from cachedoctor.repair.verify import problems_of
 
@@ -44,7 +48,15 @@ def run_lossless(
         for result in results:
             record(result)
 
-    with Batcher(run_id, record_batch or each, lossless_bytes, problems_of) as batcher:
+    def judge(action: Action, temp: str, data: bytes) -> str | None:
+        fit: list[Outcome] = []
+        problem = problems_of(action, temp, data, found_fit=fit)
+        if fit and verdicts is not None:
+            verdicts.judged(action.path, fit[0])
+        return problem
+
+    placed = verdicts.placed if verdicts is not None else None
+    with Batcher(run_id, record_batch or each, lossless_bytes, judge, placed=placed) as batcher:
         for action in actions:
             if action.kind.lossless:
                 batcher.add(action)

@@ -9,8 +9,9 @@ file the scan would reject is removed and the old one stays), and the old file i
 into the quarantine. Then, per batch of up to :data:`BATCH` files of one
 folder:
 
-1. every temp file is fsynced (on a thread of its own, while the next file's bytes are made:
-   the waits for the disk overlap the CPU work; all of them end before step 3);
+1. every temp file is fsynced (on threads of their own, while the next file's bytes are made:
+   the waits for the disk overlap the CPU work, and fsyncs in flight together share the file
+   system's journal commits; all of them end before step 3);
 2. the quarantine folder is fsynced: every kept copy is durable before any rename;
 3. each temp file is renamed over its target, and the cache folder fsynced once;
 4. the batch's results go to the journal in one transaction (``Journal.record_many``).
@@ -43,14 +44,20 @@ from cachedoctor.repair.verify import unfit_line
 #: folder fsyncs (two per batch) a rounding error.
 BATCH = 64
 
+#: Threads that fsync the temp files. One fsync at a time waits for a journal commit of its own
+#: (ext4: 1-5 ms each on a busy disk); fsyncs in flight together are made durable by one commit
+#: (measured on ext4: 64 files of 130 KB fsynced one after another 3.5-6 ms a file, 8 at once
+#: 0.2-0.35 ms a file). Each file is still fsynced on its own before any rename.
+SYNC_THREADS = 8
+
 
 @dataclass(slots=True)
 class _Written:
     action: Action
     temp: str
-    size: int
+    made: os.stat_result  # the temp file's fstat once written
     kept: str | None = None
-    synced: Future[None] | None = None  # its fsync, on the syncer thread
+    synced: Future[None] | None = None  # its fsync, on a syncer thread
 
 
 class Batcher:
@@ -59,7 +66,8 @@ class Batcher:
     pending, and at the end (``with``). ``record`` gets each batch's results once they are
     durable. ``make_bytes(action, old_bytes, path)`` (the old file's bytes, read once) raises
     :class:`NotRewritable`; ``judge(action, temp, data)`` says what the scan would find wrong
-    with the new file (``data``: its bytes, still in memory). A full disk raises
+    with the new file (``data``: its bytes, still in memory); ``placed(path, made)`` hears of
+    each file put in place (``made``: its temp file's ``fstat`` once written). A full disk raises
     :class:`RepairError` after the batch's finished files are put in place and recorded; any
     other exception (Ctrl-C) removes the batch's temp files and leaves its old files in place."""
 
@@ -70,20 +78,23 @@ class Batcher:
         make_bytes: Callable[[Action, bytes, str], bytes],
         judge: Callable[[Action, str, bytes], str | None],
         size: int = BATCH,
+        placed: Callable[[str, os.stat_result], None] | None = None,
     ) -> None:
         self.run_id = run_id
         self.record = record
         self.make_bytes = make_bytes
         self.judge = judge
         self.size = size
+        self.placed = placed
         self.quarantines: dict[str, Quarantine] = {}
         self.folder: str | None = None
         self.locks = contextlib.ExitStack()
         self.results: list[ItemResult] = []
         self.written: list[_Written] = []
-        # One thread fsyncs each temp file while this one makes the next file's bytes: the wait
-        # for the disk overlaps the CPU work (every fsync still ends before any rename).
-        self.syncer = ThreadPoolExecutor(1, thread_name_prefix="cachedoctor-fsync")
+        # Threads fsync each temp file while this one makes the next file's bytes: the wait for
+        # the disk overlaps the CPU work, and the fsyncs share commits (every fsync still ends
+        # before any rename).
+        self.syncer = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="cachedoctor-fsync")
 
     def __enter__(self) -> Batcher:
         return self
@@ -126,7 +137,7 @@ class Batcher:
         stop: RepairError | None = None
         try:
             try:
-                _durable(self.written, list(self.quarantines.values()))
+                _durable(self.written, list(self.quarantines.values()), self.placed)
             except OSError as exc:  # what is renamed is done; the rest stays as it was
                 folder = os.path.dirname(self.written[0].action.path)
                 then = "run the same `cachedoctor repair` again: it resumes"
@@ -141,7 +152,7 @@ class Batcher:
                     "written and checked",
                     w.kept,
                     w.action.bytes,
-                    w.size,
+                    w.made.st_size,
                 )
                 for w in done
             ]
@@ -165,7 +176,9 @@ class Batcher:
         self.locks.close()
 
 
-def _durable(written: list[_Written], quarantines: list[Quarantine]) -> None:
+def _durable(
+    written: list[_Written], quarantines: list[Quarantine], placed: Callable[[str, os.stat_result], None] | None
+) -> None:
     """Steps 1-3 of the module's docstring for the files of one batch."""
     if not written:
         return
@@ -182,6 +195,8 @@ def _durable(written: list[_Written], quarantines: list[Quarantine]) -> None:
         crash_point("before-replace")
         os.replace(w.temp, w.action.path)
         w.temp = w.action.path  # (renamed: nothing to remove on the way out)
+        if placed is not None:
+            placed(w.action.path, w.made)
         crash_point("after-replace")
     fsync_dir(os.path.dirname(written[0].action.path))
 
@@ -214,13 +229,13 @@ def _prepare(
                     path, action.kind, ItemState.SKIPPED, "changed since the scan; left for the final scan to judge"
                 )
             data = make_bytes(action, _read_all(fd, st.st_size), path)
-        temp = _write_temp(path, data, st.st_mode & 0o7777)
+        temp, made = _write_temp(path, data, st.st_mode & 0o7777)
         problem = judge(action, temp, data)
         if problem:
             return ItemResult(path, action.kind, ItemState.FAILED, unfit_line(problem))
         crash_point("before-keep")
         kept = quarantine.keep(path, action.reasons, action.kind.value, sync=False)
-        written, temp = _Written(action, temp, len(data), kept), None
+        written, temp = _Written(action, temp, made, kept), None
         return written
     except RepairError:
         raise
@@ -258,20 +273,23 @@ def _read_all(fd: int, size: int) -> bytes:
         got += len(chunk)
 
 
-def _write_temp(path: str, data: bytes, mode: int) -> str:
+def _write_temp(path: str, data: bytes, mode: int) -> tuple[str, os.stat_result]:
     """``data`` in a new ``.cachedoctor-<name>-XXXXXXXX.tmp`` beside ``path`` with ``path``'s
-    mode, not yet fsynced (the batch fsyncs its temp files together)."""
+    mode, not yet fsynced (the batch fsyncs its temp files together); and its ``fstat`` once
+    written."""
     fd, temp = tempfile.mkstemp(prefix=temp_prefix_for(path), suffix=TEMP_SUFFIX, dir=os.path.dirname(path))
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as out:  # (what every write of cache content goes through)
             out.write(data)
             crash_point("mid-write")
+            out.flush()
+            made = os.fstat(fd)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    return temp
+    return temp, made
 
 
 def lossless_bytes(action: Action, old: bytes, path: str) -> bytes:

@@ -3,7 +3,9 @@ or each tensor as its own view's data (``clone-storage``).
 
 The file is read through the safe path only: the restricted reader first (a file naming any
 global outside the allow-list is never loaded; it is quarantined instead), then the tensor data
-with ``torch.load(weights_only=True, map_location="cpu")``. It is written back in the container
+with ``torch.load(weights_only=True, map_location="cpu")``, or, for a torch zip archive of one
+tensor or a dict of tensors, from its bytes to the bytes torch.save would write, without torch
+(``torch_rewrite.py``). It is written back in the container
 the trainer reads: a bare tensor stays a bare tensor, a dict a dict (key order kept), a gzipped
 file is gzipped again, a legacy (pre-zip) file stays legacy. The tensors to be saved are compared
 bit for bit with what was read, so a rewrite cannot change a value; the written file is read
@@ -15,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from cachedoctor.repair.model import NotRewritable
-from cachedoctor.repair.torch_io import TORCH_FORMATS, load_checked, load_safely, serialize
+from cachedoctor.repair.torch_io import TORCH_FORMATS, load_checked, load_safely, restricted_verdict, serialize
 
 
 def transform(obj: Any, clone: bool) -> Any:
@@ -74,9 +76,18 @@ def rewrite_from(path: str, raw: bytes, clone: bool) -> bytes:
     The tensors to be saved are compared bit for bit with those read before anything is
     written; the new bytes are then judged deep (CRCs, structure, storage sizes) by the caller,
     in memory. (Loading the new bytes again as well cost half the rewrite's time and checked
-    what ``torch.save`` does, not what we do.)
+    what ``torch.save`` does, not what we do.) A torch zip archive of one tensor or a dict of
+    tensors is rewritten without torch, to the same bytes (``torch_rewrite.py``); the rest,
+    and anything that path does not vouch for, with torch.
     """
-    obj, fmt = load_checked(path, raw)
+    meta = restricted_verdict(path, raw)
+    if meta.format == "torch-zip":  # the common files: their bytes rewritten as torch would, without it
+        from cachedoctor.repair.torch_rewrite import rewrite_zip
+
+        written = rewrite_zip(raw, clone)
+        if written is not None:
+            return written
+    obj, fmt = load_checked(path, raw, meta)
     new = transform(obj, clone)
     if not same(obj, new):
         raise NotRewritable("the rewritten tensors would differ from the original (not written)")

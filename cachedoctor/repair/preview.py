@@ -64,12 +64,12 @@ def preview(
     """The repair plan's counts for these findings (``None`` past :data:`PREVIEW_LIMIT` files).
     ``expected_for(paths)`` gives the dataset's entries for those paths; it is called only when
     there is something to plan."""
-    from cachedoctor.repair.planner import plan_repair
-
     findings = list(findings)
     paths = {f.path for f in findings}
     if not findings or len(paths) > PREVIEW_LIMIT:
         return None
+    from cachedoctor.repair.planner import plan_repair  # (here: a clean scan does not import it)
+
     plan = plan_repair(findings, roots, expected_for(paths) if layout else {}, layout, {"image", "text"})
     fixable: Counter[str] = Counter()
     blocked: Counter[str] = Counter()

@@ -27,6 +27,7 @@ from cachedoctor.repair.planner import plan_repair
 from cachedoctor.repair.preconditions import check_devices, load_encoders, require_something, require_writable
 from cachedoctor.repair.resume import find_interrupted, run_to_finish
 from cachedoctor.repair.scope import run_scope
+from cachedoctor.repair.verdicts import Verdicts
 from cachedoctor.scan import ScanResult, scan
 from cachedoctor.stores.connect import files_here
 
@@ -120,6 +121,7 @@ def _repair(
     if not options.dry_run:
         distributed.init(rank)
     stages = Stages(progress if rank.leader else None)
+    _warm_readers(options)
     before, expected, line, layout_name = _scan(targets, layout, layout_options, options, stages.progress, planned)
     if before.errors:
         first = before.errors[0]
@@ -204,10 +206,11 @@ def _repair(
         if action.blocked:
             record(ItemResult(action.path, action.kind, ItemState.BLOCKED, action.blocked))
     mine = share(plan.runnable(), rank)
+    verdicts = Verdicts()  # the rewrites' own deep verdicts: the rescan need not read them again
     try:
         lossless = [a for a in mine if a.kind is not ActionKind.RECOMPUTE]
         stages.start(LOSSLESS, len(lossless))
-        run_lossless(lossless, outcome.run_id or "", record, record_batch)
+        run_lossless(lossless, outcome.run_id or "", record, record_batch, verdicts)
         recompute_actions = [a for a in mine if a.kind is ActionKind.RECOMPUTE]
         if recompute_actions:
             recompute(recompute_actions, options, outcome, record, rank, devices_for, stages)
@@ -227,8 +230,21 @@ def _repair(
         outcome.results = [r for part in gathered for r in (part or [])]
     distributed.finish(rank)
     if rank.leader or options.scan.ranks is not None:  # split over the ranks too, where they meet
+        if len(verdicts):
+            options = replace(options, scan=replace(options.scan, known=verdicts))
         outcome.after = _scan(targets, layout, layout_options, options, stages.renamed(RESCAN))[0]
     return outcome
+
+
+def _warm_readers(options: RepairOptions) -> None:
+    """What the deep readers import on first use (numpy for the latents' channel statistics,
+    xxhash for the file digest), imported before the scan forks its reader processes: they
+    inherit it instead of each importing its own (0.1 s of CPU each), and this process judges
+    the rewrites with the same readers afterwards. (With one reader nothing is saved.)"""
+    scan_options = options.scan
+    if scan_options.deep and (scan_options.workers or os.cpu_count() or 1) > 1:
+        import numpy  # noqa: F401
+        import xxhash  # noqa: F401
 
 
 def still_broken(outcome: RepairOutcome) -> list[str]:

@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from cachedoctor.formats import read_file
-from cachedoctor.formats.interface import ReadError
+from cachedoctor.formats.interface import FileMeta, ReadError
 from cachedoctor.lifetime import reraise_interrupt
 from cachedoctor.repair.model import NotRewritable
 
@@ -28,12 +28,11 @@ def load_safely(path: str) -> tuple[Any, str]:
     return load_checked(path, None)
 
 
-def load_checked(path: str, raw: bytes | None) -> tuple[Any, str]:
-    """:func:`load_safely` of ``raw``, the bytes already read from ``path`` (``None``: read them
-    here). The restricted reader judges those same bytes first (its quick read: the zip
-    directory and the pickle), in memory (:func:`cachedoctor.formats.read_bytes`)."""
-    import torch
-
+def restricted_verdict(path: str, raw: bytes | None) -> FileMeta:
+    """The restricted reader's quick read of ``raw``, the bytes already read from ``path``
+    (``None``: read them here; in memory: :func:`cachedoctor.formats.read_bytes`): the zip
+    directory and the pickle, run by nothing. Raises :class:`NotRewritable` for a file that is
+    not a torch file, or whose pickle names anything outside the allow-list."""
     from cachedoctor.formats import read_bytes, read_file
 
     try:
@@ -46,6 +45,17 @@ def load_checked(path: str, raw: bytes | None) -> tuple[Any, str]:
         raise NotRewritable(f"a {meta.format} file holds no storages to rewrite")
     if meta.foreign_globals or meta.unreadable_reason:
         raise NotRewritable("its pickle names globals outside the allow-list; it is never loaded")
+    return meta
+
+
+def load_checked(path: str, raw: bytes | None, meta: FileMeta | None = None) -> tuple[Any, str]:
+    """:func:`load_safely` of ``raw``, the bytes already read from ``path`` (``None``: read them
+    here). The restricted reader judges those same bytes first (:func:`restricted_verdict`;
+    ``meta``: its verdict, already taken)."""
+    import torch
+
+    if meta is None:
+        meta = restricted_verdict(path, raw)
     if raw is None:
         with open(path, "rb") as handle:
             raw = handle.read()

@@ -35,6 +35,7 @@ def problems_of(
     encoder: EncoderUsed = UNNAMED,
     notes: list[str] | None = None,
     scale: bool = True,
+    found_fit: list[Outcome] | None = None,
 ) -> str | None:
     """What the scan would find wrong with ``temp`` once it is ``action.path`` (``None``: nothing).
     With ``data``, the bytes just written to ``temp``, they are judged in memory as the file at
@@ -43,7 +44,8 @@ def problems_of(
     ``--encoder`` it was made with, and its scaling): an outlier's answer starts with
     :data:`REFUSED` and is the item's whole line; what could not be judged (too few peers) is
     appended to ``notes``. ``scale=False``: not that (``recover`` reading back a version
-    already in place, maybe the trainer's: the final scan judges it)."""
+    already in place, maybe the trainer's: the final scan judges it). ``found_fit`` gets the
+    outcome of ``data`` judged fit (``verdicts.py``: the rescan's verdict on them)."""
     if data is not None:
         from cachedoctor.scan import inspect_bytes
 
@@ -72,6 +74,8 @@ def problems_of(
             notes.append(verdict.note)
         return verdict.refusal
     if not found:
+        if found_fit is not None and data is not None:  # (read from ``temp``, it names the temp file)
+            found_fit.append(outcome)
         return None
     return "would be reported: " + "; ".join(f"{f.kind}: {f.message}" for f in found)
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
-from typing import TextIO
+from functools import cached_property
+from typing import Any, TextIO
 
 from cachedoctor.findings import Finding
 from cachedoctor.report.interface import Renderer
 from cachedoctor.report.outcome import ScanReport
+from cachedoctor.report.plain_table import plain_table
 from cachedoctor.report.text import human_size, shown_path, terminal_safe, wrap_line
 
 _PER_KIND = 8  # files listed per kind, and the worst files, unless --verbose (then all)
@@ -30,25 +33,12 @@ class TableRenderer(Renderer):
         self.verbose = verbose
 
     def render(self, report: ScanReport, out: TextIO, *, color: bool) -> None:
-        from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text
-
-        console = Console(
-            file=out,
-            force_terminal=color,
-            no_color=not color,
-            color_system="standard" if color else None,
-            highlight=False,
-            markup=False,
-            emoji=False,
-            width=self.width,
-        )
+        console = _Console(out, color, self.width)
         per_kind = None if self.verbose else _PER_KIND
         worst = None if self.verbose else _WORST
 
         def line(text: str, style: str = "", indent: str | None = None) -> None:
-            console.print(Text(wrap_line(text, self.width, indent), style=style), soft_wrap=True)
+            console.line(wrap_line(text, self.width, indent), style)
 
         stats = report.scan.counts
         files = f"{_n(stats.files_read, 'file')} read in {_n(stats.folders, 'folder')}"
@@ -74,33 +64,30 @@ class TableRenderer(Renderer):
                 line(f"  note: {spot.line()}", "dim", "      ")
 
         if report.findings:
-            kinds = Table(show_edge=False, pad_edge=False)
-            for column in ("kind", "severity", "files"):
-                kinds.add_column(column, no_wrap=True)
             widest = max(len(f.fix.value) for f in report.findings) + 1  # and its comma
-            kinds.add_column("fix", min_width=widest)  # wraps after a comma, never inside a name
             grouped: dict[str, list[Finding]] = defaultdict(list)
             for f in report.findings:
                 grouped[f.kind].append(f)
-            for kind, items in grouped.items():
-                sev = items[0].severity.value
-                fixes = ", ".join(sorted({f.fix.value for f in items}))
-                kinds.add_row(kind, Text(sev, style=_STYLE[sev]), str(len({f.path for f in items})), fixes)
+            rows = [
+                (
+                    kind,
+                    items[0].severity.value,
+                    str(len({f.path for f in items})),
+                    ", ".join(sorted({f.fix.value for f in items})),
+                )
+                for kind, items in grouped.items()
+            ]
             if not self.quiet:
-                console.print()
+                console.blank()
             line("Findings by kind", "italic")
             longest = max(len(k) for k in grouped)
             if longest + len("severity") + len("files") + widest + 9 > self.width:  # too narrow for the columns:
-                for kind, items in grouped.items():  # one line per kind, nothing cropped
-                    fixes = ", ".join(sorted({f.fix.value for f in items}))
-                    count = len({f.path for f in items})
-                    line(f"  {kind}: {items[0].severity.value}, {count} file(s), fix: {fixes}")
+                for kind, sev, count, fixes in rows:  # one line per kind, nothing cropped
+                    line(f"  {kind}: {sev}, {count} file(s), fix: {fixes}")
             else:
-                with console.capture() as table:
-                    console.print(kinds)
-                out.write("".join(row.rstrip() + "\n" for row in table.get().splitlines()))  # no trailing blanks
+                out.write(_kinds_table(console, rows, widest))
             for kind, items in grouped.items():
-                console.print()
+                console.blank()
                 line(f"{kind} ({len(items)})", _STYLE[items[0].severity.value])
                 for f in items[:per_kind]:
                     source = f" (item: {self._rel(f.source)})" if f.source else ""
@@ -108,7 +95,7 @@ class TableRenderer(Renderer):
                 if per_kind is not None and len(items) > per_kind:
                     line(f"  ... and {len(items) - per_kind} more (-v or --format json lists all)")
             if not self.quiet:
-                console.print()
+                console.blank()
                 line("Worst files", "bold")
                 ranked = self._worst(report.findings)
                 for path, items in ranked[:worst]:
@@ -121,7 +108,7 @@ class TableRenderer(Renderer):
             line(f"could not check {self._rel(error.path)}: {terminal_safe(error.message)}", "bold red")
         counts = report.by_severity()
         if not self.quiet or report.findings or report.scan.errors:
-            console.print()
+            console.blank()
         info = f", {counts['info']} info" if counts["info"] else ""  # kinds set to info still count
         verdict = (
             f"{counts['error']} error(s), {counts['warning']} warning(s){info} in "
@@ -141,6 +128,81 @@ class TableRenderer(Renderer):
         for f in findings:
             by_file[f.path].append(f)
         return sorted(by_file.items(), key=lambda kv: (-max(f.severity.rank for f in kv[1]), -len(kv[1]), kv[0]))
+
+
+class _Console:
+    """rich's console for the report, made on first need. A line of plain ASCII text in a report
+    without colour is written as rich writes it (the line, a newline, a flush), without rich:
+    a clean ``-q`` scan's one line does not import it (some 30 ms), nor does the findings table
+    where its cells are plain and the stream is UTF-8 (``boxes``: see :func:`_kinds_table`).
+    Anything else, colour, a character rich might treat otherwise (a tab, a control or wide
+    character, a name that stdout's encoding may refuse), goes to rich itself."""
+
+    def __init__(self, out: TextIO, color: bool, width: int) -> None:
+        self.out, self.color, self.width = out, color, width
+        self.plain = not color and sys.modules.get("IPython") is None  # (rich shows a notebook's output itself)
+        # rich draws a table's box in ASCII where the stream's encoding is not UTF-8 (and in other
+        # characters on a legacy Windows console): the plain table is drawn only where it is
+        encoding = (getattr(out, "encoding", "utf-8") or "utf-8").lower()
+        self.boxes = self.plain and encoding.startswith("utf") and sys.platform != "win32"
+
+    @cached_property
+    def rich(self) -> Any:
+        from rich.console import Console
+
+        return Console(
+            file=self.out,
+            force_terminal=self.color,
+            no_color=not self.color,
+            color_system="standard" if self.color else None,
+            highlight=False,
+            markup=False,
+            emoji=False,
+            width=self.width,
+        )
+
+    def line(self, text: str, style: str = "") -> None:
+        if self.plain and text.isascii() and all(part.isprintable() for part in text.split("\n")):
+            self._write(text + "\n")
+        else:
+            from rich.text import Text
+
+            self.rich.print(Text(text, style=style), soft_wrap=True)
+
+    def blank(self) -> None:
+        if self.plain:
+            self._write("\n")
+        else:
+            self.rich.print()
+
+    def _write(self, text: str) -> None:
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError:  # what rich does then: stdout onto /dev/null, SystemExit(1)
+            self.rich.on_broken_pipe()
+
+
+def _kinds_table(console: _Console, rows: list[tuple[str, str, str, str]], widest: int) -> str:
+    """The findings-by-kind table's lines: written here as rich writes them where the report has
+    no colour and the cells are plain (``report/plain_table.py``), by rich otherwise."""
+    headers = ("kind", "severity", "files", "fix")
+    if console.boxes:
+        lines = plain_table(headers, rows, (None, None, None, widest), console.width)
+        if lines is not None:
+            return "".join(row + "\n" for row in lines)
+    from rich.table import Table
+    from rich.text import Text
+
+    kinds = Table(show_edge=False, pad_edge=False)
+    for column in headers[:3]:
+        kinds.add_column(column, no_wrap=True)
+    kinds.add_column(headers[3], min_width=widest)  # wraps after a comma, never inside a name
+    for kind, sev, count, fixes in rows:
+        kinds.add_row(kind, Text(sev, style=_STYLE[sev]), count, fixes)
+    with console.rich.capture() as table:
+        console.rich.print(kinds)
+    return "".join(row.rstrip() + "\n" for row in table.get().splitlines())  # no trailing blanks
 
 
 def _n(count: int, word: str) -> str:

@@ -38,7 +38,9 @@ def planned_folders(
 ) -> Iterator[Planned]:
     """Each folder's files to read: with a state database, its unchanged files are taken from
     the record (the whole folder, where its result is whole) and only the rest go out, each
-    marked deep or not. The folder is opened in the collector for its parts of ``part_size``."""
+    marked deep or not; without one, a deep scan takes the outcomes ``options.known`` holds
+    (repair's rescan) and reads the rest. The folder is opened in the collector for its parts
+    of ``part_size``."""
     facts = collector.matcher is not None
     for folder in folders:
         if folder.special:
@@ -55,6 +57,11 @@ def planned_folders(
         if store is None:
             items = [(f, options.deep or options.sample is not None) for f in files]
             record, reused = None, []
+            if options.known is not None and options.deep and options.sample is None:
+                reused = [o for f in files if (o := options.known.take(f, facts)) is not None]
+                if reused:
+                    taken = {o.path for o in reused}
+                    items = [item for item in items if item[0] not in taken]
         else:
             chosen = store.chosen(folder.path) if options.sample is not None else set()
             plan, result = plan_folder(

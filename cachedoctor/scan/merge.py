@@ -48,7 +48,7 @@ def merge(parts: list[Part], options: ScanOptions, dataset: Any = None) -> ScanR
     else:  # judged from the dataset's plan, the same on every shard
         findings.extend(first.run_findings)
         run_notes = list(first.run_notes)
-    findings.sort(key=_order)
+    _sort(findings)
     errors = sorted({(e.path, e.message) for p in parts for e in p.errors})
     unchecked = _unchecked(parts, findings, errors)
     specials = [s for p in parts for s in p.special]
@@ -83,8 +83,27 @@ def _unchecked(parts: list[Part], findings: list[Finding], errors: list[tuple[st
     return sorted(left)
 
 
-def _order(f: Finding) -> tuple[Any, ...]:
-    return (*f.sort_key(), f.message, f.source or "", json.dumps(f.details, sort_keys=True, default=str))
+def _sort(findings: list[Finding]) -> None:
+    """Sort by content: severity, kind, path, message, source, then the details as JSON. The
+    details' JSON is made only for the findings that tie on everything before it (one file's
+    findings of one kind with one message): a scan of a million files can hold tens of thousands
+    of findings, and dumping every one's details cost more than the rest of their merge."""
+    findings.sort(key=_head)
+    heads = [_head(f) for f in findings]
+    start = 0
+    for end in range(1, len(findings) + 1):
+        if end == len(findings) or heads[end] != heads[start]:
+            if end - start > 1:
+                findings[start:end] = sorted(findings[start:end], key=_details)
+            start = end
+
+
+def _head(f: Finding) -> tuple[Any, ...]:
+    return (*f.sort_key(), f.message, f.source or "")
+
+
+def _details(f: Finding) -> str:
+    return json.dumps(f.details, sort_keys=True, default=str)
 
 
 def _summed(parts: list[Part]) -> ScanStats:

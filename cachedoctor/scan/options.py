@@ -4,15 +4,25 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from cachedoctor.scan._memcap import FILE_MEMORY
 
 if TYPE_CHECKING:
+    from cachedoctor.scan.outcome import Outcome
     from cachedoctor.scan.state.sample import Sample
     from cachedoctor.sharding.interface import Shard
     from cachedoctor.sharding.ranks import RankGroup
     from cachedoctor.stores.s3 import S3Settings
+
+
+class KnownVerdicts(Protocol):
+    """Deep verdicts a caller already holds on files it has just written and judged (repair's
+    rewrites, for its final scan: ``repair/verdicts.py``)."""
+
+    def take(self, path: str, facts: bool) -> Outcome | None:
+        """The outcome a deep read of ``path`` would give now (``facts``: a dataset scan's), or
+        ``None``: read it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,9 @@ class ScanOptions:
     #: An S3 Inventory's manifest.json (a path or an s3:// URL): s3:// prefixes take their listing
     #: from it instead of LIST (``inventory_targets.py``); ``None``: LIST.
     inventory: str | None = None
+    #: A deep scan without a state database takes these files' outcomes from here instead of
+    #: reading them (``folder_chunks.py``); ``None``: read every file.
+    known: KnownVerdicts | None = None
 
     @property
     def mode(self) -> str:
@@ -49,4 +62,4 @@ class ScanOptions:
         return "deep" if self.deep else "quick"
 
 
-__all__ = ["ScanOptions"]
+__all__ = ["KnownVerdicts", "ScanOptions"]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from cachedoctor.cachenames import claims_cache, special_type
 from cachedoctor.errors import PathError
-from cachedoctor.statedir import STATE_DIR, is_lock_name
+from cachedoctor.statedir import LOCK_SUFFIX, STATE_DIR, is_lock_name
 
 if TYPE_CHECKING:
     from cachedoctor.layouts.interface import DatasetPlan
@@ -172,8 +172,8 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
                 special: list[tuple[str, str]] = []
                 with os.scandir(folder) as it:
                     for entry in it:
-                        try:  # is_dir/is_file first: the one cost per entry of an ordinary folder
-                            kind = _DIR if entry.is_dir() else _FILE if entry.is_file() else _kind(entry)
+                        try:  # is_file/is_dir first: the one cost per entry of an ordinary folder
+                            kind = _FILE if entry.is_file() else _DIR if entry.is_dir() else _kind(entry)
                         except OSError as exc:
                             try:
                                 kind = _loop(entry, exc)
@@ -182,12 +182,15 @@ def walk(targets: list[str], errors: list[WalkError], exclude: tuple[str, ...] =
                                 continue
                             if kind == _LEFT_ALONE:
                                 continue
-                        if kind == _DIR:  # follows symlinks; loops stop at ``visited``
+                        if kind == _FILE:
+                            name = entry.name  # not a lock file (statedir.is_lock_name, inline: once a file)
+                            if not (name[:1] == "." and name.endswith(LOCK_SUFFIX)) and not (
+                                exclude and skip(entry.path, target)
+                            ):
+                                files.append(entry.path)
+                        elif kind == _DIR:  # follows symlinks; loops stop at ``visited``
                             if entry.name not in _SKIP_DIRS and not skip(entry.path, target):
                                 subdirs.append(entry.path)
-                        elif kind == _FILE:
-                            if not is_lock_name(entry.name) and not (exclude and skip(entry.path, target)):
-                                files.append(entry.path)  # lock files: statedir.py
                         elif claims_cache(entry.name) and not (exclude and skip(entry.path, target)):
                             if kind == _BROKEN_LINK:
                                 files.append(entry.path)

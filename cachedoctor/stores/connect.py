@@ -9,9 +9,13 @@ keys) are S3's: a ``gs://`` store takes Google's chain and ``STORAGE_EMULATOR_HO
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from cachedoctor.stores.interface import Capabilities, Location, RemoteError, Store, is_remote
-from cachedoctor.stores.s3 import RetryPolicy, S3Settings
+from cachedoctor.stores.s3_settings import S3Settings  # the store modules (asyncio, ssl): when opened
+
+if TYPE_CHECKING:
+    from cachedoctor.stores.retrying import RetryPolicy
 
 _stores: dict[tuple[str, str, S3Settings], Store] = {}
 _lock = threading.Lock()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cachedoctor.stores.interface import (
@@ -32,21 +31,9 @@ from cachedoctor.stores.interface import (
 )
 from cachedoctor.stores.retrying import Retrying, RetryPolicy, ShortRead
 from cachedoctor.stores.s3_errors import etag_of, final_error, seconds_ns, transient_types
+from cachedoctor.stores.s3_settings import S3Settings  # (defined apart: a local run needs it, not the store)
 
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class S3Settings:
-    """Where and as whom: every field ``None`` means the standard AWS chain decides
-    (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.aws/config``...)."""
-
-    endpoint_url: str | None = None
-    region: str | None = None
-    profile: str | None = None
-    key: str | None = None
-    secret: str | None = None
-    token: str | None = None
 
 
 class S3Store(Retrying, Store):
@@ -59,21 +46,28 @@ class S3Store(Retrying, Store):
     def __init__(self, bucket: str, settings: S3Settings, policy: RetryPolicy | None = None) -> None:
         try:
             import s3fs
+            from aiobotocore.session import AioSession
         except ImportError:
             raise RemoteError(
                 f"s3://{bucket}", "remote caches need the [s3] extra: pip install 'cachedoctor[s3]'"
             ) from None
+        from cachedoctor.stores.s3_times import parse_timestamp
+
         self.bucket = bucket
         self.settings = settings
         self.policy = policy or RetryPolicy()
         client_kwargs: dict[str, Any] = {}
         if settings.region:
             client_kwargs["region_name"] = settings.region
+        # the session s3fs would make (AioSession(profile=...)), its answers' timestamps parsed
+        # without dateutil: s3_times.py
+        session = AioSession(profile=settings.profile)
+        session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
         self.fs = s3fs.S3FileSystem(
             key=settings.key,
             secret=settings.secret,
             token=settings.token,
-            profile=settings.profile,
+            session=session,
             endpoint_url=settings.endpoint_url,
             client_kwargs=client_kwargs,
             config_kwargs={

@@ -200,7 +200,7 @@ def test_ctrl_c_wrapped_by_a_lazy_import_is_still_ctrl_c(tmp_path: Path, monkeyp
         def __set_name__(self, owner: type, name: str) -> None:
             raise KeyboardInterrupt
 
-    def read_while_importing(path: str, deep: bool, tally: object = None) -> None:
+    def read_while_importing(path: str, deep: bool, tally: object = None, **_: object) -> None:
         class finfo:
             epsneg = Interrupting()
 

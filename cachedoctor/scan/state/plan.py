@@ -9,6 +9,7 @@ unchanged, with no deep read due, is settled by its recorded result alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from array import array
@@ -165,33 +166,66 @@ def plan_folder(
         for sig in sigs:
             numbers.extend(sig)  # type: ignore[arg-type]
     else:
-        for path in files:
-            try:
-                st = os.stat(path)
-            except OSError:
-                settled = False  # gone or unreadable: the read reports it
-                sigs.append(None)
-                continue
-            sigs.append(sig_of(st))
-            mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
-            if store.is_racy(mtime, ctime):
+        # one stat a file, by name in the open folder (no path walk a file), kept as it came:
+        # the signatures are built only when the folder's record does not settle it (a rescan of
+        # an unchanged folder builds none); the loops are comprehensions, the checks run over
+        # the packed numbers at once: this is the whole per-file cost of such a rescan
+        cut_names = [p[cut:] for p in files]
+        stats = _stats(folder, files, cut_names)
+        if None in stats:
+            settled = False  # gone or unreadable: the read reports it
+        else:
+            values: list[int] = []
+            for st in stats:
+                values += (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)  # type: ignore[union-attr]
+            clock = store.clock_ns
+            if values and (max(values[1::4]) >= clock or max(values[2::4]) >= clock):  # StateStore.is_racy
                 settled = False
-            elif settled:
+            else:
                 try:
-                    numbers.extend((st.st_size, mtime, ctime, st.st_ino))
+                    numbers = array("Q", values)
                 except OverflowError:  # a time before 1970: no digest, the files are still compared one by one
                     settled = False
     digest = None
     if settled:
         import xxhash
 
-        names = "\0".join(p[cut:] for p in files).encode("utf-8", "surrogateescape")
-        digest = xxhash.xxh3_128_hexdigest(names + b"\0" + numbers.tobytes())
+        listing = "\0".join(cut_names if listed is None else (p[cut:] for p in files))
+        digest = xxhash.xxh3_128_hexdigest(listing.encode("utf-8", "surrogateescape") + b"\0" + numbers.tobytes())
         if whole and not deep and not chosen:
             result = store.folder_result(folder, digest)
             if result is not None:
                 return FolderPlan(digest=digest), result
+    if listed is None:
+        sigs = [None if st is None else sig_of(st) for st in stats]
     return plan_rows(store, folder, files, sigs, digest, deep=deep, deep_changed=deep_changed, chosen=chosen), None
+
+
+def _stats(folder: str, files: list[str], names: list[str]) -> list[os.stat_result | None]:
+    """Each file's ``stat`` (``None``: gone or unreadable), by name in the open folder where the
+    platform allows (no path walk a file), else by path."""
+    fd = None
+    if os.stat in os.supports_dir_fd:
+        with contextlib.suppress(OSError):
+            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    stat = os.stat
+    try:
+        if fd is None:
+            return [_stat_or_none(p) for p in files]
+        try:
+            return [stat(name, dir_fd=fd) for name in names]
+        except OSError:  # one file gone or unreadable: each one on its own
+            return [_stat_or_none(name, fd) for name in names]
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _stat_or_none(path: str, fd: int | None = None) -> os.stat_result | None:
+    try:
+        return os.stat(path, dir_fd=fd)
+    except OSError:
+        return None
 
 
 def plan_rows(

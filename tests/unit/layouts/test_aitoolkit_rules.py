@@ -223,3 +223,10 @@ def test_preparer_equals_the_pixels_ai_toolkit_encoded() -> None:
         assert prepared.recorded == {}
         assert prepared.pixels.dtype == want.dtype and prepared.pixels.shape == want.shape
         assert (prepared.pixels - want).abs().max().item() == 0.0  # bit-exact
+
+
+def test_the_layout_s_cache_folder_names_are_the_rules_own() -> None:
+    """``aitoolkit.CACHE_FOLDERS`` spells the names out (``--layout auto`` asks for them without the rules)."""
+    from cachedoctor.layouts.aitoolkit import CACHE_FOLDERS
+
+    assert CACHE_FOLDERS == (rules.LATENT_DIR, rules.TEXT_DIR)
