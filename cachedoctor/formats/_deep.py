@@ -66,10 +66,8 @@ class Members:
         winners, unpack, named = directory.members, _LOCAL_HEAD.unpack_from, _NAMED_HEAD
         for member in directory.entries:  # a handful per file, millions of files: kept lean
             name, method, crc, compressed, _, at = member
-            expected = name.encode()
-            length = len(expected)
-            if length <= _NAMED_UP_TO and at + 30 + length <= size:  # the header and its name, one unpack
-                unpack_named = named.get(length) or _named_head(length)
+            expected, length, unpack_named = named.get(name) or _named_head(name)
+            if unpack_named is not None and at + 30 + length <= size:  # the header and its name, one unpack
                 signature, nlen, xlen, local = unpack_named(buffer, at)
                 same = nlen == length and local == expected
             elif at + 30 > size:
@@ -95,14 +93,23 @@ class Members:
 
 
 _LOCAL_HEAD = struct.Struct("<4s22xHH")
-_NAMED_HEAD: dict[int, Callable[[memoryview, int], tuple[bytes, int, int, bytes]]] = {}
-_NAMED_UP_TO = 255  # name lengths with an unpacker of their own (longer names are sliced)
+_Unpack = Callable[[memoryview, int], tuple[bytes, int, int, bytes]]
+#: member name -> (its bytes, their length, an unpacker of a local header and the name after it;
+#: ``None`` for long names, which are sliced): the members of a cache share a handful of names
+_NAMED_HEAD: dict[str, tuple[bytes, int, _Unpack | None]] = {}
+_NAMED_UP_TO = 255  # longest name with an unpacker of its own
+_NAMED_KEPT = 4096  # names remembered, at most (a hostile archive may carry any number)
 
 
-def _named_head(length: int) -> Callable[[memoryview, int], tuple[bytes, int, int, bytes]]:
-    """An unpacker of a local header and the ``length`` bytes after it (where its name is)."""
-    unpack = _NAMED_HEAD[length] = struct.Struct(f"<4s22xHH{length}s").unpack_from
-    return unpack
+def _named_head(name: str) -> tuple[bytes, int, _Unpack | None]:
+    """``_NAMED_HEAD``'s entry for ``name``."""
+    expected = name.encode()
+    length = len(expected)
+    unpack = struct.Struct(f"<4s22xHH{length}s").unpack_from if length <= _NAMED_UP_TO else None
+    if len(_NAMED_HEAD) >= _NAMED_KEPT:
+        _NAMED_HEAD.clear()
+    entry = _NAMED_HEAD[name] = (expected, length, unpack)
+    return entry
 
 
 def count_nonfinite(
