@@ -244,7 +244,7 @@ def peer_record(meta: FileMeta) -> tuple[str | None, PeerEntry | None]:
     """The file's peer group key and its compact record for folder-level checks."""
     if not meta.tensors:
         return None, None
-    tensors = tuple(_peer_tensor(t.key, t.dtype, t.shape) for t in meta.tensors)
+    tensors = _shared(tuple(_peer_tensor(t.key, t.dtype, t.shape) for t in meta.tensors))
     stats = tuple((keynames.family(t.key), t.stats) for t in meta.tensors if t.stats is not None)
     return _group_key(meta.format, meta.container, tuple(t.key for t in tensors)), PeerEntry(meta.path, tensors, stats)
 
@@ -255,6 +255,22 @@ def _group_key(fmt: str, container: str, keys: tuple[str, ...]) -> str:
     return f"{family}|{container}|{','.join(sorted(set(keys)))}"
 
 
+#: Each distinct peer-tensors tuple a worker has made, as its one copy: a folder of a million
+#: files holds a handful, and files that share one object pickle it once per chunk (a memo
+#: reference after the first) and are rebuilt once in the parent.
+_TENSORS: dict[tuple[PeerTensor, ...], tuple[PeerTensor, ...]] = {}
+
+
+def _shared(tensors: tuple[PeerTensor, ...]) -> tuple[PeerTensor, ...]:
+    found = _TENSORS.get(tensors)
+    if found is None:
+        if len(_TENSORS) >= 4096:  # bounded, whatever a folder holds
+            _TENSORS.clear()
+        found = _TENSORS[tensors] = tensors
+    return found
+
+
+@lru_cache(maxsize=4096)
 def _peer_tensor(key: str, dtype: str, shape: tuple[int, ...]) -> PeerTensor:
     """A tensor under its key's family (``latents_64x48`` -> ``latents_HxW``, ``latents_1x8x8_bfloat16``
     -> ``latents_FxHxW``): multi-resolution files, and files of another dtype, are peers of one
