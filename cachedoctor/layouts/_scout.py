@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from cachedoctor.layouts import _images
+from cachedoctor.layouts._listing import Listing, any_ending
 from cachedoctor.layouts.model import Claim
 
 #: What a cache file is called (``formats.CACHE_SUFFIXES``, without importing the readers).
@@ -71,7 +72,7 @@ def scout(target: str, layouts: Sequence[L]) -> Scouting[L]:
         if listed >= _images.DETECT_ENTRIES:
             found.exhausted = True
             break
-        names: set[str] = set()
+        names = Listing()
         subdirs: list[str] = []
         try:
             st = os.stat(folder)
@@ -95,7 +96,7 @@ def scout(target: str, layouts: Sequence[L]) -> Scouting[L]:
             found.foreign = [f for f in found.foreign if not inside(f[0], root)]
             roots = {c[1].root for c in found.claims}
             continue
-        if any(n.endswith(_CACHE_SUFFIXES) for n in names):
+        if any_ending(names, *_CACHE_SUFFIXES):
             found.foreign.append((folder, frozenset(lay.name for lay in layouts if lay.resembles(names))))
         stack.extend(sorted(subdirs, reverse=True))
     return found

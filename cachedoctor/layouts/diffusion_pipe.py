@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cachedoctor.layouts._images import image_size, names_in
+from cachedoctor.layouts._listing import any_starting
 from cachedoctor.layouts.interface import (
     Claim,
     DatasetPlan,
@@ -84,7 +85,7 @@ class DiffusionPipeLayout(Layout):
         return None
 
     def resembles(self, names: set[str]) -> bool:
-        return any(n.startswith("shard_") and _SHARD.match(n) for n in names)
+        return any_starting(names, "shard_") and any(n.startswith("shard_") and _SHARD.match(n) for n in names)
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
         config = (

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, image_size, is_image, stem, walk_images
+from cachedoctor.layouts._listing import any_ending, any_image
 from cachedoctor.layouts.interface import (
     Claim,
     DatasetPlan,
@@ -83,6 +84,8 @@ class KohyaLayout(Layout):
     summary = "kohya-ss sd-scripts: <stem>_<W>x<H>_<arch>.npz and <stem>_te_outputs.npz next to each image"
 
     def claim(self, folder: str, names: set[str]) -> Claim | None:
+        if not any_ending(names, ".npz") or not any_image(names):
+            return None
         stems = {stem(n) for n in names if is_image(n)}
         if not stems:
             return None
@@ -93,7 +96,9 @@ class KohyaLayout(Layout):
         return None
 
     def resembles(self, names: set[str]) -> bool:
-        return any(n.endswith(".npz") and (_LATENT_NAME.match(n) or _TE_NAME.match(n)) for n in names)
+        return any_ending(names, ".npz") and any(
+            n.endswith(".npz") and (_LATENT_NAME.match(n) or _TE_NAME.match(n)) for n in names
+        )
 
     def plan(self, targets: list[str], options: LayoutOptions) -> DatasetPlan:
         # (here: a scan that --layout auto gives no kohya folder imports neither, nor the buckets)

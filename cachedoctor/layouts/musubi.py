@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from cachedoctor import keynames
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._images import SOURCE_SUFFIXES, image_size, names_in, stem
+from cachedoctor.layouts._listing import any_ending
 from cachedoctor.layouts._safetensors_header import metadata as header_metadata
 from cachedoctor.layouts.interface import (
     Claim,
@@ -79,9 +80,11 @@ class MusubiLayout(Layout):
     summary = "kohya-ss musubi-tuner: <stem>_<W>x<H>_<arch>.safetensors and <stem>_<arch>_te.safetensors per item"
 
     def claim(self, folder: str, names: set[str]) -> Claim | None:
-        found = _configs_in(folder, names)
+        found = _configs_in(folder, names) if any_ending(names, ".toml") else []
         if found:
             return Claim(folder, found[0], "describes the datasets")
+        if not any_ending(names, ".safetensors"):
+            return None
         files = sorted(n for n in names if n.endswith(".safetensors"))  # (a name not ending so never parses)
         if not files:
             return None  # (nor are the rules imported: a scan of no musubi folder never needs them)
@@ -94,6 +97,8 @@ class MusubiLayout(Layout):
         return None
 
     def resembles(self, names: set[str]) -> bool:
+        if not any_ending(names, ".safetensors"):
+            return False
         files = [n for n in names if n.endswith(".safetensors")]
         if not files:
             return False

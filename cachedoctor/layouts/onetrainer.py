@@ -24,6 +24,7 @@ from typing import Any
 
 from cachedoctor.layouts import _recompute
 from cachedoctor.layouts._images import is_image, names_in
+from cachedoctor.layouts._listing import any_starting
 from cachedoctor.layouts.interface import (
     Claim,
     DatasetPlan,
@@ -53,7 +54,11 @@ class OneTrainerLayout(Layout):
         if _VARIATION.match(os.path.basename(folder)) and AGGREGATE in names:
             variation = folder
         else:
-            candidates = sorted(n for n in names if n.startswith("variation-") and _VARIATION.match(n))
+            candidates = (
+                sorted(n for n in names if n.startswith("variation-") and _VARIATION.match(n))
+                if any_starting(names, "variation-")
+                else []
+            )
             name = next((n for n in candidates if os.path.isfile(os.path.join(folder, n, AGGREGATE))), None)
             if name is None:
                 return None
