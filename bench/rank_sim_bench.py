@@ -44,8 +44,8 @@ def methods(args, ctx):
     from cachedoctor.checks import RunView
     from cachedoctor.checks.dropped_bucket import DroppedBucket
     from cachedoctor.checks.rank_imbalance import RankImbalance
-    from cachedoctor.layouts.samplers import SAMPLERS
     from cachedoctor.layouts.samplers.census import gather
+    from cachedoctor.layouts.samplers.registry import SAMPLERS
 
     w, b, n = args.world_size, args.batch_size, args.items
 

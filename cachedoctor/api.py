@@ -163,7 +163,6 @@ def report_of(
 ) -> ScanReport:
     """The verdict on a scan's result: severity overrides, the baseline, ``fail-on``, and what
     repair would do (the same for a whole scan and for the merge of its shards' parts)."""
-    from cachedoctor import baseline as baselines
     from cachedoctor.repair.preview import preview
 
     summary = ScanSummary.of(result)
@@ -171,6 +170,8 @@ def report_of(
     suppressed = None
     if (summary.empty or summary.unchecked) and not settings.allow_empty.value:
         write_baseline = None  # nothing was checked: no baseline records that as the norm
+    if write_baseline or baseline:
+        from cachedoctor import baseline as baselines  # (here: only a run that names one)
     if write_baseline:  # every finding is in the baseline just written (not read back: it may be a FIFO)
         baselines.write(write_baseline, summary.findings)
         summary.findings, suppressed = [], len(summary.findings)

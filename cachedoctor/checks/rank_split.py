@@ -23,12 +23,12 @@ def simulate(run: RunView) -> list[tuple[Buckets, RankSplit, bool]]:
     global _last
     if _last is not None and _last[0] is run:
         return _last[1]
-    from cachedoctor.layouts.samplers import sampler_for
-
     out = []
     for buckets in run.buckets:
         if not buckets.world_size or not buckets.batch_size:
             continue
+        from cachedoctor.layouts.samplers.registry import sampler_for  # (a run of one GPU: never imported)
+
         sampler, own = sampler_for(buckets.trainer)
         out.append((buckets, sampler.split(buckets, buckets.world_size, buckets.batch_size), own))
     _last = (run, out)
@@ -51,7 +51,7 @@ def whose(split: RankSplit, own: bool) -> str:
 
 def dropped_rule(trainer: str, world_size: int, batch_size: int) -> str:
     """The trainer's rule that drops a bucket, if its model states one."""
-    from cachedoctor.layouts.samplers import SAMPLERS
+    from cachedoctor.layouts.samplers.registry import SAMPLERS
 
     found = SAMPLERS.get(trainer)
     return found.dropped_rule(world_size, batch_size) if found is not None else ""
@@ -59,7 +59,7 @@ def dropped_rule(trainer: str, world_size: int, batch_size: int) -> str:
 
 def trainer_remedy(trainer: str) -> str:
     """The trainer option that evens its ranks out, if it has one."""
-    from cachedoctor.layouts.samplers import SAMPLERS
+    from cachedoctor.layouts.samplers.registry import SAMPLERS
 
     found = SAMPLERS.get(trainer)
     return found.remedy if found is not None else ""

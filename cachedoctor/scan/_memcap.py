@@ -18,7 +18,6 @@ not shrink. The threshold is fixed, and the heap trimmed after a file that hit t
 
 from __future__ import annotations
 
-import ctypes
 import os
 import resource
 from typing import TYPE_CHECKING, Any
@@ -124,6 +123,8 @@ def _fix_malloc() -> None:
 
 
 def _libc() -> Any:
+    import ctypes  # here: only a reader process calls this, never a rescan that reads nothing
+
     try:
         return ctypes.CDLL(None)
     except OSError:

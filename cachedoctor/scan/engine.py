@@ -10,7 +10,6 @@ too: no file is read by the process that must survive it (``pool.py``), whatever
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,7 +26,7 @@ from cachedoctor.scan.folder_chunks import folder_chunks, folder_jobs
 from cachedoctor.scan.folders import Collector, ScanError
 from cachedoctor.scan.merge import merge
 from cachedoctor.scan.options import ScanOptions
-from cachedoctor.scan.part import Part, PlanFacts
+from cachedoctor.scan.part import Part, PlanFacts, hostname
 from cachedoctor.scan.result import ScanResult, judge_run
 from cachedoctor.scan.state.plan import StateSet
 from cachedoctor.scan.state.sample import choose
@@ -226,7 +225,7 @@ def _scan(
         )
     part.unchecked = sorted(collector.unchecked)
     part.dataset = PlanFacts.of(dataset) if dataset is not None else None
-    part.host = socket.gethostname()
+    part.host = hostname()
     return part
 
 

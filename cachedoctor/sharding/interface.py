@@ -15,7 +15,6 @@ split as unevenly as their count allows (docs/performance.md).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 
@@ -52,6 +51,8 @@ class Shard:
 def shard_of(folder: str, count: int) -> int:
     """The shard of ``count`` that owns ``folder``: a hash of its path as bytes (names need not
     be UTF-8), never Python's ``hash`` (salted per process)."""
+    import hashlib  # here: one shard of one (every plain scan) never hashes
+
     digest = hashlib.blake2b(os.fsencode(folder.rstrip("/") or "/"), digest_size=8).digest()
     return int.from_bytes(digest, "big") % count
 

@@ -5,7 +5,8 @@ asyncio and ssl (the S3 store, ``stores/s3_settings.py``), rich (a report's line
 findings table without colour, ``report/table.py`` and ``report/plain_table.py``) and the repair planner (a scan with nothing to repair) are imported only
 by the runs that need them; a rescan that reads nothing starts no reader process, so it imports
 neither multiprocessing nor the readers; a folder no layout claims imports the layouts' claims,
-not their rules, config readers or samplers. The modules are read from ``sys.modules`` at exit, in the
+not their rules, config readers or samplers; nor does a local rescan import what only remote
+targets, shards, baselines or multi-GPU runs use (hashlib, socket, ctypes). The modules are read from ``sys.modules`` at exit, in the
 process that ran the command, and the output is the one the scan always gave.
 """
 
@@ -34,6 +35,12 @@ runpy.run_module("cachedoctor", run_name="__main__", alter_sys=True)
 """
 _NEVER = ("pydantic", "asyncio", "ssl", "rich", "cachedoctor.stores.s3", "cachedoctor.repair.planner")
 _NOT_WITHOUT_READS = ("multiprocessing", "concurrent.futures", "cachedoctor.scan.pool", "cachedoctor.formats")
+# what only a remote target, a shard of several, a baseline, a multi-GPU run or a reader process
+# needs: OpenSSL's hashes, sockets, ctypes, the sampler models, the baseline file
+_NOT_IN_A_LOCAL_RESCAN = (
+    "hashlib", "_hashlib", "socket", "ctypes", "cachedoctor.baseline",
+    "cachedoctor.layouts.samplers.interface", "cachedoctor.layouts.samplers.registry",
+)  # fmt: skip
 # what ``--layout auto`` needs only once it gives a folder to a layout: the layouts' rules,
 # config readers, bucket models and samplers (their claims are all a folder no layout claims needs)
 _NOT_WITHOUT_A_LAYOUT = tuple(
@@ -80,7 +87,7 @@ def test_a_rescan_that_reads_nothing_starts_no_reader_and_imports_none(cache: Pa
     first = _run(tmp_path, "scan", str(cache), "-q")
     code, out, err, modules = _run(tmp_path, "scan", str(cache), "-q")
     assert first[:3] == (code, out, err) == (0, "No findings.\n", "")
-    assert _loaded(modules, _NEVER + _NOT_WITHOUT_READS + _NOT_WITHOUT_A_LAYOUT) == []
+    assert _loaded(modules, _NEVER + _NOT_WITHOUT_READS + _NOT_WITHOUT_A_LAYOUT + _NOT_IN_A_LOCAL_RESCAN) == []
     assert "cachedoctor.scan.state.store" in modules  # it did go through the state database
     assert "cachedoctor.layouts.musubi" in modules  # every layout's claims were asked
 

@@ -16,10 +16,9 @@ from array import array
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from cachedoctor.layouts.samplers.interface import Buckets, Sampling
-
 if TYPE_CHECKING:
     from cachedoctor.layouts.interface import DatasetPlan
+    from cachedoctor.layouts.samplers.interface import Buckets, Sampling
 
 
 #: layouts whose items cachedoctor can count per bucket (a mixed tree has several samplers)
@@ -47,6 +46,10 @@ def gather(plan: DatasetPlan | None, world_size: int | None, batch_size: int | N
         return [], []  # nothing says this is a multi-GPU run: stay silent, pay nothing
     if plan.layout not in _MODELLED:
         return [], [f"rank balance not judged: {plan.layout}'s sampler is not modelled"]
+    from cachedoctor.layouts.samplers.interface import (
+        Buckets,
+    )  # here: a scan of no multi-GPU run never needs the samplers
+
     tallies = _count(plan, infos)
     for known in infos:
         if known.counts is not None and known.name not in tallies:  # the trainer's own index
@@ -179,6 +182,8 @@ def from_shapes(
         return [], [*notes, f"{beyond}; rank balance not judged"]
     if not counts:
         return [], [*notes, "no latent found to count per bucket; rank balance not judged"]
+    from cachedoctor.layouts.samplers.interface import Buckets
+
     buckets = Buckets(
         "cache",
         {f"{h}x{w}": n for (h, w), n in sorted(counts.items())},  # one order, however the folders came in

@@ -3,7 +3,6 @@ for a store whose objects are not local files, in the user cache folder on this 
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -24,6 +23,8 @@ def default_path(root: str, environ: Mapping[str, str] | None = None, shard: Sha
     K of N, shard K's own: ``.shard-K-of-N`` before the suffix (``statedir.sharded_path``)."""
     if not is_remote(root):
         return state_db_path(root, shard)
+    import hashlib  # here: a local scan never needs it (OpenSSL's import is a few ms of every run)
+
     location = Location.parse(root)
     digest = hashlib.sha256(location.key.encode("utf-8")).hexdigest()[:16]
     folder = os.path.join(cache_home(environ), "cachedoctor", "remote", location.scheme, location.bucket)

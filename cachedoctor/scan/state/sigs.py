@@ -3,7 +3,6 @@ from a ``stat`` on disk, or from a store's listing. Any change to its bytes chan
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -30,6 +29,8 @@ def sig_of_info(info: ObjectInfo) -> Sig:
     digest in ``ino``. A store with server versions needs no "racy" rule: a local file can be
     rewritten within one clock tick and keep its size and mtime, so a stat cannot vouch for
     it, but an object cannot be changed in place, and every write gives it a new version."""
+    import hashlib  # here: only a store's listing needs it, never a local scan (OpenSSL's import: ms)
+
     version = int.from_bytes(hashlib.blake2b(info.etag.encode("utf-8"), digest_size=8).digest(), "big") & _SIGNED
     return Sig(info.size, info.mtime_ns, info.mtime_ns, version)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from cachedoctor.layouts.samplers import SAMPLERS, sampler_for
 from cachedoctor.layouts.samplers.interface import Buckets
+from cachedoctor.layouts.samplers.registry import SAMPLERS, sampler_for
 
 GOLDEN = json.loads((Path(__file__).with_name("samplers_golden.json")).read_text(encoding="utf-8"))
 SIMPLETUNER, SANA, KOHYA = SAMPLERS["simpletuner"], SAMPLERS["sana"], SAMPLERS["kohya"]
