@@ -130,7 +130,7 @@ def setup(args: argparse.Namespace, ctx: SimpleNamespace) -> None:
         ctx.env.update(ctx.server.env())
         os.environ.update(ctx.server.env())  # the in-process listing row's credentials
         ctx.object_bytes = runs.upload(ctx.server.client(), args.objects, args.prefixes)
-        ctx.proxy = S3Proxy(ctx.server.url)
+        ctx.proxy = S3Proxy(ctx.server.url, keep_alive=True)  # as S3 keeps a connection (moto closes each)
         atexit.register(ctx.proxy.stop)
         print(
             f"s3 set: {args.objects:,} objects of {ctx.object_bytes:,} bytes in {args.prefixes} prefixes of "
