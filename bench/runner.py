@@ -492,8 +492,16 @@ def _main(bench: Bench, argv: list[str] | None) -> int:
                 }
             )
         missed = [r["goal"] for r in rows if r["result"].startswith("FAIL")]
+        judged = [r for r in rows if r["result"].startswith(("PASS", "FAIL"))]
+        unjudged = not judged and any(r["result"] == "SKIP" for r in rows)  # every goal's figure skipped
         print()
-        print("verdict: " + ("every goal met" if not missed else f"{len(missed)} goal(s) missed: " + "; ".join(missed)))
+        if unjudged:
+            print("verdict: no goal judged (every goal's figure was skipped): nothing is met")
+        else:
+            print(
+                "verdict: "
+                + ("every goal met" if not missed else f"{len(missed)} goal(s) missed: " + "; ".join(missed))
+            )
         total = time.perf_counter() - wall0
         print(f"total run time {total:.1f} s (set {facts['build_seconds']:.1f} s, timing {timing_s:.1f} s)")
         if args.json:
