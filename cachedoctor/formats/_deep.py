@@ -63,10 +63,10 @@ class Members:
         self.renamed: list[str] = []
         crc_bad: list[MemberCrc] = []
         buffer, size = src.buffer, src.size
-        winners, unpack, named = directory.members, _LOCAL_HEAD.unpack_from, _NAMED_HEAD
+        winners, unpack, named = directory.members, _LOCAL_HEAD.unpack_from, _named_head
         for member in directory.entries:  # a handful per file, millions of files: kept lean
             name, method, crc, compressed, _, at = member
-            expected, length, unpack_named = named.get(name) or _named_head(name)
+            expected, length, unpack_named = named(name)
             if unpack_named is not None and at + 30 + length <= size:  # the header and its name, one unpack
                 signature, nlen, xlen, local = unpack_named(buffer, at)
                 same = nlen == length and local == expected
@@ -94,22 +94,17 @@ class Members:
 
 _LOCAL_HEAD = struct.Struct("<4s22xHH")
 _Unpack = Callable[[memoryview, int], tuple[bytes, int, int, bytes]]
-#: member name -> (its bytes, their length, an unpacker of a local header and the name after it;
-#: ``None`` for long names, which are sliced): the members of a cache share a handful of names
-_NAMED_HEAD: dict[str, tuple[bytes, int, _Unpack | None]] = {}
 _NAMED_UP_TO = 255  # longest name with an unpacker of its own
-_NAMED_KEPT = 4096  # names remembered, at most (a hostile archive may carry any number)
 
 
+@lru_cache(maxsize=4096)  # the members of a cache share a handful of names; a hostile archive any number
 def _named_head(name: str) -> tuple[bytes, int, _Unpack | None]:
-    """``_NAMED_HEAD``'s entry for ``name``."""
+    """``name``'s bytes, their length, and an unpacker of a local header with the name after it
+    (``None`` for long names, which are sliced)."""
     expected = name.encode()
     length = len(expected)
     unpack = struct.Struct(f"<4s22xHH{length}s").unpack_from if length <= _NAMED_UP_TO else None
-    if len(_NAMED_HEAD) >= _NAMED_KEPT:
-        _NAMED_HEAD.clear()
-    entry = _NAMED_HEAD[name] = (expected, length, unpack)
-    return entry
+    return expected, length, unpack
 
 
 def count_nonfinite(

@@ -65,8 +65,8 @@ class TorchGzipReader(FormatReader):
         else:
             meta = self._other(path, head, inner, deep)
         meta = replace(meta, size=src.size)
-        if deep and (src.digest if isinstance(src, BufferSource) else True):
-            meta = replace(meta, digest=_deep.digest(memoryview(raw)))
+        if deep and isinstance(src, BufferSource):  # (a deep read's source is always the whole file)
+            meta = replace(meta, digest=_deep.file_digest(src))
         return meta
 
     def _other(self, path: str, head: bytes, inner: BufferSource, deep: bool) -> FileMeta:

@@ -24,15 +24,10 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from cachedoctor.scan.state.sigs import Sig, sig_of
+
 if TYPE_CHECKING:
     from cachedoctor.scan.outcome import Outcome
-
-#: size, mtime, ctime, inode (``scan.state.sigs.Sig``'s fields)
-Sig = tuple[int, int, int, int]
-
-
-def sig_of(st: os.stat_result) -> Sig:
-    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
 
 
 class Verdicts:

@@ -255,19 +255,12 @@ def _group_key(fmt: str, container: str, keys: tuple[str, ...]) -> str:
     return f"{family}|{container}|{','.join(sorted(set(keys)))}"
 
 
-#: Each distinct peer-tensors tuple a worker has made, as its one copy: a folder of a million
-#: files holds a handful, and files that share one object pickle it once per chunk (a memo
-#: reference after the first) and are rebuilt once in the parent.
-_TENSORS: dict[tuple[PeerTensor, ...], tuple[PeerTensor, ...]] = {}
-
-
+@lru_cache(maxsize=4096)
 def _shared(tensors: tuple[PeerTensor, ...]) -> tuple[PeerTensor, ...]:
-    found = _TENSORS.get(tensors)
-    if found is None:
-        if len(_TENSORS) >= 4096:  # bounded, whatever a folder holds
-            _TENSORS.clear()
-        found = _TENSORS[tensors] = tensors
-    return found
+    """The first equal peer-tensors tuple this worker made, as the one copy of it: a folder of
+    a million files holds a handful, and files that share one object pickle it once per chunk
+    (a memo reference after the first) and are rebuilt once in the parent."""
+    return tensors
 
 
 @lru_cache(maxsize=4096)
