@@ -121,7 +121,6 @@ def _repair(
     if not options.dry_run:
         distributed.init(rank)
     stages = Stages(progress if rank.leader else None)
-    _warm_readers(options)
     before, expected, line, layout_name = _scan(targets, layout, layout_options, options, stages.progress, planned)
     if before.errors:
         first = before.errors[0]
@@ -234,17 +233,6 @@ def _repair(
             options = replace(options, scan=replace(options.scan, known=verdicts))
         outcome.after = _scan(targets, layout, layout_options, options, stages.renamed(RESCAN))[0]
     return outcome
-
-
-def _warm_readers(options: RepairOptions) -> None:
-    """What the deep readers import on first use (numpy for the latents' channel statistics,
-    xxhash for the file digest), imported before the scan forks its reader processes: they
-    inherit it instead of each importing its own (0.1 s of CPU each), and this process judges
-    the rewrites with the same readers afterwards. (With one reader nothing is saved.)"""
-    scan_options = options.scan
-    if scan_options.deep and (scan_options.workers or os.cpu_count() or 1) > 1:
-        import numpy  # noqa: F401
-        import xxhash  # noqa: F401
 
 
 def still_broken(outcome: RepairOutcome) -> list[str]:

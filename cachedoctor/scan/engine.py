@@ -185,7 +185,7 @@ def _scan(
         from cachedoctor.scan.pool import run_pool
 
         if any(deep for _, deep in first[1]):
-            _numpy_before_fork()
+            _deep_readers_before_fork()
         run_pool(chain([first], chunks), max(1, workers), collector, options.file_timeout, options.file_memory)
     if remote:
         listed: Iterator[Folder] = _owned(
@@ -229,12 +229,15 @@ def _scan(
     return part
 
 
-def _numpy_before_fork() -> None:
-    """Deep reads need numpy (``formats/_deep.py``): imported here, before the workers fork, they
-    inherit it instead of each importing it, and the parent judges the folders' per-channel
-    statistics (``checks/_peer_scores.py``) with numpy instead of plain Python, the same numbers
-    several times faster. A quick scan never gets here with a deep item: it loads no numpy."""
+def _deep_readers_before_fork() -> None:
+    """Deep reads need numpy and xxhash (``formats/_deep.py``): imported here, before the workers
+    fork, they inherit them instead of each importing its own (0.1 s of CPU each), and the
+    parent judges the folders' per-channel statistics (``checks/_peer_scores.py``) with numpy
+    instead of plain Python, the same numbers several times faster (repair's own judgements of
+    its rewrites, in this process, use them too). A quick scan never gets here with a deep item:
+    it loads neither."""
     import numpy  # noqa: F401
+    import xxhash  # noqa: F401
 
 
 def _owned(folders: Iterator[Folder], shard: Shard) -> Iterator[Folder]:
