@@ -29,6 +29,7 @@ import sys
 from functools import cache
 from math import prod
 
+from cachedoctor.formats._deep import contiguous_strides
 from cachedoctor.repair.torch_archive import ALIGNMENT, records_of, write_archive
 from cachedoctor.repair.torch_pickle import STORAGE_ITEMSIZE, Saved, Stored, Tensor, read_pickle
 from cachedoctor.repair.torch_pickle_write import write_pickle
@@ -62,7 +63,7 @@ def rewrite_zip(raw: bytes, clone: bool) -> bytes | None:
         if record is None or len(record) != t.storage.numel * itemsize or n == 0 or not _within(t):
             return None
         if clone:  # Tensor.clone() of a contiguous view: its own storage of exactly its elements
-            if t.stride != _contiguous(t.size):
+            if t.stride != contiguous_strides(t.size):
                 return None
             key = str(len(data))
             data[key] = record[t.offset * itemsize : (t.offset + n) * itemsize]
@@ -87,14 +88,6 @@ def _within(t: Tensor) -> bool:
     """The view lies inside its storage (torch.load refuses one that does not)."""
     span = 1 + sum((size - 1) * stride for size, stride in zip(t.size, t.stride, strict=True))
     return t.offset + span <= t.storage.numel
-
-
-def _contiguous(size: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(size):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def _same(saved: Saved, result: Saved, pickled: bytes, clone: bool) -> bool:
