@@ -10,21 +10,14 @@ slices that stay in the cache. What is left per file is a handful of Python call
 
 from __future__ import annotations
 
-import struct
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
-try:  # ISA-L's CRC-32 is the same polynomial as zlib's, about six times faster (SIMD)
-    from isal.isal_zlib import crc32
-except ImportError:  # pragma: no cover - isal has wheels for the common platforms
-    from zlib import crc32
-
+from cachedoctor.formats._deep_members import Members as Members  # re-exported: the readers' one import
 from cachedoctor.formats._dtypes import NONFINITE_RULE
 from cachedoctor.formats._source import BufferSource
-from cachedoctor.formats._zip import STORED, ZipDirectory, inflated_crc, local_name_differs
-from cachedoctor.formats.interface import MemberCrc, ReadError
 
 _SLICE = 1 << 18  # elements checked per numpy call: 256 Ki, at most 2 MiB of scratch (8-byte floats)
 _scratch: dict[str, Any] = {}  # numpy dtype -> reused buffer of _SLICE elements (per process)
@@ -49,64 +42,6 @@ def file_digest(src: BufferSource) -> str | None:
     return digest(src.buffer) if src.digest else None
 
 
-class Members:
-    """What a deep read learns from the members' own bytes, in one pass over them: where each
-    one's data starts (its local header), which local headers carry another name than the
-    central directory (miniz reads those anyway, zipfile refuses), and which members fail the
-    CRC-32 the central directory records (torch.load never checks it)."""
-
-    __slots__ = ("crc_bad", "renamed", "starts")
-
-    def __init__(self, src: BufferSource, directory: ZipDirectory) -> None:
-        self.starts: dict[str, int] = {}
-        starts = self.starts
-        self.renamed: list[str] = []
-        crc_bad: list[MemberCrc] = []
-        buffer, size = src.buffer, src.size
-        winners, unpack, named = directory.members, _LOCAL_HEAD.unpack_from, _named_head
-        for member in directory.entries:  # a handful per file, millions of files: kept lean
-            name, method, crc, compressed, _, at = member
-            expected, length, unpack_named = named(name)
-            if unpack_named is not None and at + 30 + length <= size:  # the header and its name, one unpack
-                signature, nlen, xlen, local = unpack_named(buffer, at)
-                same = nlen == length and local == expected
-            elif at + 30 > size:
-                raise ReadError("truncated", f"file ends before byte {at + 30}")
-            else:
-                signature, nlen, xlen = unpack(buffer, at)
-                same = buffer[at + 30 : at + 30 + nlen].tobytes() == expected
-            if not same and local_name_differs(buffer[at : min(size, at + 30 + nlen)].tobytes(), member):
-                self.renamed.append(name)
-            if winners[name] is not member:
-                continue  # zipfile reads the last entry of a name; torch.load's pick is judged elsewhere
-            if signature != b"PK\x03\x04":
-                raise ReadError("bad-zip", f"local header of {name} is damaged")
-            start = starts[name] = at + 30 + nlen + xlen
-            end = start + compressed
-            if end > size:
-                raise ReadError("truncated", f"file ends before byte {end}")
-            data = buffer[start:end]
-            actual = crc32(data) if method == STORED else inflated_crc(data, member)  # streamed: bounded
-            if actual != crc:
-                crc_bad.append(MemberCrc(name, crc, actual))
-        self.crc_bad = tuple(crc_bad)
-
-
-_LOCAL_HEAD = struct.Struct("<4s22xHH")
-_Unpack = Callable[[memoryview, int], tuple[bytes, int, int, bytes]]
-_NAMED_UP_TO = 255  # longest name with an unpacker of its own
-
-
-@lru_cache(maxsize=4096)  # the members of a cache share a handful of names; a hostile archive any number
-def _named_head(name: str) -> tuple[bytes, int, _Unpack | None]:
-    """``name``'s bytes, their length, and an unpacker of a local header with the name after it
-    (``None`` for long names, which are sliced)."""
-    expected = name.encode()
-    length = len(expected)
-    unpack = struct.Struct(f"<4s22xHH{length}s").unpack_from if length <= _NAMED_UP_TO else None
-    return expected, length, unpack
-
-
 def count_nonfinite(
     buffer: memoryview, dtype: str, numel: int, offset: int, shape: Sequence[int], stride: Sequence[int] | None
 ) -> int | None:
@@ -115,19 +50,29 @@ def count_nonfinite(
     ``buffer`` starts at the storage's first byte. Returns ``None`` for non-floating dtypes
     and for views that do not fit their storage (reported as corruption elsewhere).
     """
+    return nonfinite_and_bound(buffer, dtype, numel, offset, shape, stride)[0]
+
+
+def nonfinite_and_bound(
+    buffer: memoryview, dtype: str, numel: int, offset: int, shape: Sequence[int], stride: Sequence[int] | None
+) -> tuple[int | None, bool]:
+    """:func:`count_nonfinite`, and whether every value of the view is known to lie strictly
+    within +-2^56 (the bound the channel statistics need to sum squares in float32 without an
+    overflow check): the two maxima that show a float32 or bfloat16 tensor finite also bound
+    its magnitudes, for free. ``False`` means not known, not out of bounds."""
     plan = _plan(dtype, numel, offset, tuple(shape), None if stride is None else tuple(stride))
     if plan is None or plan.words * plan.itemsize > len(buffer):
-        return None
+        return None, False
     if plan.empty:
-        return 0
+        return 0, False
     if plan.tiny and buffer.format == "B":
-        return _count_tiny(buffer, plan)
+        return _count_tiny(buffer, plan), False
     np = lazy_numpy()
     if plan.strides is None:
         flat = np.frombuffer(buffer, dtype=plan.word, count=plan.last - plan.first, offset=plan.first * plan.itemsize)
-        found = _count_flat(np, flat, plan)
+        found, bounded = _count_flat(np, flat, plan)
         if plan.parts == 1 or found == 0:
-            return found  # a complex number with no non-finite part is finite
+            return found, bounded  # a complex number with no non-finite part is finite
         view = flat.reshape(-1, 2)
     else:
         storage = np.frombuffer(buffer, dtype=plan.word, count=plan.words)
@@ -135,7 +80,7 @@ def count_nonfinite(
             storage[plan.first :], shape=plan.shape, strides=plan.strides, writeable=False
         )
     hits = (view == plan.limit) if plan.exact else ((view & plan.mask) >= plan.limit)
-    return int(np.count_nonzero(hits.any(axis=-1) if plan.parts == 2 else hits))
+    return int(np.count_nonzero(hits.any(axis=-1) if plan.parts == 2 else hits)), False
 
 
 class _Plan(NamedTuple):
@@ -161,6 +106,10 @@ class _Plan(NamedTuple):
     #: a contiguous view of a few plain words (``original_size``, ``crop_ltrb``, ``time_ids``):
     #: counted in Python, cheaper than setting up numpy's passes (little-endian hosts)
     tiny: bool
+    #: the bits of 2^56 in this format (0 where not kept): a finite view whose signed maximum is
+    #: below it and whose unsigned maximum is below ``sign + bound`` holds only values within
+    #: +-2^56 (the probe's maxima, read as magnitudes; see :func:`nonfinite_and_bound`)
+    bound: int
 
 
 def _probe(word: str, mask: int, limit: int, exact: bool) -> tuple[int | None, str | None]:
@@ -194,7 +143,7 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
     for s in shape:
         count *= s
     if count == 0:
-        return _Plan(word, itemsize, mask, limit, exact, parts, words, 0, 0, shape, None, True, top, signed, False)
+        return _Plan(word, itemsize, mask, limit, exact, parts, words, 0, 0, shape, None, True, top, signed, False, 0)
     contiguous = contiguous_strides(shape)
     stride = stride if stride is not None else contiguous
     span = 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=False))
@@ -204,12 +153,15 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
     if stride == contiguous:
         last = first + span * parts
         tiny = parts == 1 and last - first <= _TINY and sys.byteorder == "little"
+        bound = _BOUND.get(dtype, 0) if signed is not None else 0
         return _Plan(
-            word, itemsize, mask, limit, exact, parts, words, first, last, shape, None, False, top, signed, tiny
+            word, itemsize, mask, limit, exact, parts, words, first, last, shape, None, False, top, signed, tiny, bound
         )
     strides = (*(s * itemsize * parts for s in stride), itemsize)
     shaped = (*shape, parts)
-    return _Plan(word, itemsize, mask, limit, exact, parts, words, first, 0, shaped, strides, False, top, signed, False)
+    return _Plan(
+        word, itemsize, mask, limit, exact, parts, words, first, 0, shaped, strides, False, top, signed, False, 0
+    )
 
 
 #: Where the next file goes in the read buffer, past a 64-byte boundary (``formats.read_file``):
@@ -220,28 +172,35 @@ def _plan(dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: t
 placement = 0
 
 
-def _count_flat(np: Any, flat: Any, plan: _Plan) -> int:
-    """Non-finite words in a contiguous array, in slices that stay in the CPU cache. Each slice
-    is probed first with one or two maxima (read-only SIMD passes, :func:`_probe`); only a slice
-    the probe finds non-finite words in is masked into a reused buffer and counted."""
+def _count_flat(np: Any, flat: Any, plan: _Plan) -> tuple[int, bool]:
+    """Non-finite words in a contiguous array, in slices that stay in the CPU cache, and whether
+    its values are known bounded (:func:`nonfinite_and_bound`). Each slice is probed first with
+    one or two maxima (read-only SIMD passes, :func:`_probe`); only a slice the probe finds
+    non-finite words in is masked into a reused buffer and counted."""
     global placement
     if flat.nbytes >= _ALIGN_FROM and not flat.flags.aligned:
         placement = (placement - flat.ctypes.data) % 64
     if plan.exact:
-        return int(np.count_nonzero(flat == plan.limit))
+        return int(np.count_nonzero(flat == plan.limit)), False
     top, signed, limit = plan.top, plan.signed, plan.limit
     peak = np.maximum.reduce  # not ndarray.max(): its Python wrapper costs as much as the pass
     if flat.size <= _SLICE and top is not None:  # the usual tensor: one slice
-        if peak(flat) < top and (signed is None or peak(flat.view(signed)) < limit):
-            return 0
-        return _count_masked(np, flat, plan)
+        high = peak(flat)
+        if high < top:
+            if signed is None:
+                return 0, False
+            low = peak(flat.view(signed))
+            if low < limit:
+                bound = plan.bound
+                return 0, bound > 0 and low < bound and high < top - limit + bound  # top - limit: the sign bit
+        return _count_masked(np, flat, plan), False
     found = 0
     for start in range(0, flat.size, _SLICE):
         part = flat[start : start + _SLICE]
         if top is not None and peak(part) < top and (signed is None or peak(part.view(signed)) < limit):
             continue
         found += _count_masked(np, part, plan)
-    return found
+    return found, False
 
 
 def _count_tiny(buffer: memoryview, plan: _Plan) -> int:
@@ -253,6 +212,8 @@ def _count_tiny(buffer: memoryview, plan: _Plan) -> int:
     return sum(1 for w in words if (w & mask) >= limit)
 
 
+#: the bits of 2^56 (see :attr:`_Plan.bound`), for the formats whose values may exceed it
+_BOUND = {"float32": (56 + 127) << 23, "bfloat16": (56 + 127) << 7, "float64": (56 + 1023) << 52}
 _TINY = 32  # words: below this, Python's loop costs less than numpy's set-up
 _WORD_CODE: dict[int, Literal["B", "H", "I", "Q"]] = {1: "B", 2: "H", 4: "I", 8: "Q"}  # memoryview.cast's
 

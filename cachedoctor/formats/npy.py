@@ -14,7 +14,7 @@ import struct
 from functools import lru_cache
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._channel_stats import channel_stats
+from cachedoctor.formats._channel_stats import tensor_values
 from cachedoctor.formats._dtypes import numpy_descr_to_dtype
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
@@ -226,9 +226,7 @@ def tensor_from(
         numel *= s
     nonfinite = stats = None
     if data is not None and not (header.fortran_order or header.is_object) and len(data) >= header.nbytes:
-        nonfinite = _deep.count_nonfinite(data, header.dtype, numel, 0, header.shape, None)
-        if nonfinite == 0:
-            stats = channel_stats(key, data, header.dtype, 0, header.shape, None)
+        nonfinite, stats = tensor_values(key, data, header.dtype, numel, 0, header.shape, None)
     return TensorMeta(
         key=key,
         shape=header.shape,

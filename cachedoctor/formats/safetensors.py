@@ -11,7 +11,7 @@ import json
 import struct
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._channel_stats import channel_stats
+from cachedoctor.formats._channel_stats import tensor_values
 from cachedoctor.formats._dtypes import ITEMSIZE, SAFETENSORS_DTYPE
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
@@ -135,8 +135,7 @@ def _with_nonfinite(t: TensorMeta, data: memoryview) -> TensorMeta:
     """``t`` with its NaN/Inf count and, for a finite latent, its per-channel statistics (built
     anew: ``dataclasses.replace`` costs several microseconds a tensor)."""
     numel = t.storage_numel or 0
-    count = _deep.count_nonfinite(data, t.dtype, numel, 0, t.shape, None)
+    count, stats = tensor_values(t.key, data, t.dtype, numel, 0, t.shape, None)
     if count is None:
         return t
-    stats = channel_stats(t.key, data, t.dtype, 0, t.shape, None) if count == 0 else None
     return _tensor(t.key, t.shape, t.dtype, t.itemsize, numel, t.record_bytes or 0, count, stats)

@@ -14,7 +14,7 @@ import struct
 from dataclasses import replace
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._channel_stats import channel_stats
+from cachedoctor.formats._channel_stats import tensor_values
 from cachedoctor.formats._dtypes import ITEMSIZE
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source, growing_window
@@ -117,11 +117,9 @@ class TorchLegacyReader(FormatReader):
             nonfinite = stats = None
             if deep and isinstance(src, BufferSource) and record is not None:
                 data = src.view(*record)
-                nonfinite = _deep.count_nonfinite(
-                    data, rec.dtype, rec.storage_elements, rec.offset, rec.size, rec.stride
+                nonfinite, stats = tensor_values(
+                    key, data, rec.dtype, rec.storage_elements, rec.offset, rec.size, rec.stride
                 )
-                if nonfinite == 0:
-                    stats = channel_stats(key, data, rec.dtype, rec.offset, rec.size, rec.stride)
             tensors.append(rec.meta(key, None if record is None else record[1], nonfinite, stats))
         digest = _deep.file_digest(src) if deep and isinstance(src, BufferSource) else None
         return FileMeta(

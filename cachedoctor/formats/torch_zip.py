@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._channel_stats import channel_stats
+from cachedoctor.formats._channel_stats import tensor_values
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
 from cachedoctor.formats._torch_damage import damage_error, pickle_crc_failure
@@ -165,9 +165,9 @@ def _describe(
         if layout is not None and record is not None and record.method == 0 and record.name in layout.starts:
             assert deep_src is not None
             buffer = deep_src.view(layout.starts[record.name], record.size)
-            nonfinite = _deep.count_nonfinite(buffer, rec.dtype, rec.storage_elements, rec.offset, rec.size, rec.stride)
-            if nonfinite == 0:
-                stats = channel_stats(key, buffer, rec.dtype, rec.offset, rec.size, rec.stride)
+            nonfinite, stats = tensor_values(
+                key, buffer, rec.dtype, rec.storage_elements, rec.offset, rec.size, rec.stride
+            )
         tensors.append(rec.meta(key, None if record is None else record.size, nonfinite, stats))
 
     crc_bad: tuple[MemberCrc, ...] = ()

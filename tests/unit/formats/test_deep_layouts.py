@@ -1,0 +1,141 @@
+"""Deep reads learn an archive layout from the first file of a cache and check the next files of
+that layout in a few calls (``formats/_deep_members.py``). Each test reads a clean file first, so
+that its layout is known, then one file of the same layout with one defect planted, and asserts
+the finding is exactly the full walk's (the memo cleared): a damaged file is never judged by
+what its clean peer taught."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from factories import save_pt
+
+from cachedoctor.formats import ReadError, read_file
+from cachedoctor.formats import _deep_members as members
+from cachedoctor.formats._channel_stats import channel_stats
+from cachedoctor.formats._deep import nonfinite_and_bound
+
+
+def _pair(tmp_path: Path, npz: bool = False) -> tuple[Path, bytearray]:
+    """A clean file and the bytes of another file of the same layout (other values)."""
+    if npz:
+        import numpy as np
+
+        paths = []
+        for i in range(2):
+            p = tmp_path / f"{i}_1024x1024_sdxl.npz"
+            np.savez(p, latents=np.full((4, 8, 8), i + 1.0, np.float32), original_size=np.array([64, 64]))
+            paths.append(p)
+        return paths[0], bytearray(paths[1].read_bytes())
+    clean = save_pt(tmp_path / "a.pt", torch.ones(4, 8, 8))
+    other = save_pt(tmp_path / "b.pt", torch.full((4, 8, 8), 2.0))
+    return clean, bytearray(other.read_bytes())
+
+
+def _both_ways(tmp_path: Path, clean: Path, data: bytearray) -> tuple[object, object]:
+    """The finding (or the error) for ``data``: once after the clean file taught the layout,
+    once with nothing learned."""
+    path = tmp_path / ("c" + clean.suffix)
+    path.write_bytes(bytes(data))
+    out = []
+    for learned in (True, False):
+        members._layouts.clear()
+        if learned:
+            read_file(str(clean), deep=True)
+            assert members._layouts, "the clean file taught no layout"
+        try:
+            meta = read_file(str(path), deep=True)
+            assert meta is not None
+            out.append((meta.crc_mismatches, meta.ambiguous, [(t.key, t.nonfinite, t.stats) for t in meta.tensors]))
+        except ReadError as exc:
+            out.append((exc.problem, exc.message))
+    members._layouts.clear()
+    return out[0], out[1]
+
+
+def _member_at(data: bytearray, name: bytes) -> int:
+    at = 0  # torch.save and np.savez both start with a local header
+    while True:
+        nlen, xlen = struct.unpack_from("<HH", data, at + 26)
+        if data[at + 30 : at + 30 + nlen] == name:
+            return at
+        at = data.index(b"PK\x03\x04", at + 30 + nlen + xlen)
+
+
+@pytest.mark.parametrize("npz", [False, True])
+def test_a_clean_file_of_a_known_layout_reads_as_the_full_walk(tmp_path: Path, npz: bool) -> None:
+    clean, data = _pair(tmp_path, npz)
+    learned, full = _both_ways(tmp_path, clean, data)
+    assert learned == full and learned[0] == ()  # type: ignore[index]
+
+
+def test_a_flipped_data_byte_fails_its_crc_as_in_the_full_walk(tmp_path: Path) -> None:
+    clean, data = _pair(tmp_path)
+    at = _member_at(data, b"archive/data/0")
+    data[at + 200] ^= 0x01  # inside the tensor's data (the header and its padding are under 200 bytes)
+    learned, full = _both_ways(tmp_path, clean, data)
+    assert learned == full
+    assert [c.name for c in learned[0]] == ["archive/data/0"]  # type: ignore[index]
+
+
+def test_a_renamed_local_header_is_found_as_in_the_full_walk(tmp_path: Path) -> None:
+    clean, data = _pair(tmp_path)
+    at = _member_at(data, b"archive/version")
+    data[at + 30 + len(b"archive/")] = ord("V")  # the local header now names archive/Version
+    learned, full = _both_ways(tmp_path, clean, data)
+    assert learned == full
+    assert "archive/version" in learned[1]  # type: ignore[index]
+
+
+def test_a_damaged_local_signature_is_an_error_as_in_the_full_walk(tmp_path: Path) -> None:
+    clean, data = _pair(tmp_path)
+    at = _member_at(data, b"archive/byteorder")
+    data[at + 3] = 0x05
+    learned, full = _both_ways(tmp_path, clean, data)
+    assert learned == full == ("bad-zip", "local header of archive/byteorder is damaged")
+
+
+def test_a_longer_extra_field_moves_the_data_as_in_the_full_walk(tmp_path: Path) -> None:
+    """Same central directory, but one local header claims a longer extra field: its data
+    starts elsewhere, so the learned starts must not be used."""
+    clean, data = _pair(tmp_path)
+    at = _member_at(data, b"archive/data/0")
+    (xlen,) = struct.unpack_from("<H", data, at + 28)
+    struct.pack_into("<H", data, at + 28, xlen + 4)
+    learned, full = _both_ways(tmp_path, clean, data)
+    assert learned == full
+
+
+@pytest.mark.parametrize(
+    ("dtype", "value", "bounded"),
+    [
+        (torch.float32, 1.0, True),
+        (torch.float32, -(2.0**56), False),
+        (torch.float32, 2.0**56, False),
+        (torch.float32, 2.0**55, True),
+        (torch.bfloat16, -(2.0**56), False),
+        (torch.bfloat16, -(2.0**55), True),
+        (torch.float16, 1.0, False),  # no bound kept: fp16 cannot reach it anyway
+    ],
+)
+def test_the_finite_check_bounds_values_only_within_2_to_56(dtype: torch.dtype, value: float, bounded: bool) -> None:
+    t = torch.ones(4, 16, 16, dtype=dtype)
+    t[3, 15, 15] = value  # the last element: both maxima must see it
+    raw = memoryview(t.view(torch.uint8).numpy().tobytes())
+    name = str(dtype).removeprefix("torch.")
+    assert nonfinite_and_bound(raw, name, t.numel(), 0, tuple(t.shape), None) == (0, bounded)
+
+
+def test_a_known_bound_gives_the_same_statistics_as_checking_it(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(3)
+    t = torch.randn(4, 64, 64, generator=g) * 1e30  # squares overflow float32 unless bounded: they are not
+    raw = memoryview(t.numpy().tobytes())
+    shape = tuple(t.shape)
+    assert nonfinite_and_bound(raw, "float32", t.numel(), 0, shape, None) == (0, False)
+    small = memoryview((t / 1e30).numpy().tobytes())
+    assert nonfinite_and_bound(small, "float32", t.numel(), 0, shape, None) == (0, True)
+    checked = channel_stats("latents", small, "float32", 0, shape, None)
+    assert checked is not None and channel_stats("latents", small, "float32", 0, shape, None, bounded=True) == checked
