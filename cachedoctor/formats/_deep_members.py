@@ -40,6 +40,9 @@ class Members:
 
     def __init__(self, src: BufferSource, directory: ZipDirectory) -> None:
         entries = directory.entries
+        if len(entries) > _MAX_MEMBERS:  # no layout is kept for such an archive: no key is built either
+            self._walk(src, directory, None)
+            return
         key = (src.size, *map(_SHAPE, entries))  # all but the CRCs
         known = _layouts.get(key)
         if known is not None and known.holds(src.buffer, entries):
@@ -54,9 +57,11 @@ class Members:
                     _layouts.clear()  # a cache has a handful; a hostile set of archives any number
                 _layouts[key] = layout
 
-    def _walk(self, src: BufferSource, directory: ZipDirectory, heads: list[tuple[int, int, int, bytes]]) -> None:
-        """Every member in turn; ``heads`` gets each stored member's local header (offset, name
-        length, extra length, name) for :meth:`_Layout.of`."""
+    def _walk(
+        self, src: BufferSource, directory: ZipDirectory, heads: list[tuple[int, int, int, bytes]] | None
+    ) -> None:
+        """Every member in turn; ``heads`` (unless ``None``) gets each stored member's local
+        header (offset, name length, extra length, name) for :meth:`_Layout.of`."""
         starts = self.starts = {}
         self.renamed = []
         crc_bad: list[MemberCrc] = []
@@ -86,7 +91,7 @@ class Members:
             data = buffer[start:end]
             if method == STORED:
                 actual = crc32(data)
-                if same:
+                if same and heads is not None:
                     heads.append((at, nlen, xlen, expected))
             else:
                 actual = inflated_crc(data, member)  # streamed: bounded
@@ -106,7 +111,7 @@ class _Layout(NamedTuple):
 
     @classmethod
     def of(cls, heads: list[tuple[int, int, int, bytes]], entries: tuple, starts: dict[str, int]) -> _Layout | None:
-        if len(heads) != len(entries) or len(heads) > _MAX_MEMBERS:
+        if len(heads) != len(entries):
             return None  # a member compressed, or named otherwise locally: the full walk every time
         fmt, expected, pos = ["<"], [], 0
         for at, nlen, xlen, name in sorted(heads):
@@ -129,7 +134,9 @@ _SHAPE = itemgetter(0, 1, 3, 4, 5)  # a member's name, method, sizes and offset:
 _CRC = itemgetter(2)
 _layouts: dict[tuple, _Layout] = {}
 _LAYOUTS = 256
-_MAX_MEMBERS = 64  # an archive with more members is walked in full (a struct per layout stays small)
+#: an archive with more members is walked in full every time (a layout's struct and its key stay
+#: small; a hostile archive of a million members costs no million-tuple key)
+_MAX_MEMBERS = 64
 _LOCAL_HEAD = struct.Struct("<4s22xHH")
 _Unpack = Callable[[memoryview, int], tuple[bytes, int, int, bytes]]
 _NAMED_UP_TO = 255  # longest name with an unpacker of its own
