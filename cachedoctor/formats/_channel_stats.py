@@ -162,15 +162,10 @@ def _packer(channels: int) -> Callable[..., bytes]:
 def _packed(sums: list[float], channels: int, n: int) -> bytes:
     """The means then the standard deviations, from the C sums then the C sums of squares."""
     if math.isfinite(sum(sums)):  # the usual case: no sum overflowed (a double cannot, summing these)
-        means = [total / n for total in sums[:channels]]
-        # ``max(v, 0.0)`` without the call: v itself unless below 0 (so -0.0 stays -0.0, as max keeps it)
-        stds = [
-            math.sqrt(0.0 if (v := q / n - m * m) < 0.0 else v) for q, m in zip(sums[channels:], means, strict=True)
-        ]
-    else:
-        means = [_finite(total / n) for total in sums[:channels]]
-        stds = [_finite(math.sqrt(max(q / n - m * m, 0.0))) for q, m in zip(sums[channels:], means, strict=True)]
-    return struct.pack(f"<{2 * channels}f", *means, *stds)
+        return _packed_finite(sums, channels, n)
+    means = [_finite(total / n) for total in sums[:channels]]
+    stds = [_finite(math.sqrt(max(q / n - m * m, 0.0))) for q, m in zip(sums[channels:], means, strict=True)]
+    return _packer(channels)(*means, *stds)
 
 
 def _finite(value: float) -> float:
