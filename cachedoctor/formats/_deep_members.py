@@ -14,7 +14,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from functools import lru_cache
-from operator import itemgetter
 from typing import NamedTuple
 
 try:  # ISA-L's CRC-32 is the same polynomial as zlib's, about six times faster (SIMD)
@@ -43,15 +42,18 @@ class Members:
         if len(entries) > _MAX_MEMBERS:  # no layout is kept for such an archive: no key is built either
             self._walk(src, directory, None)
             return
-        key = (src.size, *map(_SHAPE, entries))  # all but the CRCs
+        # where its central directory lies, with how many entries, in a file of this size: with
+        # its bytes from there to the end (times and CRCs aside) compared by the layout, that is
+        # the whole directory as either reader parses it (see _Layout)
+        key = (src.size, directory.cd_offset, directory.concat, len(entries))
         known = _layouts.get(key)
-        if known is not None and known.holds(src.buffer, entries):
+        if known is not None and known.holds(src.buffer):
             self.starts, self.renamed, self.crc_bad = known.starts, [], ()
             return
         heads: list[tuple[int, int, int, bytes]] = []
         self._walk(src, directory, heads)
         if (known is None or not self.crc_bad) and not self.renamed and len(directory.members) == len(entries):
-            layout = _Layout.of(heads, entries, self.starts)
+            layout = _Layout.of(heads, src, directory, self.starts)
             if layout is not None:
                 if len(_layouts) >= _LAYOUTS:
                     _layouts.clear()  # a cache has a handful; a hostile set of archives any number
@@ -101,37 +103,91 @@ class Members:
 
 
 class _Layout(NamedTuple):
-    """The local headers and data spans of one archive layout, learned from a file walked in
-    full whose members were all stored, uniquely named and named alike in both headers."""
+    """The local headers, central directory and data spans of one archive layout, learned from a
+    file walked in full whose members were all stored, uniquely named and named alike in both
+    headers, and whose central directory runs to a plain end record at the end of the file.
 
-    unpack: Callable[[memoryview], tuple[object, ...]]  # every local header, in file order
+    Its key (:class:`Members`) is the file's size, where the directory starts, zipfile's
+    ``concat`` and the number of entries; a file of that key holds the layout when its bytes from
+    the directory to the end are the taught file's, times, dates and CRCs aside. Both readers
+    parse the directory from those bytes alone (the end record is found at the same place, it
+    names the same directory, the entries are read one after another from it), so the entries are
+    the taught file's but for their CRCs, which :meth:`holds` reads from the same bytes."""
+
+    unpack: Callable[[memoryview], tuple[object, ...]]  # the local headers, then the directory
     expected: tuple[object, ...]  # what it gives back for this layout
+    crcs: Callable[[memoryview], tuple[int, ...]]  # the directory's CRCs, in entry order
     spans: tuple[slice, ...]  # each entry's data, in central-directory order
     starts: dict[str, int]  # each member's data start (shared: readers only look it up)
 
     @classmethod
-    def of(cls, heads: list[tuple[int, int, int, bytes]], entries: tuple, starts: dict[str, int]) -> _Layout | None:
+    def of(
+        cls,
+        heads: list[tuple[int, int, int, bytes]],
+        src: BufferSource,
+        directory: ZipDirectory,
+        starts: dict[str, int],
+    ) -> _Layout | None:
+        entries, buffer, size = directory.entries, src.buffer, src.size
         if len(heads) != len(entries):
             return None  # a member compressed, or named otherwise locally: the full walk every time
-        fmt, expected, pos = ["<"], [], 0
-        for at, nlen, xlen, name in sorted(heads):
+        fmt, crc_fmt, pos = ["<"], ["<"], 0
+        for at, nlen, _, _ in sorted(heads):
             if at < pos:
                 return None  # overlapping headers (hostile): no single struct reads them
             fmt.append(f"{at - pos}x4s22xHH{nlen}s")
-            expected += [b"PK\x03\x04", nlen, xlen, name]
             pos = at + 30 + nlen
+        at = directory.cd_offset
+        if at < pos:
+            return None
+        fmt.append(f"{at - pos}x")
+        crc_fmt.append(f"{at}x")
+        for entry in entries:  # each central header: 46 bytes, then name, extra field, comment
+            if at + 46 > size or buffer[at : at + 4] != b"PK\x01\x02":
+                return None
+            (crc,) = _U32.unpack_from(buffer, at + 16)
+            nlen, xlen, clen = _LENGTHS.unpack_from(buffer, at + 28)
+            rest = 26 + nlen + xlen + clen  # from the compressed size on
+            if crc != entry.crc:
+                return None
+            fmt.append(f"12s8x{rest}s")  # the times, dates and CRC aside
+            crc_fmt.append(f"16xI{rest}x")
+            at += 20 + rest
+        if not _plain_end(buffer, at, size):
+            return None
+        fmt.append(f"{size - at}s")
+        unpack = struct.Struct("".join(fmt)).unpack_from
         spans = tuple(slice(starts[e.name], starts[e.name] + e.compressed_size) for e in entries)
-        return cls(struct.Struct("".join(fmt)).unpack_from, tuple(expected), spans, starts)
+        return cls(unpack, unpack(buffer), struct.Struct("".join(crc_fmt)).unpack_from, spans, starts)
 
-    def holds(self, buffer: memoryview, entries: tuple) -> bool:
-        """Whether the file's local headers are this layout's and every CRC matches."""
+    def holds(self, buffer: memoryview) -> bool:
+        """Whether the file's local headers and directory are this layout's and every CRC matches."""
         if self.unpack(buffer) != self.expected:
             return False
-        return tuple(map(crc32, map(buffer.__getitem__, self.spans))) == tuple(map(_CRC, entries))
+        return tuple(map(crc32, map(buffer.__getitem__, self.spans))) == self.crcs(buffer)
 
 
-_SHAPE = itemgetter(0, 1, 3, 4, 5)  # a member's name, method, sizes and offset: its CRC aside
-_CRC = itemgetter(2)
+def _plain_end(buffer: memoryview, at: int, size: int) -> bool:
+    """Whether the directory that ends at ``at`` is followed by the end record and nothing else,
+    or (as torch.save writes) by a ZIP64 end record, its locator pointing at it, and the end
+    record: then every byte a reader parses the directory from lies in ``[directory, end)``.
+    A comment, bytes after the end record or a locator pointing elsewhere: no layout is kept."""
+    if at + 22 == size:
+        return buffer[at : at + 4] == _EOCD and buffer[at - 20 : at - 16] != _LOCATOR
+    return (
+        at + 98 == size
+        and buffer[at : at + 4] == b"PK\x06\x06"
+        and buffer[at + 56 : at + 60] == _LOCATOR
+        and _U64.unpack_from(buffer, at + 64)[0] == at
+        and buffer[at + 76 : at + 80] == _EOCD
+    )
+
+
+_EOCD = b"PK\x05\x06"
+_LOCATOR = b"PK\x06\x07"
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+_LENGTHS = struct.Struct("<HHH")
 _layouts: dict[tuple, _Layout] = {}
 _LAYOUTS = 256
 #: an archive with more members is walked in full every time (a layout's struct and its key stay

@@ -14,10 +14,10 @@ import struct
 from functools import lru_cache
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._channel_stats import tensor_values
 from cachedoctor.formats._dtypes import numpy_descr_to_dtype
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
+from cachedoctor.formats._tensor_values import tensor_values
 from cachedoctor.formats._verdict import LOADERS, screen
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
 from cachedoctor.records import record

@@ -11,9 +11,9 @@ import json
 import struct
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._channel_stats import tensor_values
 from cachedoctor.formats._dtypes import ITEMSIZE, SAFETENSORS_DTYPE
 from cachedoctor.formats._source import BufferSource, Source
+from cachedoctor.formats._tensor_values import tensor_values
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError, TensorMeta
 
 _MAX_HEADER = 100_000_000

@@ -14,10 +14,10 @@ import struct
 from dataclasses import replace
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._channel_stats import tensor_values
 from cachedoctor.formats._dtypes import ITEMSIZE
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source, growing_window
+from cachedoctor.formats._tensor_values import tensor_values
 from cachedoctor.formats._unpickle import PickleBomb, RestrictedUnpickler, StorageRef, legacy_storage_ref, walk
 from cachedoctor.formats._verdict import LOADERS, bomb, screen_sequence
 from cachedoctor.formats.interface import FileMeta, FormatReader, ReadError

@@ -13,9 +13,9 @@ from functools import lru_cache
 from typing import Any
 
 from cachedoctor.formats import _deep
-from cachedoctor.formats._channel_stats import tensor_values
 from cachedoctor.formats._pickle_scan import LIMITS
 from cachedoctor.formats._source import BufferSource, Source
+from cachedoctor.formats._tensor_values import tensor_values
 from cachedoctor.formats._torch_damage import damage_error, pickle_crc_failure
 from cachedoctor.formats._torch_pickles import (  # noqa: F401 (TORCHSCRIPT re-exported)
     TORCHSCRIPT,

@@ -153,3 +153,68 @@ def test_a_known_bound_gives_the_same_statistics_as_checking_it(tmp_path: Path) 
     assert nonfinite_and_bound(small, "float32", t.numel(), 0, shape, None) == (0, True)
     checked = channel_stats("latents", small, "float32", 0, shape, None)
     assert checked is not None and channel_stats("latents", small, "float32", 0, shape, None, bounded=True) == checked
+
+
+def _central_at(data: bytearray, name: bytes) -> int:
+    at = data.index(b"PK\x01\x02")
+    while True:
+        nlen, xlen, clen = struct.unpack_from("<HHH", data, at + 28)
+        if data[at + 46 : at + 46 + nlen] == name:
+            return at
+        at += 46 + nlen + xlen + clen
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_a_member_renamed_in_the_directory_is_not_read_by_its_peer_layout(tmp_path: Path, local: bool) -> None:
+    """Same size, same directory offset, same count: only the directory's bytes tell the two
+    archives apart (the layout's key does not hold the names)."""
+    clean, data = _pair(tmp_path)
+    heads = [_central_at(data, b"archive/version")] + ([_member_at(data, b"archive/version")] if local else [])
+    for at in heads:
+        base = at + (30 if data[at + 2] == 3 else 46)
+        data[base + len(b"archive/")] = ord("w")  # archive/wersion
+    learned, full = _both_ways(tmp_path, clean, data)
+    assert learned == full
+    assert learned[1] == (() if local else ("archive/wersion",))  # type: ignore[index]
+
+
+def test_a_directory_crc_that_disagrees_is_found_as_in_the_full_walk(tmp_path: Path) -> None:
+    clean, data = _pair(tmp_path)
+    at = _central_at(data, b"archive/byteorder")
+    data[at + 16] ^= 0x01  # the recorded CRC, not the data
+    learned, full = _both_ways(tmp_path, clean, data)
+    assert learned == full
+    assert [c.name for c in learned[0]] == ["archive/byteorder"]  # type: ignore[index]
+
+
+def test_npz_files_written_at_other_times_share_one_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """np.savez stamps each header with the time of writing: the times are no part of a layout."""
+    clean, data = _pair(tmp_path, npz=True)
+    for at in (_member_at(data, b"latents.npy"), _central_at(data, b"latents.npy")):
+        base = at + (10 if data[at + 2] == 3 else 12)
+        struct.pack_into("<HH", data, base, 0x1234, 0x5678)  # another time and date
+    other = tmp_path / ("c" + clean.suffix)
+    other.write_bytes(bytes(data))
+    members._layouts.clear()
+    read_file(str(clean), deep=True)
+    walks: list[str] = []
+    real = members.Members._walk
+
+    def counted(self: members.Members, *args: object) -> None:
+        walks.append("walk")
+        real(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(members.Members, "_walk", counted)
+    meta = read_file(str(other), deep=True)
+    members._layouts.clear()
+    assert meta is not None and meta.crc_mismatches == () and walks == []
+
+
+@pytest.mark.parametrize("tail", [b"\0" * 7, b"trailing bytes"])
+def test_bytes_after_the_end_record_keep_no_layout(tmp_path: Path, tail: bytes) -> None:
+    """A reader may parse such an archive from bytes outside the directory: no layout is kept."""
+    clean, data = _pair(tmp_path)
+    odd = tmp_path / "odd.pt"
+    odd.write_bytes(clean.read_bytes() + tail)
+    learned, full = _both_ways(tmp_path, odd, bytearray(odd.read_bytes()), expect_layout=False)
+    assert learned == full
