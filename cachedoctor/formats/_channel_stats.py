@@ -2,9 +2,9 @@
 
 A latent encoded with another VAE or another scaling (a missing ``x scaling_factor``, SD1.5's
 factor in an SDXL cache, a Flux shift not applied) or from a blank image has the right shape,
-dtype and CRC; only its values say so, and only next to its peers'. The readers call
-:func:`channel_stats` in the deep pass, on the bytes :func:`_deep.count_nonfinite` just
-checked (only finite tensors: a file with NaN is ``non-finite`` already).
+dtype and CRC; only its values say so, and only next to its peers'. The deep pass
+(``_tensor_values.tensor_values``) computes them after the NaN/Inf check of the same bytes,
+for finite tensors only (a file with NaN is ``non-finite`` already).
 
 Cost: a deep scan is memory-bound and must stay so (docs/performance.md). A grid of every
 step-th row and column is sampled, evenly spread, so that each channel has at least

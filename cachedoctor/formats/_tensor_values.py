@@ -1,18 +1,22 @@
 """The deep pass over one tensor's values, as every reader runs it: NaN/Inf, then channel statistics.
 
-:func:`tensor_values` is the readers' one call. Why a module of its own: a cache is millions of tensors of a handful of layouts, nearly all
-contiguous float32, and for a latent of a few dozen KB numpy's per-call set-up (several
-thousand instructions before a call touches a byte) costs more than the passes themselves. So
-the work for one layout is planned once (:class:`_Job`, memoised on the layout), and the whole
-tensor is checked by one BLAS dot product of it with itself instead of two integer maxima:
+:func:`tensor_values` is the readers' one call. Why a module of its own: a cache is millions of
+tensors of a handful of layouts, and for a latent of a few dozen KB numpy's per-call set-up
+(several thousand instructions before a call touches a byte) and the general path's Python cost
+more than the passes themselves. So the work for one tensor layout is planned once
+(:class:`_Job`, memoised on the layout) and the usual tensor, contiguous and finite, is checked
+in the fewest calls:
 
-- the sum of the squares is finite exactly when no element is NaN or Inf and no square or
-  partial sum overflowed (a NaN or an Inf square makes every sum that includes it NaN or Inf);
-- each rounding of a sum of non-negative terms lowers it by at most a factor ``1 - u`` (``u``:
-  2^-24 for float32), so over at most 2^18 terms (:data:`_MAX_WORDS`) the sum is at least 98 %
-  of the largest square: a sum below 2^110 puts every value strictly within +-2^56, the bound
-  under which the channel statistics sum in float32 without an overflow check
-  (:func:`_channel_stats.channel_stats`).
+- **float32, float64:** one BLAS dot product of the tensor with itself (``np.vdot``, which,
+  unlike ``ndarray.dot``, prints no warning when it overflows). The sum of the squares is finite
+  exactly when no element is NaN or Inf and no square or partial sum overflowed (a NaN or an Inf
+  square makes every sum that includes it NaN or Inf). Each rounding of a sum of non-negative
+  terms lowers it by at most a factor ``1 - u`` (``u``: 2^-24 for float32), so over at most 2^18
+  terms (:data:`_MAX_WORDS`) the sum is at least 98 % of the largest square: a sum below 2^110
+  puts every value strictly within +-2^56, the bound under which the channel statistics sum in
+  float32 without an overflow check (:func:`_channel_stats.channel_stats`).
+- **float16, bfloat16, float8_e4m3fn, float8_e5m2:** the general path's two read-only maxima of
+  the bits (:func:`_deep._probe`), which also bound a bfloat16 tensor's values.
 
 Anything else (a NaN, an Inf, larger values, another dtype, a view, a misaligned tensor, a
 storage the view does not fit) takes the general path (:func:`_general`: the bit-pattern count
@@ -22,38 +26,50 @@ and every statistic is the general path's, byte for byte; only the time differs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
 from cachedoctor.formats import _channel_stats as stats_of
-from cachedoctor.formats._deep import contiguous_strides, lazy_numpy, nonfinite_and_bound
+from cachedoctor.formats import _deep
+from cachedoctor.formats._deep import lazy_numpy, nonfinite_and_bound
 
 _MAX_WORDS = 1 << 18  # the general path's slice: beyond it the bound above is not claimed
-_MIN_WORDS = 64  # below this the general path's word-by-word count costs less than a dot product
+_MIN_WORDS = 64  # below this the general path's word-by-word count costs less than numpy's set-up
 _LIMIT = float(2**110)  # a sum of squares below it bounds every value within +-2^56 (see above)
-_FLOATS = {"float32": ("<f4", 4), "float64": ("<f8", 8)}
+_DOT = {"float32": ("<f4", 4), "float64": ("<f8", 8)}
+_MAXIMA = frozenset({"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"})
+_CAST, _HIGH_HALF, _TABLE = 0, 1, 2  # how the sampled grid reaches the float32 block
 
 
 class _Job(NamedTuple):
-    """One tensor layout's pass: the flat values, then (for a latent) its sampled grid."""
+    """One tensor layout's pass: the flat probe, then (for a latent) its sampled grid."""
 
-    word: str
-    words: int  # elements of the view
-    start: int  # its first byte in the storage
+    word: str  # the flat view: the floats themselves (a dot product) or their bits (two maxima)
+    words: int
+    start: int  # the view's first byte in the storage
     need: int  # bytes the storage must hold (the general path's fit check)
-    #: the grid (``None`` when the tensor is no latent): the strided view numpy builds on the
-    #: buffer, where its values go, the block of values over squares, and the finished numbers
-    grid_shape: tuple[int, int, int] | None
-    grid_strides: tuple[int, int, int]
-    rows_in: Any
-    values: Any
-    squares: Any
-    block: Any
-    ones: Any
-    channels: int
-    n: int
-    packed: Callable[[list[float], int, int], bytes]
+    dot: bool
+    top: int  # maxima: an unsigned word at or above it is non-finite (see _deep._Plan)
+    signed: str  # maxima: the signed view, whose words at or above ``limit`` are non-finite
+    limit: int
+    bound: int  # maxima: the bits of 2^56 (0: no bound kept)
+    small: bool  # fp16 and fp8: no square or sum of the sample can overflow float32
+    #: the grid (``grid_shape`` ``None`` when the tensor is no latent): the strided view numpy
+    #: builds on the buffer, how it is copied into the block, where to, and the block itself
+    grid_shape: tuple[int, int, int] | None = None
+    grid_word: str = ""
+    grid_strides: tuple[int, int, int] = (0, 0, 0)
+    copy: int = _CAST
+    target: Any = None  # the values as [C, rows, width] (bf16: their upper halves)
+    table: Any = None  # fp8: every value by its bits
+    values: Any = None
+    squares: Any = None
+    block: Any = None
+    ones: Any = None
+    channels: int = 0
+    n: int = 0
 
 
 def tensor_values(
@@ -71,14 +87,28 @@ def tensor_values(
     job = _job(key, dtype, numel, offset, tuple(shape), None if stride is None else tuple(stride))
     if job is not None and len(buffer) >= job.need:
         np = lazy_numpy()
-        vdot = np.vdot  # not ndarray.dot: an overflow warns there, unseen here (the general path then judges)
         flat = np.frombuffer(buffer, job.word, job.words, job.start)
-        if flat.flags.aligned and vdot(flat, flat) < _LIMIT:  # NaN compares False: the general path
-            if job.grid_shape is None:
-                return 0, None
-            job.rows_in[...] = np.ndarray(job.grid_shape, job.word, buffer, job.start, job.grid_strides)
-            np.multiply(job.values, job.values, out=job.squares)
-            return 0, job.packed((job.block @ job.ones).tolist(), job.channels, job.n)
+        if flat.flags.aligned:  # (a misaligned one: the general path aligns the next read)
+            if job.dot:
+                finite = bounded = np.vdot(flat, flat) < _LIMIT  # NaN compares False
+            else:  # not ndarray.max(): its Python wrapper costs as much as the pass
+                high = np.maximum.reduce(flat)
+                low = np.maximum.reduce(flat.view(job.signed)) if high < job.top else job.limit
+                finite = low < job.limit
+                bound = job.bound
+                bounded = finite and bound > 0 and low < bound and high < job.top - job.limit + bound
+            if finite:
+                if job.grid_shape is None:
+                    return 0, None
+                if not (job.small or bounded):  # the general path's overflow-checked sums
+                    return 0, stats_of.channel_stats(key, buffer, dtype, offset, shape, stride)
+                part = np.ndarray(job.grid_shape, job.grid_word, buffer, job.start, job.grid_strides)
+                if job.copy == _TABLE:
+                    np.take(job.table, part, out=job.target)
+                else:
+                    job.target[...] = part
+                np.multiply(job.values, job.values, out=job.squares)
+                return 0, stats_of._packed_finite((job.block @ job.ones).tolist(), job.channels, job.n)
     return _general(key, buffer, dtype, numel, offset, shape, stride)
 
 
@@ -103,39 +133,53 @@ def _general(
 def _job(
     key: str, dtype: str, numel: int, offset: int, shape: tuple[int, ...], stride: tuple[int, ...] | None
 ) -> _Job | None:
-    found = _FLOATS.get(dtype)
-    if found is None:
+    """The plan for one layout, or ``None`` where only the general path answers."""
+    plan = _deep._plan(dtype, numel, offset, shape, stride)
+    if plan is None or plan.strides is not None or plan.empty or plan.parts != 1 or plan.exact:
+        return None  # another dtype, a view, no element, complex or an exact-pattern rule
+    words = plan.last - plan.first
+    if not _MIN_WORDS <= words <= _MAX_WORDS:
         return None
-    word, itemsize = found
-    count = 1
-    for s in shape:
-        count *= s
-    if not _MIN_WORDS <= count <= _MAX_WORDS or offset + count > numel:
+    dot = _DOT.get(dtype)
+    if dot is None and (dtype not in _MAXIMA or plan.top is None or plan.signed is None):
         return None
-    if stride is not None and stride != contiguous_strides(shape):
-        return None
-    start, need = offset * itemsize, numel * itemsize
+    word = dot[0] if dot is not None else plan.word
+    small = dtype in stats_of._SMALL
+    start, need = plan.first * plan.itemsize, plan.words * plan.itemsize
+    top, signed, limit, bound = plan.top or 0, plan.signed or "", plan.limit, plan.bound
     grid = stats_of._grid(key, dtype, shape, stride)
     if grid is None:
-        return _Job(
-            word, count, start, need, None, (0, 0, 0), None, None, None, None, None, 0, 0, stats_of._packed_finite
-        )
-    if grid.n > stats_of._MAX_N or grid.word != word:
-        return None  # the general path's overflow-checked sums
-    block, rows_in, _, values, squares, ones = stats_of._scratch(*grid.shape, False)
+        return _Job(word, words, start, need, dot is not None, top, signed, limit, bound, small)
+    bf16 = dtype == "bfloat16"
+    if grid.n > stats_of._MAX_N or (bf16 and sys.byteorder != "little"):
+        return None
+    block, rows_in, high, values, squares, ones = stats_of._scratch(*grid.shape, bf16)
+    copy, target, table = _CAST, rows_in, None
+    if bf16:
+        copy, target = _HIGH_HALF, high
+    elif dtype in stats_of._FP8:
+        copy, table = _TABLE, stats_of._table(dtype)
     return _Job(
         word,
-        count,
+        words,
         start,
         need,
+        dot is not None,
+        top,
+        signed,
+        limit,
+        bound,
+        small,
         grid.shape,
+        grid.word,
         grid.strides,
-        rows_in,
+        copy,
+        target,
+        table,
         values,
         squares,
         block,
         ones,
         grid.channels,
         grid.n,
-        stats_of._packed_finite,
     )

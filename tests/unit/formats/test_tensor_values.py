@@ -1,6 +1,6 @@
 """The deep pass over a tensor's values (``formats/_tensor_values.py``): the usual contiguous
-float32/float64 tensor is judged by one dot product, everything else by the general bit-pattern
-path. Each test plants one kind of value and asserts the answer is the general path's, and
+float32/float64 tensor is judged by one dot product, fp16/bf16/fp8 by two maxima from a plan kept
+per layout, everything else by the general bit-pattern path. Each test plants one kind of value and asserts the answer is the general path's, and
 which path gave it: a fast path that never fires, or that answers where it cannot know, fails."""
 
 from __future__ import annotations
@@ -9,16 +9,26 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
+from cachedoctor.formats import _channel_stats as stats_of
 from cachedoctor.formats import _deep
 from cachedoctor.formats import _tensor_values as tv
 
 
-def _answers(a: np.ndarray, key: str = "latents", pad: int = 0) -> tuple[object, object, bool]:
+def _answers(a: np.ndarray | torch.Tensor, key: str = "latents", pad: int = 0) -> tuple[object, object, bool]:
     """``(fast-or-general answer, general answer, whether the general path was needed)``."""
-    raw = memoryview(bytes(pad) + a.tobytes())
-    offset, numel = pad // a.itemsize, a.size + pad // a.itemsize
-    args = (key, raw, str(a.dtype), numel, offset, a.shape, None)
+    if isinstance(a, torch.Tensor):
+        data, dtype, itemsize = (
+            a.view(torch.uint8).numpy().tobytes(),
+            str(a.dtype).removeprefix("torch."),
+            a.element_size(),
+        )
+    else:
+        data, dtype, itemsize = a.tobytes(), str(a.dtype), a.itemsize
+    raw = memoryview(bytes(pad) + data)
+    offset, numel = pad // itemsize, a.numel() if isinstance(a, torch.Tensor) else a.size
+    args = (key, raw, dtype, numel + offset, offset, tuple(a.shape), None)
     calls: list[int] = []
     real = tv._general
 
@@ -45,6 +55,47 @@ def _latent(dtype: str = "float32", scale: float = 1.0) -> np.ndarray:
 def test_a_finite_latent_takes_one_dot_product_and_gets_the_general_answer(dtype: str) -> None:
     fast, general, fell_back = _answers(_latent(dtype))
     assert fast == general and fast[0] == 0 and fast[1] is not None and not fell_back  # type: ignore[index]
+
+
+_BITS = [torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+@pytest.mark.parametrize("dtype", _BITS)
+def test_a_finite_latent_of_a_narrow_float_takes_two_maxima_and_gets_the_general_answer(dtype: torch.dtype) -> None:
+    fast, general, fell_back = _answers(torch.from_numpy(_latent()).to(dtype))
+    assert fast == general and fast[0] == 0 and fast[1] is not None and not fell_back  # type: ignore[index]
+
+
+@pytest.mark.parametrize("dtype", _BITS)
+@pytest.mark.parametrize("value", [float("nan"), float("-inf")])
+def test_a_non_finite_narrow_float_is_counted_by_the_general_path(dtype: torch.dtype, value: float) -> None:
+    t = torch.from_numpy(_latent()).to(dtype)
+    t[1, 0, 5] = value  # float8_e4m3fn has no Inf: -inf saturates to -448, finite
+    expected = int((~torch.isfinite(t.float())).sum())
+    fast, general, fell_back = _answers(t)
+    assert fast == general and fast[0] == expected and fell_back is (expected == 1)  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("largest", "general_stats"), [(2.0**55, False), (2.0**60, True)])
+def test_bfloat16_beyond_2_to_56_gets_the_overflow_checked_statistics(largest: float, general_stats: bool) -> None:
+    t = torch.ones(4, 32, 32, dtype=torch.bfloat16)
+    t[3, 0, 0] = largest  # on the sampled grid (every step-th row and column from the first)
+    calls: list[int] = []
+    real = stats_of.channel_stats
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    stats_of.channel_stats = counted  # type: ignore[assignment]
+    try:
+        fast = tv.tensor_values(
+            "latents", memoryview(t.view(torch.uint8).numpy().tobytes()), "bfloat16", t.numel(), 0, (4, 32, 32), None
+        )
+    finally:
+        stats_of.channel_stats = real
+    fast2, general, fell_back = _answers(t)
+    assert fast == fast2 == general and not fell_back and bool(calls) is general_stats
 
 
 def test_a_text_embedding_gets_no_statistics_on_the_fast_path() -> None:
