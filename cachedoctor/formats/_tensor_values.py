@@ -104,7 +104,7 @@ def tensor_values(
                     return 0, stats_of.channel_stats(key, buffer, dtype, offset, shape, stride)
                 part = np.ndarray(job.grid_shape, job.grid_word, buffer, job.start, job.grid_strides)
                 if job.copy == _TABLE:
-                    np.take(job.table, part, out=job.target)
+                    np.take(job.table, part, out=job.target, mode=stats_of._TAKE)
                 else:
                     job.target[...] = part
                 np.multiply(job.values, job.values, out=job.squares)
