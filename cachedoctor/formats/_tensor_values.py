@@ -57,17 +57,14 @@ class _Job(NamedTuple):
     bound: int  # maxima: the bits of 2^56 (0: no bound kept)
     small: bool  # fp16 and fp8: no square or sum of the sample can overflow float32
     #: the grid (``grid_shape`` ``None`` when the tensor is no latent): the strided view numpy
-    #: builds on the buffer, how it is copied into the block, where to, and the block itself
+    #: builds on the buffer and how it is copied into the float32 block. The block itself is
+    #: looked up per call (``_channel_stats._scratch``), not held here: that cache alone bounds
+    #: how many blocks a process keeps, whatever shapes a hostile cache holds.
     grid_shape: tuple[int, int, int] | None = None
     grid_word: str = ""
     grid_strides: tuple[int, int, int] = (0, 0, 0)
     copy: int = _CAST
-    target: Any = None  # the values as [C, rows, width] (bf16: their upper halves)
-    table: Any = None  # fp8: every value by its bits
-    values: Any = None
-    squares: Any = None
-    block: Any = None
-    ones: Any = None
+    table: Any = None  # fp8: every value by its bits (256 float32)
     channels: int = 0
     n: int = 0
 
@@ -103,12 +100,15 @@ def tensor_values(
                 if not (job.small or bounded):  # the general path's overflow-checked sums
                     return 0, stats_of.channel_stats(key, buffer, dtype, offset, shape, stride)
                 part = np.ndarray(job.grid_shape, job.grid_word, buffer, job.start, job.grid_strides)
+                block, rows_in, high, values, squares, ones = stats_of._scratch(*job.grid_shape, job.copy == _HIGH_HALF)
                 if job.copy == _TABLE:
-                    np.take(job.table, part, out=job.target, mode=stats_of._TAKE)
+                    np.take(job.table, part, out=rows_in, mode=stats_of._TAKE)
+                elif job.copy == _HIGH_HALF:  # bf16 bits are a float32's upper half, the lower half zero
+                    high[...] = part
                 else:
-                    job.target[...] = part
-                np.multiply(job.values, job.values, out=job.squares)
-                return 0, stats_of._packed_finite((job.block @ job.ones).tolist(), job.channels, job.n)
+                    rows_in[...] = part
+                np.multiply(values, values, out=squares)
+                return 0, stats_of._packed_finite((block @ ones).tolist(), job.channels, job.n)
     return _general(key, buffer, dtype, numel, offset, shape, stride)
 
 
@@ -153,10 +153,9 @@ def _job(
     bf16 = dtype == "bfloat16"
     if grid.n > stats_of._MAX_N or (bf16 and sys.byteorder != "little"):
         return None
-    block, rows_in, high, values, squares, ones = stats_of._scratch(*grid.shape, bf16)
-    copy, target, table = _CAST, rows_in, None
+    copy, table = _CAST, None
     if bf16:
-        copy, target = _HIGH_HALF, high
+        copy = _HIGH_HALF
     elif dtype in stats_of._FP8:
         copy, table = _TABLE, stats_of._table(dtype)
     return _Job(
@@ -174,12 +173,7 @@ def _job(
         grid.word,
         grid.strides,
         copy,
-        target,
         table,
-        values,
-        squares,
-        block,
-        ones,
         grid.channels,
         grid.n,
     )
