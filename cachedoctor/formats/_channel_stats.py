@@ -97,9 +97,14 @@ def channel_stats(
     grid = _grid(key, dtype, tuple(shape), None if stride is None else tuple(stride))
     if grid is None or (offset + grid.elements) * grid.itemsize > len(buffer):
         return None
-    np = lazy_numpy()
+    return grid_stats(lazy_numpy(), grid, buffer, offset * grid.itemsize, dtype, bounded)
+
+
+def grid_stats(np: Any, grid: _Grid, buffer: memoryview, start: int, dtype: str, bounded: bool) -> bytes:
+    """:func:`channel_stats` of a tensor whose grid is known and fits: its first value at byte
+    ``start`` of ``buffer`` (the deep pass's planned path calls this directly, ``_tensor_values``)."""
     # the sampled grid, a strided view of the buffer (numpy checks that it fits)
-    part = np.ndarray(grid.shape, grid.word, buffer, offset * grid.itemsize, grid.strides)
+    part = np.ndarray(grid.shape, grid.word, buffer, start, grid.strides)
     bf16 = dtype == "bfloat16"
     block, rows_in, high, values, squares, ones = _scratch(*grid.shape, bf16 and _LITTLE)
     # (assignment rather than np.copyto, whose Python wrapper costs more than these small copies)

@@ -15,21 +15,23 @@ in the fewest calls:
   terms (:data:`_MAX_WORDS`) the sum is at least 98 % of the largest square: a sum below 2^110
   puts every value strictly within +-2^56, the bound under which the channel statistics sum in
   float32 without an overflow check (:func:`_channel_stats.channel_stats`).
-- **float16, bfloat16, float8_e4m3fn, float8_e5m2:** the general path's two read-only maxima of
-  the bits (:func:`_deep._probe`), which also bound a bfloat16 tensor's values.
+- **the other contiguous float formats:** the general path's probe (:func:`_deep._count_flat`,
+  two read-only maxima of the bits, which also bound a bfloat16 tensor's values), called with
+  the plan it keeps.
 
-Anything else (a NaN, an Inf, larger values, another dtype, a view, a misaligned tensor, a
-storage the view does not fit) takes the general path (:func:`_general`: the bit-pattern count
-of :func:`_deep.nonfinite_and_bound`, then :func:`_channel_stats.channel_stats`), so every count
-and every statistic is the general path's, byte for byte; only the time differs.
+The statistics of a finite latent are :func:`_channel_stats.grid_stats` on the planned grid.
+Anything else (a NaN or an Inf, values the bound does not cover, a misaligned tensor, a view,
+a complex tensor, a few words, storage the view does not fit, an exact-pattern format) takes
+the general path (:func:`_general`: :func:`_deep.nonfinite_and_bound`, then
+:func:`_channel_stats.channel_stats`), so every count and every statistic is the general path's,
+byte for byte; only the time differs.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from cachedoctor.formats import _channel_stats as stats_of
 from cachedoctor.formats import _deep
@@ -38,35 +40,19 @@ from cachedoctor.formats._deep import lazy_numpy, nonfinite_and_bound
 _MAX_WORDS = 1 << 18  # the general path's slice: beyond it the bound above is not claimed
 _MIN_WORDS = 64  # below this the general path's word-by-word count costs less than numpy's set-up
 _LIMIT = float(2**110)  # a sum of squares below it bounds every value within +-2^56 (see above)
-_DOT = {"float32": ("<f4", 4), "float64": ("<f8", 8)}
-_MAXIMA = frozenset({"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"})
-_CAST, _HIGH_HALF, _TABLE = 0, 1, 2  # how the sampled grid reaches the float32 block
+_DOT = frozenset({"float32", "float64"})
 
 
 class _Job(NamedTuple):
-    """One tensor layout's pass: the flat probe, then (for a latent) its sampled grid."""
+    """One tensor layout's pass: the flat view, its probe, then (for a latent) its grid."""
 
-    word: str  # the flat view: the floats themselves (a dot product) or their bits (two maxima)
+    word: str  # the flat view: the floats themselves (a dot product) or their bits (the probe)
     words: int
     start: int  # the view's first byte in the storage
     need: int  # bytes the storage must hold (the general path's fit check)
     dot: bool
-    top: int  # maxima: an unsigned word at or above it is non-finite (see _deep._Plan)
-    signed: str  # maxima: the signed view, whose words at or above ``limit`` are non-finite
-    limit: int
-    bound: int  # maxima: the bits of 2^56 (0: no bound kept)
-    small: bool  # fp16 and fp8: no square or sum of the sample can overflow float32
-    #: the grid (``grid_shape`` ``None`` when the tensor is no latent): the strided view numpy
-    #: builds on the buffer and how it is copied into the float32 block. The block itself is
-    #: looked up per call (``_channel_stats._scratch``), not held here: that cache alone bounds
-    #: how many blocks a process keeps, whatever shapes a hostile cache holds.
-    grid_shape: tuple[int, int, int] | None = None
-    grid_word: str = ""
-    grid_strides: tuple[int, int, int] = (0, 0, 0)
-    copy: int = _CAST
-    table: Any = None  # fp8: every value by its bits (256 float32)
-    channels: int = 0
-    n: int = 0
+    plan: _deep._Plan  # the general path's probe and count
+    grid: stats_of._Grid | None  # ``None``: no latent, no statistics
 
 
 def tensor_values(
@@ -82,34 +68,23 @@ def tensor_values(
     of ``numel`` elements that starts at ``buffer``, and, only when that count is 0, the view's
     :func:`~cachedoctor.formats._channel_stats.channel_stats` (``None`` for other tensors)."""
     job = _job(key, dtype, numel, offset, tuple(shape), None if stride is None else tuple(stride))
-    if job is not None and len(buffer) >= job.need:
-        np = lazy_numpy()
-        flat = np.frombuffer(buffer, job.word, job.words, job.start)
-        if flat.flags.aligned:  # (a misaligned one: the general path aligns the next read)
-            if job.dot:
-                finite = bounded = np.vdot(flat, flat) < _LIMIT  # NaN compares False
-            else:  # not ndarray.max(): its Python wrapper costs as much as the pass
-                high = np.maximum.reduce(flat)
-                low = np.maximum.reduce(flat.view(job.signed)) if high < job.top else job.limit
-                finite = low < job.limit
-                bound = job.bound
-                bounded = finite and bound > 0 and low < bound and high < job.top - job.limit + bound
-            if finite:
-                if job.grid_shape is None:
-                    return 0, None
-                if not (job.small or bounded):  # the general path's overflow-checked sums
-                    return 0, stats_of.channel_stats(key, buffer, dtype, offset, shape, stride)
-                part = np.ndarray(job.grid_shape, job.grid_word, buffer, job.start, job.grid_strides)
-                block, rows_in, high, values, squares, ones = stats_of._scratch(*job.grid_shape, job.copy == _HIGH_HALF)
-                if job.copy == _TABLE:
-                    np.take(job.table, part, out=rows_in, mode=stats_of._TAKE)
-                elif job.copy == _HIGH_HALF:  # bf16 bits are a float32's upper half, the lower half zero
-                    high[...] = part
-                else:
-                    rows_in[...] = part
-                np.multiply(values, values, out=squares)
-                return 0, stats_of._packed_finite((block @ ones).tolist(), job.channels, job.n)
-    return _general(key, buffer, dtype, numel, offset, shape, stride)
+    if job is None or len(buffer) < job.need:
+        return _general(key, buffer, dtype, numel, offset, shape, stride)
+    np = lazy_numpy()
+    flat = np.frombuffer(buffer, job.word, job.words, job.start)
+    if not flat.flags.aligned:
+        return _general(key, buffer, dtype, numel, offset, shape, stride)  # it aligns the next read
+    if job.dot:
+        found, bounded = (0, True) if np.vdot(flat, flat) < _LIMIT else (None, False)  # NaN compares False
+    else:
+        found, bounded = _deep._count_flat(np, flat, job.plan)
+    if found != 0:  # a NaN or Inf (or a dot product that cannot tell): counted as the general path counts
+        return _general(key, buffer, dtype, numel, offset, shape, stride)
+    if job.grid is None:
+        return 0, None
+    if not (bounded or dtype in stats_of._SMALL):  # the general path's overflow-checked sums
+        return 0, stats_of.channel_stats(key, buffer, dtype, offset, shape, stride)
+    return 0, stats_of.grid_stats(np, job.grid, buffer, job.start, dtype, True)
 
 
 def _general(
@@ -136,44 +111,11 @@ def _job(
     """The plan for one layout, or ``None`` where only the general path answers."""
     plan = _deep._plan(dtype, numel, offset, shape, stride)
     if plan is None or plan.strides is not None or plan.empty or plan.parts != 1 or plan.exact:
-        return None  # another dtype, a view, no element, complex or an exact-pattern rule
+        return None  # another dtype, a view, no element, complex, or an exact-pattern rule
     words = plan.last - plan.first
     if not _MIN_WORDS <= words <= _MAX_WORDS:
         return None
-    dot = _DOT.get(dtype)
-    if dot is None and (dtype not in _MAXIMA or plan.top is None or plan.signed is None):
-        return None
-    word = dot[0] if dot is not None else plan.word
-    small = dtype in stats_of._SMALL
-    start, need = plan.first * plan.itemsize, plan.words * plan.itemsize
-    top, signed, limit, bound = plan.top or 0, plan.signed or "", plan.limit, plan.bound
-    grid = stats_of._grid(key, dtype, shape, stride)
-    if grid is None:
-        return _Job(word, words, start, need, dot is not None, top, signed, limit, bound, small)
-    bf16 = dtype == "bfloat16"
-    if grid.n > stats_of._MAX_N or (bf16 and sys.byteorder != "little"):
-        return None
-    copy, table = _CAST, None
-    if bf16:
-        copy = _HIGH_HALF
-    elif dtype in stats_of._FP8:
-        copy, table = _TABLE, stats_of._table(dtype)
-    return _Job(
-        word,
-        words,
-        start,
-        need,
-        dot is not None,
-        top,
-        signed,
-        limit,
-        bound,
-        small,
-        grid.shape,
-        grid.word,
-        grid.strides,
-        copy,
-        table,
-        grid.channels,
-        grid.n,
-    )
+    dot = dtype in _DOT
+    word = stats_of._WORD[dtype] if dot else plan.word
+    grid = stats_of._grid(key, dtype, shape, stride) if dtype in stats_of._WORD else None
+    return _Job(word, words, plan.first * plan.itemsize, plan.words * plan.itemsize, dot, plan, grid)

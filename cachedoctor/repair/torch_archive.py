@@ -18,14 +18,10 @@ the order written. The tests hold it to torch.save's own bytes.
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 from functools import lru_cache
 
-try:  # the deep reads' CRC (a dependency); zlib's gives the same numbers
-    from isal.isal_zlib import crc32
-except ImportError:  # pragma: no cover - isal is installed with cachedoctor
-    crc32 = zlib.crc32
+from cachedoctor.formats._deep_members import crc32  # the deep reads' CRC (ISA-L where installed)
 
 ALIGNMENT = 64  # torch.serialization.config.save.storage_alignment
 #: Records an archive may hold for the serialization id to be computed here: the hash-set
